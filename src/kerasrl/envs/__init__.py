@@ -1,7 +1,20 @@
-"""Environments: the Snake game of the tfjs snake-dqn example, single and vectorized."""
+"""Environments: vector envs with the numpy boundary, wrappers, and the built-in Snake game."""
 
 from kerasrl.envs.snake import Snake, SnakeVectorEnv, register_envs
+from kerasrl.envs.vector import describe, env_factory, final_observations, make_vec_env
+from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary, as_numpy
 
 register_envs()
 
-__all__ = ["Snake", "SnakeVectorEnv", "register_envs"]
+__all__ = [
+    "ApiCheck",
+    "NumpyBoundary",
+    "Snake",
+    "SnakeVectorEnv",
+    "as_numpy",
+    "describe",
+    "env_factory",
+    "final_observations",
+    "make_vec_env",
+    "register_envs",
+]

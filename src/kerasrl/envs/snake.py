@@ -546,10 +546,10 @@ class SnakeVectorEnv(gym.vector.VectorEnv):
             self._autoreset = done
         elif done.any():
             games = np.flatnonzero(done)
-            final_obs = np.full(self.num_envs, None, dtype=object)
+            # An object array of per-game arrays, None elsewhere, as SyncVectorEnv gives.
             last = self._obs[games].reshape(len(games), self.height, self.width, 2)
-            for j, game in enumerate(games):  # an object array of per-game arrays, as SyncVectorEnv gives
-                final_obs[game] = last[j]
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            final_obs[games] = np.fromiter(last, dtype=object, count=len(games))
             final_fruits = np.zeros(self.num_envs, dtype=np.int64)
             final_fruits[games] = self._fruits_eaten[games]
             infos["final_obs"] = final_obs

@@ -1,0 +1,40 @@
+"""kerasrl: deep reinforcement learning for Keras 3, on JAX, TensorFlow or PyTorch.
+
+    import kerasrl
+    agent = kerasrl.DQN("CartPole-v1", seed=0)
+    agent.fit(total_steps=50_000)
+    agent.evaluate(episodes=20)
+
+Importing kerasrl settles the Keras backend (KERAS_BACKEND if set, else the fastest installed) and
+registers its environments with Gymnasium; Keras itself is imported on first use of an agent.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from kerasrl import backend as backend  # settles KERAS_BACKEND before anything imports Keras
+from kerasrl import envs as envs  # registers kerasrl/Snake-v0 with Gymnasium
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it, imported on first access (PEP 562).
+_LAZY = {
+    "DQN": "kerasrl.agents.dqn",
+    "Agent": "kerasrl.agents.base",
+    "DQNConfig": "kerasrl.config",
+    "History": "kerasrl.logger",
+    "QPolicy": "kerasrl.policies",
+    "networks": "kerasrl.networks",
+}
+
+__all__ = ["__version__", "backend", "envs", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        value = module if module.__name__.endswith(name) else getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kerasrl' has no attribute {name!r}")

@@ -1,0 +1,241 @@
+"""What every agent shares: environments, seeding, the fit loop's bookkeeping, evaluation.
+
+An agent learns; its `policy` acts. Subclasses set `config_class` and implement `_build` (models,
+optimizer, buffers, compiled steps) and `_learn` (the algorithm's loop, read top to bottom).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import gymnasium as gym
+import keras
+import numpy as np
+from keras import tree
+
+from kerasrl import backend
+from kerasrl.config import CommonConfig
+from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
+from kerasrl.logger import History, RunLogger
+
+
+def to_tensors(arrays):
+    """Numpy arrays (any nesting) to backend tensors, once, at the edge of a compiled step."""
+    return tree.map_structure(keras.ops.convert_to_tensor, arrays)
+
+
+class Agent:
+    """Base of every agent. See `kerasrl.DQN` for the public API."""
+
+    config_class: type[CommonConfig] = CommonConfig
+    algorithm: str = "agent"
+
+    def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
+        if config is None:
+            config = self.config_class.from_dict(hyperparameters)
+        elif hyperparameters:
+            config = self.config_class.from_dict({**config.to_dict(), **hyperparameters})
+        self.config = config
+        backend.configure_threads()
+        keras.utils.set_random_seed(config.seed)  # weight initialisation (per backend)
+        self.env_spec = env
+        self.env_name = describe(env)
+        self._make_env = env_factory(env)
+        self.env = make_vec_env(env, config.n_envs, vectorization=config.vectorization,
+                                factory=self._make_env)
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        # Every random draw outside the networks (exploration, replay sampling, env seeds) comes
+        # from this numpy generator, so that all backends make the same draws.
+        self.rng = np.random.default_rng(config.seed)
+        self.num_timesteps = 0
+        self.history = History()
+        self._obs = None  # the vector env's current observations, (n_envs, *obs_shape)
+        self._episode_returns = np.zeros(config.n_envs)
+        self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
+        self._build(model)
+
+    # -- to implement -------------------------------------------------------------------------
+    def _build(self, model) -> None:
+        raise NotImplementedError
+
+    def _learn(self, total_steps: int, stop_at: int, logger: RunLogger, callback) -> None:
+        raise NotImplementedError
+
+    def _act_greedy(self, observations: np.ndarray) -> np.ndarray:
+        """Deterministic actions for a batch of float32 observations, from the learner's weights."""
+        raise NotImplementedError
+
+    def _sync_model(self) -> None:
+        """Write the learner's current weights into the Keras model(s)."""
+        raise NotImplementedError
+
+    # -- public API ---------------------------------------------------------------------------
+    def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
+            log_dir=None, log_interval: int | None = None,
+            callback: Callable[[Agent, History], bool | None] | None = None) -> History:
+        """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
+
+        `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
+        and a loaded agent continues up to it. `stop_at` pauses earlier (e.g. to save), with the
+        schedules unchanged. `callback(agent, history)` runs after each step in which an episode
+        ended; returning False stops training. Returns the History of all episodes and updates.
+        """
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be a positive number of env steps, got {total_steps}.")
+        stop_at = total_steps if stop_at is None else min(stop_at, total_steps)
+        if self.num_timesteps >= stop_at:
+            warnings.warn(
+                f"This agent has already taken {self.num_timesteps} env steps, so fit("
+                f"total_steps={total_steps}) has nothing to do: total_steps counts the whole run. "
+                f"Pass a larger total_steps to train on.",
+                stacklevel=2,
+            )
+            return self.history
+        logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
+                           log_interval=log_interval, start_step=self.num_timesteps,
+                           history=self.history)
+        if self._obs is None:
+            self._obs, _ = self.env.reset(seed=self.config.seed)
+        try:
+            self._learn(total_steps, stop_at, logger, callback)
+        finally:
+            logger.close(self.num_timesteps)
+        return self.history
+
+    def predict(self, observations, deterministic: bool = True) -> np.ndarray:
+        """Actions for a batch of observations (or one), as numpy."""
+        return self.policy.predict(observations, deterministic=deterministic)
+
+    @property
+    def policy(self):
+        """The inference-only policy, holding the current weights."""
+        raise NotImplementedError
+
+    def evaluate(self, episodes: int = 20, *, env=None, deterministic: bool = True,
+                 seed: int | None = None, n_envs: int | None = None) -> dict[str, float]:
+        """Run `episodes` whole episodes with the current policy on fresh environments.
+
+        Returns mean_return, std_return, min_return, max_return, mean_length, episodes, and the
+        mean of any numeric per-episode figure the env reports at the end (e.g. mean_fruits_eaten).
+        """
+        if episodes < 1:
+            raise ValueError(f"episodes must be at least 1, got {episodes}.")
+        n = min(episodes, n_envs or 10)
+        spec = self.env_spec if env is None else env
+        factory = self._make_env if env is None else None
+        envs = make_vec_env(spec, n, factory=factory)
+        # Spread the episodes over the envs so that short episodes do not crowd out long ones.
+        targets = np.array([(episodes + i) // n for i in range(n)])
+        counts = np.zeros(n, dtype=np.int64)
+        returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
+        results, extras = [], {}
+        obs, _ = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
+        eval_rng = np.random.default_rng(seed)
+        try:
+            while (counts < targets).any():
+                actions = self._act_greedy(np.asarray(obs, dtype=np.float32))
+                if not deterministic:
+                    actions = self._explore(actions, eval_rng)
+                obs, rewards, terminated, truncated, info = envs.step(actions)
+                returns += rewards
+                lengths += 1
+                done = np.logical_or(terminated, truncated)
+                for i in np.flatnonzero(done):
+                    if counts[i] < targets[i]:
+                        results.append((returns[i], lengths[i]))
+                        for key, value in episode_extras(info, i).items():
+                            extras.setdefault(key, []).append(value)
+                        counts[i] += 1
+                    returns[i], lengths[i] = 0.0, 0
+        finally:
+            envs.close()
+        episode_returns = np.array([r for r, _ in results])
+        summary = {
+            "mean_return": float(episode_returns.mean()),
+            "std_return": float(episode_returns.std()),
+            "min_return": float(episode_returns.min()),
+            "max_return": float(episode_returns.max()),
+            "mean_length": float(np.mean([length for _, length in results])),
+            "episodes": len(results),
+        }
+        summary.update({f"mean_{k}": float(np.mean(v)) for k, v in extras.items()})
+        return summary
+
+    def _explore(self, greedy_actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Stochastic actions for evaluation with deterministic=False."""
+        return greedy_actions
+
+    # -- shared mechanics for the subclasses --------------------------------------------------
+    def _step_envs(self, actions: np.ndarray, logger: RunLogger):
+        """Step every env once, book finished episodes, and return the transition's arrays.
+
+        Returns (next_obs, rewards, terminated, truncated, final_obs, info): `next_obs` continues
+        each env (the reset observation after an episode ends), `final_obs` is what the step led to
+        (the true last observation of a finished episode): store that one.
+        """
+        next_obs, rewards, terminated, truncated, info = self.env.step(actions)
+        rewards = np.asarray(rewards, dtype=np.float32)
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool)
+        done = terminated | truncated
+        final_obs = final_observations(next_obs, done, info)
+        self.num_timesteps += self.config.n_envs
+        self._episode_returns += rewards
+        self._episode_lengths += 1
+        if done.any():
+            for i in np.flatnonzero(done):
+                logger.episode(self.num_timesteps, self._episode_returns[i],
+                               self._episode_lengths[i], **episode_extras(info, i))
+            self._episode_returns[done] = 0.0
+            self._episode_lengths[done] = 0
+        logger.advance(self.num_timesteps, self.config.n_envs)
+        return next_obs, rewards, terminated, truncated, final_obs, info
+
+    def _learning_rate(self, total_steps: int) -> float:
+        """The learning rate now: constant, or linear from `learning_rate` to 0 over the run."""
+        lr = self.config.learning_rate
+        if self.config.lr_schedule == "linear":
+            lr *= max(0.0, 1.0 - self.num_timesteps / total_steps)
+        return lr
+
+    def _check_loss(self, loss: float, update: int) -> None:
+        """Stop training at the first non-finite loss, naming the update."""
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"{type(self).__name__} loss became {loss} at update {update} (env step "
+                f"{self.num_timesteps}). Lower learning_rate, set max_grad_norm, or check the "
+                f"rewards and observations for NaN or huge values. Weights were not updated "
+                f"further; checkpoints already written are intact."
+            )
+
+    def close(self) -> None:
+        """Close the environments."""
+        self.env.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(env={self.env_name!r}, backend={backend.NAME!r}, "
+                f"num_timesteps={self.num_timesteps})")
+
+
+def episode_extras(info: dict, i: int) -> dict[str, Any]:
+    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten).
+
+    In SAME_STEP auto-reset mode they sit in `info["final_info"]`.
+    """
+    final = info.get("final_info")
+    if not isinstance(final, dict):
+        return {}
+    extras = {}
+    for key, values in final.items():
+        if key.startswith("_") or key == "episode":
+            continue
+        mask = final.get(f"_{key}")
+        if mask is not None and not mask[i]:
+            continue
+        value = values[i] if isinstance(values, np.ndarray) and values.ndim >= 1 else None
+        if value is not None and np.issubdtype(np.asarray(value).dtype, np.number) and np.ndim(value) == 0:
+            extras[key] = float(value)
+    return extras

@@ -1,0 +1,106 @@
+"""The backend layer: the only place in kerasrl that imports jax, tensorflow or torch.
+
+Importing this package settles which Keras backend runs (see `select_backend`) and exposes, from one
+module per backend, the same few functions, as Keras does in `keras/src/backend/__init__.py`:
+
+- `compile(fn)`: a compiled version of a pure function of arrays (jit, tf.function, or eager).
+- `value_and_grad(fn)`: `fn(params, *args) -> (loss, aux)` becomes
+  `f(params, *args) -> ((loss, aux), grads)`, gradients taken with respect to `params` only.
+- `inference()`: a context in which no autograd graph is recorded.
+- `configure_threads()`: thread counts that suit a small network on a small machine.
+- `to_numpy(x)`: a backend tensor (or nested structure of them) as numpy.
+
+Everything else in kerasrl is written once with `keras.ops` and numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+
+SUPPORTED = ("jax", "tensorflow", "torch")
+# The extra that installs each backend's framework, for error messages.
+EXTRAS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}
+# The framework module whose presence means a backend can run.
+_FRAMEWORK = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}
+# Fastest first, as measured on a 2-core CPU machine (BENCHMARKS.md): used when the user chose none.
+PREFERENCE = ("jax", "tensorflow", "torch")
+
+
+class BackendError(RuntimeError):
+    """The requested backend is unknown or its framework is not installed."""
+
+
+def installed_backends() -> list[str]:
+    """Backends whose framework is importable, in order of preference (nothing is imported)."""
+    return [name for name in PREFERENCE if importlib.util.find_spec(_FRAMEWORK[name]) is not None]
+
+
+def check_backend_name(name: str) -> str:
+    """Return `name` if kerasrl can run on it, else raise a BackendError that says what to do."""
+    if name not in SUPPORTED:
+        raise BackendError(
+            f"Unknown Keras backend {name!r}. kerasrl runs on {', '.join(SUPPORTED)}: "
+            f"set KERAS_BACKEND (or pass --backend) to one of them."
+        )
+    if importlib.util.find_spec(_FRAMEWORK[name]) is None:
+        raise BackendError(
+            f"The {name!r} backend was requested but {_FRAMEWORK[name]!r} is not installed. "
+            f"Install it with: pip install 'kerasrl[{EXTRAS[name]}]'"
+        )
+    return name
+
+
+def select_backend() -> str:
+    """Settle the Keras backend before Keras is imported, and return its name.
+
+    The user's choice wins: KERAS_BACKEND, or the backend of a Keras already imported. Only when
+    there is none does kerasrl pick the fastest installed backend.
+    """
+    if "keras" in sys.modules:  # Keras has already fixed its backend; respect it.
+        import keras
+
+        return check_backend_name(keras.backend.backend())
+    chosen = os.environ.get("KERAS_BACKEND")
+    if chosen:
+        return check_backend_name(chosen)
+    available = installed_backends()
+    if not available:
+        raise BackendError(
+            "No Keras backend is installed. Install one with: pip install 'kerasrl[jax]' "
+            "(or [tensorflow], [torch], or [all])."
+        )
+    os.environ["KERAS_BACKEND"] = available[0]
+    return available[0]
+
+
+NAME = select_backend()
+# Keras imports TensorFlow (when installed) on every backend; keep its start-up banner quiet. Must be
+# set before TensorFlow is imported.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# The implementation is imported on first use, so that `import kerasrl` settles the backend
+# without paying for Keras and its framework until an agent is made.
+_FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy")
+
+
+def __getattr__(name: str):
+    if name in _FUNCTIONS:
+        impl = importlib.import_module(f"kerasrl.backend.{NAME}")
+        for function in _FUNCTIONS:
+            globals()[function] = getattr(impl, function)
+        return globals()[name]
+    raise AttributeError(f"module 'kerasrl.backend' has no attribute {name!r}")
+
+
+__all__ = [
+    "NAME",
+    "SUPPORTED",
+    "BackendError",
+    "check_backend_name",
+    "installed_backends",
+    "select_backend",
+    *_FUNCTIONS,
+]

@@ -1,0 +1,5 @@
+"""Numpy storage for experience: replay for off-policy agents, rollouts for on-policy ones."""
+
+from kerasrl.buffers.replay import ReplayBuffer
+
+__all__ = ["ReplayBuffer"]

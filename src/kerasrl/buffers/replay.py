@@ -1,0 +1,111 @@
+"""A preallocated numpy ring of transitions from `n_envs` environments, sampled uniformly.
+
+Layout (as Stable-Baselines3's `ReplayBuffer`): arrays of shape (T, n_envs, ...), T the capacity per
+environment, so that consecutive steps of one environment sit next to each other. `terminated` and
+`truncated` are kept apart: a time-limit cut bootstraps from the next observation, a death does
+not. The next observation of a finished episode is its true final observation, not the reset one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ReplayBuffer:
+    """Uniform experience replay.
+
+    Args:
+        capacity: transitions kept in total (rounded up to a multiple of n_envs).
+        n_envs: environments that add one transition each per `add`.
+        obs_shape, obs_dtype: of one observation (stored as given; cast to float32 on sampling).
+        gamma: the discount, used to turn `terminated` into the bootstrap factor of each sample.
+    """
+
+    def __init__(self, capacity: int, n_envs: int, obs_shape, obs_dtype=np.float32, gamma=0.99):
+        if capacity < 1:
+            raise ValueError(f"buffer_size must be at least 1, got {capacity}.")
+        self.n_envs = n_envs
+        self.capacity_per_env = max(1, -(-capacity // n_envs))
+        self.gamma = gamma
+        shape = (self.capacity_per_env, n_envs)
+        self.observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
+        self.next_observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
+        self.actions = np.zeros(shape, dtype=np.int32)
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.terminated = np.zeros(shape, dtype=bool)
+        self.truncated = np.zeros(shape, dtype=bool)
+        self.position = 0  # the next row to write
+        self.full = False
+
+    def __len__(self) -> int:
+        """Transitions stored."""
+        return (self.capacity_per_env if self.full else self.position) * self.n_envs
+
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        """Store one step of every environment; each argument has leading dimension n_envs."""
+        row = self.position
+        self.observations[row] = obs
+        self.next_observations[row] = next_obs
+        self.actions[row] = actions
+        self.rewards[row] = rewards
+        self.terminated[row] = terminated
+        self.truncated[row] = truncated
+        self.position = (row + 1) % self.capacity_per_env
+        self.full = self.full or self.position == 0
+
+    def sample_indices(self, n: int, rng: np.random.Generator):
+        """`n` uniform (row, env) index pairs of stored transitions."""
+        rows_stored = self.capacity_per_env if self.full else self.position
+        flat = rng.integers(0, rows_stored * self.n_envs, size=n)
+        return flat // self.n_envs, flat % self.n_envs
+
+    def gather(self, rows, envs) -> dict[str, np.ndarray]:
+        """The batch at the given indices, as float32 / int32 arrays ready for a compiled step.
+
+        Keys: observations, actions, rewards, next_observations, discounts (gamma, or 0 after a
+        terminal state), weights (importance weights; ones for uniform replay).
+        """
+        terminated = self.terminated[rows, envs]
+        return {
+            "observations": self.observations[rows, envs].astype(np.float32, copy=False),
+            "actions": self.actions[rows, envs],
+            "rewards": self.rewards[rows, envs],
+            "next_observations": self.next_observations[rows, envs].astype(np.float32, copy=False),
+            "discounts": np.where(terminated, 0.0, self.gamma).astype(np.float32),
+            "weights": np.ones(len(rows), dtype=np.float32),
+        }
+
+    def sample(self, batch_size: int, rng: np.random.Generator, n_batches: int = 1):
+        """`n_batches` batches of `batch_size`, stacked on a leading axis: (n_batches, batch_size, ...)."""
+        if len(self) == 0:
+            raise ValueError("Cannot sample from an empty replay buffer.")
+        rows, envs = self.sample_indices(batch_size * n_batches, rng)
+        batch = self.gather(rows, envs)
+        return {k: v.reshape(n_batches, batch_size, *v.shape[1:]) for k, v in batch.items()}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to restore the buffer exactly, as numpy arrays (no Python objects)."""
+        return {
+            "observations": self.observations,
+            "next_observations": self.next_observations,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "position": np.asarray(self.position),
+            "full": np.asarray(self.full),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore from `state_dict()` output, checking that the shapes match this buffer."""
+        for key in ("observations", "next_observations", "actions", "rewards", "terminated",
+                    "truncated"):
+            target = getattr(self, key)
+            if state[key].shape != target.shape:
+                raise ValueError(
+                    f"Saved replay buffer field {key!r} has shape {state[key].shape}, "
+                    f"this buffer expects {target.shape} (buffer_size or n_envs changed?)."
+                )
+            target[...] = state[key]
+        self.position = int(state["position"])
+        self.full = bool(state["full"])

@@ -1,0 +1,103 @@
+"""Hyperparameters: one frozen, keyword-only dataclass per algorithm.
+
+Names follow Stable-Baselines3 where it has one. Each field carries its help text in its metadata;
+the CLI's `--set name=value` and presets are made from these classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def hp(default, help: str):  # noqa: A002  (the word the CLI uses)
+    """A config field with its help text."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("Use tuples for sequence defaults: configs are frozen.")
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommonConfig:
+    """Fields every agent has."""
+
+    seed: int = hp(0, "Seed of every random stream: weights, exploration, sampling, env resets.")
+    n_envs: int = hp(1, "Environments stepped together; one forward pass acts for all of them.")
+    learning_rate: float = hp(1e-4, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
+    lr_schedule: str = hp("constant", "'constant' or 'linear' (to 0 at the end of fit).")
+    gamma: float = hp(0.99, "Discount factor.")
+    max_grad_norm: float | None = hp(10.0, "Clip the global gradient norm to this; None: no clipping.")
+    adam_epsilon: float = hp(1e-7, "Epsilon of Adam (Keras's placement, outside the square root).")
+    hidden_sizes: tuple[int, ...] = hp((64, 64), "Hidden layers of the default MLP (ignored with model=).")
+    vectorization: str = hp("sync", "'sync' (one process) or 'subprocess' (one worker process per env).")
+
+    def __post_init__(self):
+        check(self.n_envs >= 1, "n_envs", self.n_envs, "at least 1")
+        check(self.learning_rate > 0, "learning_rate", self.learning_rate, "positive")
+        check(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "in [0, 1]")
+        check(self.lr_schedule in ("constant", "linear"), "lr_schedule", self.lr_schedule,
+              "'constant' or 'linear'")
+        check(self.max_grad_norm is None or (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm)),
+              "max_grad_norm", self.max_grad_norm, "a positive number or None")
+        check(self.vectorization in ("sync", "subprocess"), "vectorization", self.vectorization,
+              "'sync' or 'subprocess'")
+        check(all(int(h) > 0 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes,
+              "positive layer sizes")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready field values."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        """The config for `values`, with a clear error for a name this config does not have."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__} has no field {', '.join(map(repr, unknown))}. "
+                f"Known fields: {', '.join(sorted(known))}."
+            )
+        converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**converted)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DQNConfig(CommonConfig):
+    """Deep Q-learning (Mnih et al., 2015) and its variants."""
+
+    buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
+    learning_starts: int = hp(100, "Env steps (over all envs) collected before the first update.")
+    batch_size: int = hp(32, "Transitions per gradient step.")
+    train_freq: int = hp(4, "Env steps (per env) between training rounds.")
+    gradient_steps: int = hp(1, "Gradient steps per training round (fused into one compiled call).")
+    target_update_interval: int = hp(10_000, "Env steps between target syncs (counted over all envs).")
+    tau: float = hp(1.0, "Target sync: 1.0 copies the online weights (hard); below 1, Polyak averaging.")
+    exploration_initial_eps: float = hp(1.0, "Epsilon at the first step.")
+    exploration_final_eps: float = hp(0.05, "Epsilon after exploration_fraction of the steps.")
+    exploration_fraction: float = hp(0.1, "Fraction of total steps over which epsilon falls linearly.")
+    loss: str = hp("huber", "'huber' (smooth L1) or 'mse' on the TD error.")
+    double_q: bool = hp(False, "Double DQN: the online net picks the next action, the target values it.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
+        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "non-negative")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(self.train_freq >= 1, "train_freq", self.train_freq, "at least 1")
+        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, "at least 1")
+        check(self.target_update_interval >= 1, "target_update_interval",
+              self.target_update_interval, "at least 1")
+        check(0.0 < self.tau <= 1.0, "tau", self.tau, "in (0, 1] (1.0 is a hard copy)")
+        for name in ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction"):
+            check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
+        check(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
+
+
+def check(ok: bool, name: str, value, expected: str) -> None:
+    """Raise a ValueError naming the field, its value and what it must be."""
+    if not ok:
+        raise ValueError(f"{name} must be {expected}, got {value!r}.")

@@ -1,0 +1,134 @@
+"""Making the vector environments that agents train on.
+
+Every agent steps `n_envs` environments together through one Gymnasium vector env in SAME_STEP
+auto-reset mode: when an episode ends, `step` returns the first observation of the next one and the
+true final observation in `info["final_obs"]`, which is what the replay buffer must store.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary
+
+EnvSpec = str | gym.Env | Callable[[], gym.Env]
+
+
+def describe(env: EnvSpec) -> str:
+    """A short name for an environment spec, for logs and messages."""
+    if isinstance(env, str):
+        return env
+    if isinstance(env, gym.Env):
+        return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    return getattr(env, "__name__", repr(env))
+
+
+def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
+    """A function that returns a new environment each call, wrapped for the numpy boundary."""
+    if isinstance(env, str):
+        make = lambda: gym.make(env)  # noqa: E731
+    elif isinstance(env, gym.Env):
+        instances = [env]
+
+        def make():
+            # The first call hands back the user's instance; later ones (evaluation, more envs)
+            # need copies of it.
+            return instances.pop() if instances else copy.deepcopy(env)
+    elif callable(env):
+        make = env
+    else:
+        raise TypeError(
+            f"env must be a Gymnasium id (str), a gymnasium.Env, or a callable returning one; "
+            f"got {type(env).__name__}."
+        )
+
+    def make_checked():
+        made = make()
+        if not isinstance(made, gym.Env):
+            if hasattr(made, "step") and hasattr(made, "reset"):
+                made = _LooseEnv(made)
+            else:
+                raise TypeError(f"The env factory returned {type(made).__name__}, not a gymnasium.Env.")
+        return NumpyBoundary(ApiCheck(made))
+
+    return make_checked
+
+
+class _LooseEnv(gym.Env):
+    """Lets an object with gym-like methods but not derived from gymnasium.Env be checked."""
+
+    def __init__(self, env):
+        self._env = env
+        self.observation_space = env.observation_space
+        self.action_space = env.action_space
+        self.metadata = getattr(env, "metadata", {})
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            return self._env.reset(seed=seed, options=options)
+        except TypeError:
+            return self._env.reset()
+
+    def step(self, action):
+        return self._env.step(action)
+
+    def __str__(self):
+        return type(self._env).__name__
+
+
+def has_vector_entry_point(env: EnvSpec) -> bool:
+    """True for a kerasrl id with a native vector implementation (e.g. kerasrl/Snake-v0).
+
+    Only kerasrl's own vector envs are known to support SAME_STEP auto-reset; others (Gymnasium's
+    CartPole has one too) go through SyncVectorEnv.
+    """
+    if not isinstance(env, str) or not env.startswith("kerasrl/"):
+        return False
+    try:
+        spec = gym.spec(env)
+    except gym.error.Error:
+        return False
+    return spec.vector_entry_point is not None
+
+
+def make_vec_env(env: EnvSpec, n_envs: int, *, vectorization: str = "sync",
+                 factory: Callable[[], gym.Env] | None = None) -> gym.vector.VectorEnv:
+    """`n_envs` copies of `env` stepped together, auto-resetting in SAME_STEP mode.
+
+    A registered id with a native vector implementation uses it (no Python loop over envs).
+    `vectorization="subprocess"` runs the envs in worker processes (spawned, never forked from a
+    process that holds a live backend). `factory` (from `env_factory(env)`) is reused when given,
+    so that a user's env instance is handed out once.
+    """
+    if n_envs < 1:
+        raise ValueError(f"n_envs must be at least 1, got {n_envs}.")
+    if vectorization not in ("sync", "subprocess"):
+        raise ValueError(f"vectorization must be 'sync' or 'subprocess', got {vectorization!r}.")
+    if has_vector_entry_point(env) and vectorization == "sync":
+        return gym.make_vec(
+            env, num_envs=n_envs, vectorization_mode="vector_entry_point",
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
+    factory = factory if factory is not None else env_factory(env)
+    thunks = [factory for _ in range(n_envs)]
+    if vectorization == "subprocess":
+        return gym.vector.AsyncVectorEnv(
+            thunks, context="spawn", autoreset_mode=AutoresetMode.SAME_STEP, shared_memory=True
+        )
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def final_observations(next_obs: np.ndarray, done: np.ndarray, info: dict) -> np.ndarray:
+    """The observations that end each step: the true final one where an episode ended."""
+    if not done.any() or "final_obs" not in info:
+        return next_obs
+    real = next_obs.copy()
+    final = info["final_obs"]
+    for i in np.flatnonzero(info.get("_final_obs", done)):
+        real[i] = final[i]
+    return real

@@ -1,0 +1,106 @@
+"""Wrappers applied at the environment boundary: numpy out, and the Gymnasium API checked once."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+
+_FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "jaxlib", "keras")
+_warned_framework = False
+
+
+def _is_framework_tensor(x) -> bool:
+    return type(x).__module__.split(".")[0] in _FRAMEWORK_MODULES
+
+
+def as_numpy(x):
+    """A framework tensor (TensorFlow, PyTorch, JAX) or nested tuple/dict of them, as numpy.
+
+    Converted by duck typing, so that no framework is imported here.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, dict):
+        return {k: as_numpy(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(as_numpy(v) for v in x)
+    if hasattr(x, "detach"):  # a torch tensor, possibly requiring grad
+        return x.detach().cpu().numpy()
+    if hasattr(x, "numpy") and callable(x.numpy):  # a TensorFlow eager tensor
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+class NumpyBoundary(gym.Wrapper):
+    """Observations, rewards and flags as numpy, whatever the environment returns.
+
+    Environments that return framework tensors (a model's output fed back as the state, say) are
+    the common cause of "Tensor must be from the same graph" and of stray gradients: they are
+    converted once here, with one warning, so that tensors exist only inside compiled steps.
+    """
+
+    def _convert(self, obs):
+        global _warned_framework
+        if type(obs) is np.ndarray:
+            return obs
+        if not _warned_framework and _is_framework_tensor(obs):
+            warnings.warn(
+                f"Environment {self.env} returns observations as {type(obs).__module__}."
+                f"{type(obs).__name__}; kerasrl converts them to numpy at the boundary. Return "
+                f"numpy arrays from the environment to avoid the copy.",
+                stacklevel=3,
+            )
+            _warned_framework = True
+        return as_numpy(obs)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._convert(obs), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if type(reward) is not float:
+            reward = float(as_numpy(reward))
+        return self._convert(obs), reward, bool(as_numpy(terminated)), bool(as_numpy(truncated)), info
+
+
+class ApiCheck(gym.Wrapper):
+    """Checks the first reset and step for the Gymnasium API, with a message that says the fix.
+
+    Old Gym environments return `obs` from reset and `(obs, reward, done, info)` from step; mixed
+    into a vector env they fail far from the cause.
+    """
+
+    def __init__(self, env):
+        super().__init__(env)
+        self._checked_reset = False
+        self._checked_step = False
+
+    def reset(self, **kwargs):
+        result = self.env.reset(**kwargs)
+        if not self._checked_reset:
+            if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+                raise TypeError(
+                    f"{self.env}.reset() must return (observation, info) as in Gymnasium; it "
+                    f"returned {type(result).__name__}. This looks like the old Gym API: port the "
+                    f"environment to gymnasium, or wrap it with shimmy's GymV26CompatibilityV0."
+                )
+            self._checked_reset = True
+        return result
+
+    def step(self, action):
+        result = self.env.step(action)
+        if not self._checked_step:
+            if not (isinstance(result, tuple) and len(result) == 5):
+                n = len(result) if isinstance(result, tuple) else type(result).__name__
+                raise TypeError(
+                    f"{self.env}.step() must return (observation, reward, terminated, truncated, "
+                    f"info) as in Gymnasium; it returned {n} values. The 4-tuple "
+                    f"(obs, reward, done, info) is the old Gym API: port the environment to "
+                    f"gymnasium (split done into terminated and truncated), or wrap it with "
+                    f"shimmy's GymV26CompatibilityV0."
+                )
+            self._checked_step = True
+        return result

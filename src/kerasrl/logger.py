@@ -1,0 +1,150 @@
+"""Training records: the History returned by `fit`, a live progress bar, a CSV and TensorBoard."""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class History:
+    """What `fit` returns: one dict per finished episode and one per training round."""
+
+    episodes: list[dict] = field(default_factory=list)
+    updates: list[dict] = field(default_factory=list)
+
+    @property
+    def episode_returns(self) -> np.ndarray:
+        """Undiscounted return of each finished episode, in order."""
+        return np.array([e["return"] for e in self.episodes], dtype=np.float64)
+
+    @property
+    def losses(self) -> np.ndarray:
+        """Mean loss of each training round, in order."""
+        return np.array([u["loss"] for u in self.updates], dtype=np.float64)
+
+    def mean_return(self, last: int = 100) -> float:
+        """Mean return of the last `last` episodes (NaN before the first one ends)."""
+        returns = self.episode_returns[-last:]
+        return float(returns.mean()) if len(returns) else math.nan
+
+
+class RunLogger:
+    """Feeds the History, the progress bar, `metrics.csv` and TensorBoard from one place.
+
+    Args:
+        total_steps: env steps this fit will run (for the bar and the log interval).
+        out_dir: where `metrics.csv` and TensorBoard events go; None writes no files.
+        progress: show a tqdm bar.
+        log_interval: env steps between rows of the CSV and TensorBoard scalars.
+        start_step: the env step count at which this fit starts (for resumed runs).
+    """
+
+    def __init__(self, total_steps: int, out_dir=None, progress=True, log_interval=None,
+                 start_step=0, history: History | None = None):
+        self.history = history if history is not None else History()
+        self.total_steps = total_steps
+        self.log_interval = log_interval or max(1000, total_steps // 100)
+        self.start_step = start_step
+        self.recent = deque((e["return"] for e in self.history.episodes[-100:]), maxlen=100)
+        extra_keys = [k for k in (self.history.episodes[-1] if self.history.episodes else {})
+                      if k not in ("step", "return", "length")]
+        self.recent_extras = {k: deque((e[k] for e in self.history.episodes[-100:]), maxlen=100)
+                              for k in extra_keys}
+        self.scalars: dict[str, float] = {}
+        self.next_log = start_step + self.log_interval
+        self.start_time = time.perf_counter()
+        self._bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total_steps, initial=0, unit="step", dynamic_ncols=True,
+                             smoothing=0.05, mininterval=0.5)
+        self._csv_file = self._csv = self._tb = None
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def episode(self, step: int, episode_return: float, length: int, **extras) -> None:
+        """Record a finished episode."""
+        record = {"step": int(step), "return": float(episode_return), "length": int(length)}
+        record.update({k: float(v) for k, v in extras.items()})
+        self.history.episodes.append(record)
+        self.recent.append(record["return"])
+        for key, value in extras.items():
+            self.recent_extras.setdefault(key, deque(maxlen=100)).append(float(value))
+
+    def update(self, step: int, **metrics) -> None:
+        """Record a training round (loss and whatever else the agent reports)."""
+        record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
+        self.history.updates.append(record)
+        self.scalars.update(metrics)
+
+    def set(self, **scalars) -> None:
+        """Current values to show and log (epsilon, learning rate, ...)."""
+        self.scalars.update(scalars)
+
+    def summary(self) -> dict[str, float]:
+        """The figures shown on the bar and written to the CSV."""
+        elapsed = time.perf_counter() - self.start_time
+        row = {"episodes": len(self.history.episodes),
+               "mean_return_100": float(np.mean(self.recent)) if self.recent else math.nan}
+        for key, values in self.recent_extras.items():
+            row[f"mean_{key}_100"] = float(np.mean(values)) if values else math.nan
+        row.update(self.scalars)
+        row["time_s"] = elapsed
+        return row
+
+    def advance(self, step: int, n: int) -> None:
+        """Called after every vector step: `step` is the env step count now, `n` steps were taken."""
+        if self._bar is not None:
+            self._bar.update(n)
+        if step >= self.next_log:
+            self.next_log += self.log_interval * max(1, (step - self.next_log) // self.log_interval + 1)
+            self._log(step)
+
+    def _log(self, step: int) -> None:
+        row = self.summary()
+        elapsed = row["time_s"]
+        row["steps_per_s"] = (step - self.start_step) / elapsed if elapsed > 0 else math.nan
+        if self._bar is not None:
+            shown = {"ep": row["episodes"], "ret100": f"{row['mean_return_100']:.1f}"}
+            for key in row:
+                if key.startswith("mean_") and key != "mean_return_100":
+                    shown[key[5:-4]] = f"{row[key]:.2f}"
+            for key in ("epsilon", "loss"):
+                if key in row:
+                    shown[key[:3] if key == "epsilon" else key] = f"{row[key]:.3g}"
+            self._bar.set_postfix(shown, refresh=False)
+        if self.out_dir is None:
+            return
+        if self._csv is None:
+            self._csv_file = open(self.out_dir / "metrics.csv", "a", newline="")
+            self._csv_fields = ["step", *row.keys()]
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields,
+                                       extrasaction="ignore")
+            if self._csv_file.tell() == 0:
+                self._csv.writeheader()
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+        self._csv.writerow({"step": step, **row})
+        self._csv_file.flush()
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._tb.add_scalar(f"train/{key}", value, step)
+
+    def close(self, step: int) -> None:
+        """Write the last row and release files."""
+        self._log(step)
+        if self._bar is not None:
+            self._bar.close()
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._tb.close()

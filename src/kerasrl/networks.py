@@ -1,0 +1,127 @@
+"""Default Keras models, and the one place where a user's model is built and checked.
+
+Any Keras model (Sequential, functional or subclassed) that maps a batch of observations to
+(batch, n_outputs) can be a Q-network or a policy. kerasrl builds it once, checks its output, and
+owns that one copy: every environment and every actor reads the same weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import gymnasium as gym
+import keras
+import numpy as np
+from keras import layers
+
+
+def mlp(input_shape, n_outputs, hidden_sizes: Sequence[int] = (64, 64), activation="relu",
+        name="mlp"):
+    """A multilayer perceptron: Flatten -> Dense(h, activation) per hidden size -> Dense(n_outputs)."""
+    inputs = keras.Input(shape=tuple(input_shape), name="observation")
+    x = layers.Flatten()(inputs) if len(input_shape) > 1 else inputs
+    for i, size in enumerate(hidden_sizes):
+        x = layers.Dense(size, activation=activation, name=f"hidden_{i}")(x)
+    outputs = layers.Dense(n_outputs, name="output")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def nature_cnn(input_shape, n_outputs, name="nature_cnn", scale=None):
+    """The DQN convolutional torso of Mnih et al. (2015) with a linear head, channels last.
+
+    `scale` multiplies the input first (1/255 for uint8 images); the scaling is part of the model,
+    so that saved and exported policies see raw observations.
+    """
+    inputs = keras.Input(shape=tuple(input_shape), name="observation")
+    x = layers.Rescaling(scale)(inputs) if scale is not None else inputs
+    # Small boards (e.g. Snake) cannot take the Atari strides: fall back to 3x3, stride 1.
+    if min(input_shape[:2]) >= 36:
+        x = layers.Conv2D(32, 8, strides=4, activation="relu")(x)
+        x = layers.Conv2D(64, 4, strides=2, activation="relu")(x)
+        x = layers.Conv2D(64, 3, strides=1, activation="relu")(x)
+    else:
+        x = layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+        x = layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+    x = layers.Flatten()(x)
+    x = layers.Dense(512 if min(input_shape[:2]) >= 36 else 256, activation="relu")(x)
+    outputs = layers.Dense(n_outputs, name="output")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def is_image_space(space: gym.Space) -> bool:
+    """An observation space that a CNN should read: (H, W, C) with C <= 4, both sides >= 7."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and len(space.shape) == 3
+        and space.shape[-1] <= 4
+        and min(space.shape[:2]) >= 7
+    )
+
+
+def default_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64)):
+    """An MLP for vector observations, a CNN for image-like ones."""
+    if is_image_space(observation_space):
+        scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else None
+        return nature_cnn(observation_space.shape, n_outputs, scale=scale)
+    return mlp(observation_space.shape, n_outputs, hidden_sizes)
+
+
+def dummy_observation(observation_space: gym.Space, batch_size: int = 1) -> np.ndarray:
+    """A zero batch with the space's shape, as float32 (the dtype every model receives)."""
+    return np.zeros((batch_size, *observation_space.shape), dtype=np.float32)
+
+
+def build_model(
+    model: keras.Model | Callable | None,
+    observation_space: gym.Space,
+    n_outputs: int,
+    *,
+    action_space: gym.Space | None = None,
+    default: Callable[[], keras.Model] | None = None,
+    role: str = "model",
+) -> keras.Model:
+    """Return a built Keras model that maps (B, *obs_shape) float32 to (B, n_outputs).
+
+    `model` is a Keras model, a callable `(observation_space, action_space) -> keras.Model`, or
+    None for `default()`. The model is called once on a dummy batch so that its weights exist, and
+    its output shape is checked here, where a mistake is easiest to read.
+    """
+    if model is None:
+        model = default() if default is not None else default_network(observation_space, n_outputs)
+    elif not isinstance(model, keras.Model):
+        if not callable(model):
+            raise TypeError(
+                f"{role} must be a keras.Model, a callable (observation_space, action_space) -> "
+                f"keras.Model, or None; got {type(model).__name__}."
+            )
+        built = model(observation_space, action_space)
+        if not isinstance(built, keras.Model):
+            raise TypeError(
+                f"The {role} builder {getattr(model, '__name__', model)!r} returned "
+                f"{type(built).__name__}, not a keras.Model."
+            )
+        model = built
+    if getattr(model, "_kerasrl_owned", False):
+        raise ValueError(
+            f"This Keras model already belongs to another kerasrl agent. An agent owns its "
+            f"model's weights; pass a new model, or a function that builds one, as {role}=."
+        )
+    batch = dummy_observation(observation_space, batch_size=2)
+    try:
+        out = model(batch, training=False)
+    except Exception as error:  # the user's model, any error: say where it came from
+        raise ValueError(
+            f"The {role} could not be called on a batch of observations of shape {batch.shape} "
+            f"(float32): {type(error).__name__}: {error}"
+        ) from error
+    shape = tuple(out.shape)
+    if shape != (2, n_outputs):
+        raise ValueError(
+            f"The {role} must output (batch, {n_outputs}) for this environment, "
+            f"but it outputs {shape} for a batch of 2 observations of shape "
+            f"{tuple(observation_space.shape)}. Make its last layer Dense({n_outputs})."
+        )
+    if not model.trainable_variables:
+        raise ValueError(f"The {role} has no trainable weights.")
+    model._kerasrl_owned = True
+    return model

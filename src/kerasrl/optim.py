@@ -1,0 +1,82 @@
+"""Adam as pure functions of arrays, written once in `keras.ops`.
+
+Keras's own `optimizer.stateless_apply` raises on TensorFlow and updates its inputs in place on
+PyTorch, so the learner keeps its optimizer state as plain arrays and updates them here. The update
+is Keras's Adam, step for step (Kingma & Ba, 2015, with Keras's placement of epsilon), so the same
+gradients give the same weights on every backend.
+"""
+
+from __future__ import annotations
+
+import math
+
+from keras import ops
+from keras import tree
+
+
+class Adam:
+    """Adam with optional clipping of the global gradient norm.
+
+    Args:
+        beta_1: decay of the first-moment estimate.
+        beta_2: decay of the second-moment estimate.
+        epsilon: added to the root of the second moment, as in `keras.optimizers.Adam`.
+        max_grad_norm: clip gradients to this global L2 norm before the update; None for no clipping.
+    """
+
+    def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7, max_grad_norm=None):
+        if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
+            raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.max_grad_norm = max_grad_norm
+
+    def init(self, params):
+        """Optimizer state for `params`: zero moments and a step count of zero."""
+        return {
+            "m": [ops.zeros_like(p) for p in params],
+            "v": [ops.zeros_like(p) for p in params],
+            "count": ops.zeros((), dtype="int32"),
+        }
+
+    def update(self, grads, state, params, learning_rate):
+        """One Adam step. Returns `(new_params, new_state, grad_norm)`; inputs are not modified."""
+        grad_norm = global_norm(grads)
+        if self.max_grad_norm is not None:
+            scale = ops.minimum(1.0, self.max_grad_norm / (grad_norm + 1e-6))
+            grads = [g * scale for g in grads]
+        count = state["count"] + 1
+        step = ops.cast(count, "float32")
+        alpha = (
+            learning_rate
+            * ops.sqrt(1.0 - ops.power(self.beta_2, step))
+            / (1.0 - ops.power(self.beta_1, step))
+        )
+        new_m = [m + (g - m) * (1.0 - self.beta_1) for m, g in zip(state["m"], grads)]
+        new_v = [v + (ops.square(g) - v) * (1.0 - self.beta_2) for v, g in zip(state["v"], grads)]
+        new_params = [
+            p - (m * alpha) / (ops.sqrt(v) + self.epsilon) for p, m, v in zip(params, new_m, new_v)
+        ]
+        return new_params, {"m": new_m, "v": new_v, "count": count}, grad_norm
+
+
+def global_norm(arrays):
+    """The L2 norm of all `arrays` taken together."""
+    return ops.sqrt(sum(ops.sum(ops.square(a)) for a in arrays))
+
+
+def polyak(online, target, tau):
+    """`tau * online + (1 - tau) * target`, exactly `online` when tau >= 1 (a hard copy).
+
+    `tau` may be a tensor, so that one compiled step serves every sync pattern; tau = 0 leaves the
+    target exactly as it was.
+    """
+    return tree.map_structure(
+        lambda o, t: ops.where(tau >= 1.0, o, t + ops.cast(tau, t.dtype) * (o - t)), online, target
+    )
+
+
+def copy_state(online, target, tau):
+    """Non-trainable state (batch-norm statistics, seeds) follows the online net at any sync."""
+    return tree.map_structure(lambda o, t: ops.where(tau > 0.0, o, t), online, target)
