@@ -26,6 +26,11 @@ def to_tensors(arrays):
     return tree.map_structure(keras.ops.convert_to_tensor, arrays)
 
 
+def variable_values(variables) -> list[np.ndarray]:
+    """Copies of Keras variables' values as numpy (never views of the backend's buffers)."""
+    return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
+
+
 class Agent:
     """Base of every agent. See `kerasrl.DQN` for the public API."""
 

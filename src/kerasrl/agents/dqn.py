@@ -19,7 +19,7 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.base import Agent, to_tensors
+from kerasrl.agents.base import Agent, to_tensors, variable_values
 from kerasrl.buffers import ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target, select, td_loss
@@ -70,13 +70,14 @@ class DQN(Agent):
 
         Copied out of the model (through numpy) so that donated buffers never alias the model's.
         """
-        params = to_tensors([np.array(v.value) for v in self.q_network.trainable_variables])
-        non_trainable = to_tensors([np.array(v.value) for v in self.q_network.non_trainable_variables])
+        weights = variable_values(self.q_network.trainable_variables)
+        states = variable_values(self.q_network.non_trainable_variables)
+        params = to_tensors(weights)
         return {
             "params": params,
-            "non_trainable": non_trainable,
-            "target_params": to_tensors([np.array(p) for p in backend.to_numpy(params)]),
-            "target_non_trainable": to_tensors([np.array(p) for p in backend.to_numpy(non_trainable)]),
+            "non_trainable": to_tensors(states),
+            "target_params": to_tensors([w.copy() for w in weights]),
+            "target_non_trainable": to_tensors([s.copy() for s in states]),
             "opt": self.optimizer.init(params),
         }
 
