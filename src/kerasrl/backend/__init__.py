@@ -76,6 +76,24 @@ def select_backend() -> str:
     return available[0]
 
 
+def use(name: str) -> str:
+    """Choose the backend by name before Keras is imported (the CLI's --backend)."""
+    global NAME
+    check_backend_name(name)
+    if "keras" in sys.modules:
+        import keras
+
+        if keras.backend.backend() != name:
+            raise BackendError(
+                f"Keras is already running on {keras.backend.backend()!r}; the backend cannot "
+                f"change to {name!r} in the same process. Set KERAS_BACKEND={name} before "
+                f"importing keras or kerasrl."
+            )
+    os.environ["KERAS_BACKEND"] = name
+    NAME = name
+    return name
+
+
 NAME = select_backend()
 # Keras imports TensorFlow (when installed) on every backend; keep its start-up banner quiet. Must be
 # set before TensorFlow is imported.
@@ -102,5 +120,6 @@ __all__ = [
     "check_backend_name",
     "installed_backends",
     "select_backend",
+    "use",
     *_FUNCTIONS,
 ]
