@@ -1,0 +1,124 @@
+"""Run in a subprocess with KERAS_BACKEND set: one backend's side of the parity tests.
+
+    python tests/parity_worker.py OUT_DIR CASE [CASE ...]
+
+Every input (initial weights, batches, env seeds) comes from numpy with fixed seeds, so the three
+backends see exactly the same numbers. The results go to OUT_DIR/CASE-BACKEND.npz for the test
+to compare. One process runs all cases, so that Keras starts once per backend.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import kerasrl
+from kerasrl import backend
+from kerasrl.agents.base import to_tensors
+from kerasrl.networks import mlp
+
+N_UPDATES = 200
+
+
+def init_weights(model, seed: int):
+    """Numpy-drawn weights (Glorot-like scale), identical on every backend."""
+    rng = np.random.default_rng(seed)
+    weights = []
+    for w in model.get_weights():
+        if w.ndim >= 2:
+            fan = np.prod(w.shape[:-1]) + w.shape[-1]
+            weights.append((rng.standard_normal(w.shape) * np.sqrt(2.0 / fan)).astype(np.float32))
+        elif np.all(w == 1.0):  # batch-norm gamma / moving variance
+            weights.append(w)
+        else:
+            weights.append((rng.standard_normal(w.shape) * 0.05).astype(np.float32))
+    model.set_weights(weights)
+
+
+def batches(obs_shape, n_actions, batch_size, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(N_UPDATES):
+        yield {
+            "observations": rng.standard_normal((1, batch_size, *obs_shape)).astype(np.float32),
+            "actions": rng.integers(0, n_actions, (1, batch_size)).astype(np.int32),
+            "rewards": rng.standard_normal((1, batch_size)).astype(np.float32),
+            "next_observations": rng.standard_normal((1, batch_size, *obs_shape)).astype(np.float32),
+            "discounts": np.where(rng.random((1, batch_size)) < 0.1, 0.0, 0.99).astype(np.float32),
+            "weights": rng.uniform(0.5, 1.0, (1, batch_size)).astype(np.float32),
+        }
+
+
+def conv_bn_model(obs_shape, n_actions):
+    import keras
+    from keras import layers
+
+    inputs = keras.Input(obs_shape)
+    x = layers.Conv2D(16, 3, activation="relu")(inputs)
+    x = layers.BatchNormalization()(x)
+    x = layers.Conv2D(16, 3, activation="relu")(x)
+    x = layers.Flatten()(x)
+    x = layers.Dense(32, activation="relu")(x)
+    return keras.Model(inputs, layers.Dense(n_actions)(x))
+
+
+def run_updates(case: str):
+    """200 DQN updates through the agent's own compiled step, from fixed weights and batches."""
+    if case.startswith("mlp"):
+        obs_shape, n_actions, env = (4,), 2, "CartPole-v1"
+        model = mlp(obs_shape, n_actions, (64, 64))
+    else:
+        from kerasrl.envs.testing import IdentityEnv
+
+        obs_shape, n_actions = (7, 7, 2), 3
+        model = conv_bn_model(obs_shape, n_actions)
+
+        def env():
+            import gymnasium as gym
+
+            e = IdentityEnv(3)
+            e.observation_space = gym.spaces.Box(0, 1, obs_shape, np.float32)
+            return e
+    model(np.zeros((1, *obs_shape), np.float32))
+    init_weights(model, seed=1)
+    options = {"mlp": {}, "mlp_double_mse": {"double_q": True, "loss": "mse"},
+               "conv_bn": {}}[case]
+    agent = kerasrl.DQN(env, model=model, seed=0, learning_rate=1e-3, max_grad_norm=10.0, **options)
+    losses = []
+    state = agent.state
+    for i, batch in enumerate(batches(obs_shape, n_actions, 32, seed=2)):
+        tau = np.float32(1.0 if i % 10 == 0 else 0.0)  # a hard sync every 10 updates
+        state, loss = agent._train(state, to_tensors(batch), np.float32(1e-3), tau)
+        losses.append(float(backend.to_numpy(loss)))
+    agent.state = state
+    weights = [np.asarray(w) for w in agent.model.get_weights()]
+    return {"losses": np.array(losses), **{f"w{i}": w for i, w in enumerate(weights)}}
+
+
+def run_actions():
+    """A short end-to-end run: the actions of the first 1,000 env steps."""
+    import gymnasium as gym
+
+    taken = []
+
+    class Record(gym.Wrapper):
+        def step(self, action):
+            taken.append(int(action))
+            return self.env.step(action)
+
+    model = mlp((4,), 2, (64, 64))
+    model(np.zeros((1, 4), np.float32))
+    init_weights(model, seed=3)
+    agent = kerasrl.DQN(lambda: Record(gym.make("CartPole-v1")), model=model, seed=0,
+                        learning_rate=1e-3, learning_starts=100, train_freq=1, batch_size=32,
+                        target_update_interval=50, exploration_fraction=0.5,
+                        exploration_final_eps=0.05)
+    agent.fit(1000, progress=False)
+    return {"actions": np.array(taken), "losses": agent.history.losses}
+
+
+if __name__ == "__main__":
+    out_dir = sys.argv[1]
+    for case in sys.argv[2:]:
+        result = run_actions() if case == "actions" else run_updates(case)
+        np.savez(f"{out_dir}/{case}-{backend.NAME}.npz", backend=np.array(backend.NAME), **result)
