@@ -1,0 +1,185 @@
+"""DQN on the active backend: learning on tiny envs with known answers, models, targets, errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.envs.testing import ChainEnv, IdentityEnv
+
+pytestmark = pytest.mark.backend
+
+FAST = dict(learning_rate=1e-3, learning_starts=200, train_freq=1, batch_size=32,
+            target_update_interval=100, exploration_fraction=0.3, gamma=0.9, buffer_size=5000)
+
+
+def test_learns_identity_env_to_the_optimum():
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
+    random_return = agent.evaluate(episodes=10)["mean_return"]
+    agent.fit(2500, progress=False)
+    result = agent.evaluate(episodes=10)
+    # Random play names the state 1 time in 4 (5 of 20); the optimum is 20.
+    assert result["mean_return"] == 20.0, (random_return, result)
+
+
+def test_learns_to_walk_the_chain_by_bootstrapping():
+    # Bailing pays 0.1 at once; walking 5 states pays 1 at the end (0.9**4 = 0.66 discounted).
+    agent = kerasrl.DQN(lambda: ChainEnv(5), seed=0, n_envs=2, **FAST)
+    agent.fit(3000, progress=False)
+    assert agent.evaluate(episodes=4)["mean_return"] == 1.0
+    q = agent.policy.q_values(np.eye(5, dtype=np.float32))
+    assert np.all(q[:, 1] > q[:, 0])
+    np.testing.assert_allclose(q[:, 1], 0.9 ** np.arange(4, -1, -1), rtol=0.2)
+
+
+class Subclassed(keras.Model):
+    def __init__(self, n_actions, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.head = keras.layers.Dense(n_actions)
+
+    def call(self, x, training=False):
+        return self.head(self.hidden(x))
+
+
+@pytest.mark.parametrize("kind", ["sequential", "functional", "subclassed", "builder"])
+def test_any_keras_model_is_a_q_network(kind):
+    if kind == "sequential":
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(4)])
+    elif kind == "functional":
+        model = kerasrl.networks.mlp((4,), 4, (16,))
+    elif kind == "subclassed":
+        model = Subclassed(4)
+    else:
+        model = lambda obs_space, act_space: kerasrl.networks.mlp(obs_space.shape, act_space.n, (16,))
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), model=model, seed=0, **FAST)
+    agent.fit(1500, progress=False)
+    assert agent.evaluate(episodes=5)["mean_return"] > 15
+    if not callable(model) or isinstance(model, keras.Model):
+        assert agent.model is model  # the agent owns the user's one copy and trains it
+
+
+def test_target_starts_equal_and_hard_sync_copies():
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, learning_starts=50, train_freq=1,
+                        target_update_interval=10_000, batch_size=8)
+    online = [np.asarray(w) for w in agent.model.get_weights()]
+    for t, o in zip(agent.target_weights, online):
+        np.testing.assert_array_equal(t, o)
+    agent.fit(300, progress=False)
+    moved = [np.asarray(w) for w in agent.model.get_weights()]
+    assert any(not np.array_equal(a, b) for a, b in zip(moved, online))
+    # No sync was due: the target is still the initial weights.
+    for t, o in zip(agent.target_weights, online):
+        np.testing.assert_array_equal(t, o)
+
+
+def test_soft_sync_is_polyak_averaging():
+    tau = 0.25
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, learning_starts=10, train_freq=2,
+                        target_update_interval=1, tau=tau, batch_size=8)
+    agent.fit(12, progress=False)  # the first training round syncs nothing new: online == target
+    before_online = [np.asarray(w) for w in agent.model.get_weights()]
+    before_target = agent.target_weights
+    agent.fit(14, progress=False)  # two env steps -> two syncs due, then one round
+    # Two syncs with unchanged online weights are one step of 1 - (1 - tau)^2.
+    effective = 1 - (1 - tau) ** 2
+    for t, o, old in zip(agent.target_weights, before_online, before_target):
+        np.testing.assert_allclose(t, effective * o + (1 - effective) * old, rtol=1e-5, atol=1e-7)
+
+
+def test_nan_loss_stops_training_naming_the_update():
+    class NaNReward(IdentityEnv):
+        def step(self, action):
+            obs, _, term, trunc, info = super().step(action)
+            return obs, float("nan"), term, trunc, info
+
+    agent = kerasrl.DQN(lambda: NaNReward(), seed=0, learning_starts=20, train_freq=1, batch_size=4)
+    with pytest.raises(FloatingPointError, match=r"loss became nan at update 1 "):
+        agent.fit(100, progress=False)
+
+
+def test_continuous_action_space_is_refused():
+    with pytest.raises(ValueError, match="discrete action space.*kerasrl.PPO"):
+        kerasrl.DQN("Pendulum-v1")
+
+
+def test_model_with_wrong_output_size_is_refused():
+    with pytest.raises(ValueError, match=r"must output \(batch, 2\).*outputs \(2, 3\).*Dense\(2\)"):
+        kerasrl.DQN("CartPole-v1", model=kerasrl.networks.mlp((4,), 3, (8,)))
+
+
+def test_a_model_cannot_belong_to_two_agents():
+    model = kerasrl.networks.mlp((4,), 2, (8,))
+    kerasrl.DQN("CartPole-v1", model=model)
+    with pytest.raises(ValueError, match="already belongs to another kerasrl agent"):
+        kerasrl.DQN("CartPole-v1", model=model)
+
+
+class OldGymEnv:
+    """The pre-Gymnasium API: reset returns obs, step returns a 4-tuple."""
+
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, {}
+
+
+def test_old_gym_step_api_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match="old Gym API.*shimmy"):
+        agent = kerasrl.DQN(OldGymEnv, learning_starts=0)
+        agent.fit(10, progress=False)
+
+
+def test_framework_tensor_observations_are_converted_once_with_a_warning():
+    class TensorEnv(IdentityEnv):
+        def _obs(self):
+            return keras.ops.convert_to_tensor(super()._obs())
+
+    import kerasrl.envs.wrappers as wrappers
+
+    wrappers._warned_framework = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent = kerasrl.DQN(TensorEnv, seed=0, **FAST)
+        agent.fit(600, progress=False)
+    messages = [str(w.message) for w in caught if "converts them to numpy" in str(w.message)]
+    if type(keras.ops.convert_to_tensor(np.zeros(1))).__module__.startswith("numpy"):
+        pytest.fail("backend returned numpy; the test would not exercise the conversion")
+    assert len(messages) == 1
+    assert agent.buffer.observations.dtype == np.float32
+
+
+def test_predict_and_policy_share_the_learned_weights():
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
+    agent.fit(1500, progress=False)
+    obs = np.eye(4, dtype=np.float32)
+    np.testing.assert_array_equal(agent.predict(obs), np.arange(4))
+    np.testing.assert_array_equal(agent.policy(obs[2]), 2)
+    np.testing.assert_allclose(agent.policy.q_values(obs), keras.ops.convert_to_numpy(agent.model(obs)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_fit_counts_the_whole_run_and_pauses_with_stop_at():
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
+    agent.fit(1000, stop_at=400, progress=False)
+    assert agent.num_timesteps == 400
+    agent.fit(1000, progress=False)
+    assert agent.num_timesteps == 1000
+    with pytest.warns(UserWarning, match="already taken 1000 env steps"):
+        agent.fit(1000, progress=False)
+    assert len(agent.history.episodes) == 1000 // 20
+
+
+def test_unknown_hyperparameter_lists_the_known_ones():
+    with pytest.raises(TypeError, match="no field 'learnin_rate'.*learning_rate"):
+        kerasrl.DQN("CartPole-v1", learnin_rate=1e-3)
