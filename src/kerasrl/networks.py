@@ -172,18 +172,19 @@ def snake_reference_network(observation_space_or_shape, n_actions: int = 3,
 
 def snake_small_network(observation_space_or_shape, n_actions: int = 3,
                         name: str = "snake_small"):
-    """A cheap Snake Q-network for fast, vectorized training (about 60x fewer FLOPs per frame).
+    """A cheap Snake Q-network for fast, vectorized training (about 18x fewer multiply-adds per
+    observation than the reference network on 9 x 9: 0.73 M against 13 M).
 
-    Conv2D(32, 3, same, relu) -> Conv2D(64, 3, same, relu) -> Flatten -> Dense(256, relu) ->
+    Conv2D(16, 3, same, relu) -> Conv2D(32, 3, same, relu) -> Flatten -> Dense(128, relu) ->
     Dense(n_actions). No batch norm or dropout, so training and acting see the same function;
     "same" padding takes boards of any size.
     """
     shape = tuple(getattr(observation_space_or_shape, "shape", observation_space_or_shape))
     inputs = keras.Input(shape=shape, name="observation")
-    x = layers.Conv2D(32, 3, padding="same", activation="relu", name="conv_0")(inputs)
-    x = layers.Conv2D(64, 3, padding="same", activation="relu", name="conv_1")(x)
+    x = layers.Conv2D(16, 3, padding="same", activation="relu", name="conv_0")(inputs)
+    x = layers.Conv2D(32, 3, padding="same", activation="relu", name="conv_1")(x)
     x = layers.Flatten()(x)
-    x = layers.Dense(256, activation="relu", name="hidden")(x)
+    x = layers.Dense(128, activation="relu", name="hidden")(x)
     outputs = layers.Dense(n_actions, name="output")(x)
     return keras.Model(inputs, outputs, name=name)
 
