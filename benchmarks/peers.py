@@ -17,7 +17,9 @@ measures, for one seed:
 
 Install (into the main venv; nothing pinned changes, checked with --dry-run)::
 
-    .venv/bin/pip install -c constraints.txt "stable-baselines3>=2.3" "sbx-rl>=0.17"
+    .venv/bin/pip install -c constraints.txt "stable-baselines3>=2.9" "sbx-rl>=0.28"
+    # tested: stable-baselines3 2.9.2, sbx-rl 0.28.0 (+ flax 0.12.8, optax 0.2.8,
+    # tfp-nightly; sbx pulls in tensorflow via tfp -- threads pinned too)
     # or: .venv/bin/pip install -c constraints.txt -e ".[bench]"
 
 CLI::
@@ -176,6 +178,7 @@ def make_eval_callback(eval_freq: int, n_episodes: int, eval_seed: int):
             super().__init__(verbose=0)
             self.t0 = None
             self.eval_time = 0.0
+            self.eval_cpu = 0.0
             self.next_eval = eval_freq
             self.history: list[dict[str, Any]] = []
             self.time_to_solved = None
@@ -188,10 +191,11 @@ def make_eval_callback(eval_freq: int, n_episodes: int, eval_seed: int):
             if self.num_timesteps >= self.next_eval:
                 while self.next_eval <= self.num_timesteps:
                     self.next_eval += eval_freq
-                te = time.perf_counter()
+                te, tc = time.perf_counter(), time.process_time()
                 train_clock = te - self.t0 - self.eval_time
                 mean, std = evaluate(self.model, n_episodes, seed=eval_seed)
                 self.eval_time += time.perf_counter() - te
+                self.eval_cpu += time.process_time() - tc
                 self.history.append(
                     dict(steps=int(self.num_timesteps), train_clock_s=round(train_clock, 3),
                          mean=mean, std=std)
@@ -304,10 +308,13 @@ def run(
     setup_s = time.perf_counter() - t_setup
 
     cb = make_eval_callback(eval_freq, n_eval_episodes, eval_seed=10_000 + seed)
-    t0 = time.perf_counter()
+    load_before = os.getloadavg()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=total, callback=cb)
     wall = time.perf_counter() - t0
     train_wall = wall - cb.eval_time
+    train_cpu = time.process_time() - c0 - cb.eval_cpu
+    load_after = os.getloadavg()
 
     te = time.perf_counter()
     final_mean, final_std = evaluate(model, n_eval_episodes, seed=20_000 + seed)
@@ -346,6 +353,10 @@ def run(
         "eval_time_s": round(cb.eval_time, 3),
         "train_wall_s": round(train_wall, 3),
         "steps_per_s": round(steps_done / train_wall, 1),
+        # CPU time of this process (all its threads) for the same span: less
+        # sensitive to other processes sharing the cores than the wall figures.
+        "train_cpu_s": round(train_cpu, 3),
+        "steps_per_cpu_s": round(steps_done / train_cpu, 1),
         "time_to_475_s": None if cb.time_to_solved is None else round(cb.time_to_solved, 3),
         "steps_to_475": cb.steps_to_solved,
         # Same, but also counting the end-of-training evaluation as a checkpoint
@@ -367,7 +378,13 @@ def run(
             "solved_threshold": SOLVED,
         },
         "versions": versions,
-        "machine": {"cpus": os.cpu_count(), "threads_pinned": 1},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "threads_pinned": 1,
+            # 1-min load average before/after learn(): > ~1 means other
+            # processes competed for the 2 cores and wall figures are inflated.
+            "loadavg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+        },
     }
 
 
@@ -392,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("PPO only has the 'zoo' setting")
     res = run(a.lib, a.algo, a.setting, a.seed, a.steps, a.eval_freq, a.eval_episodes, a.ppo_clip)
     summary = {k: res[k] for k in ("lib", "algo", "setting", "seed", "total_timesteps",
-                                   "train_wall_s", "steps_per_s", "time_to_475_s",
+                                   "train_wall_s", "steps_per_s", "steps_per_cpu_s",
+                                   "time_to_475_s",
                                    "steps_to_475", "time_to_475_incl_final_s",
                                    "final_eval_mean")}
     print(json.dumps(summary))
