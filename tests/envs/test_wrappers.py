@@ -1,0 +1,216 @@
+"""The environment boundary: numpy out, the Gymnasium API checked, SAME_STEP vector envs."""
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import kerasrl.envs  # noqa: F401  (registers kerasrl/Snake-v0)
+from kerasrl.envs import wrappers
+from kerasrl.envs.snake import SnakeVectorEnv
+from kerasrl.envs.testing import ChainEnv
+from kerasrl.envs.vector import env_factory, final_observations, make_vec_env
+from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary, as_numpy
+
+RIGHT, BAIL = 1, 0
+
+
+class TensorEnv(gym.Env):
+    """Returns its observations (and reward) through `convert`, e.g. as framework tensors."""
+
+    def __init__(self, convert):
+        self.convert = convert
+        self.observation_space = spaces.Box(-10, 10, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.convert(np.zeros(3, np.float32)), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.convert(np.full(3, self.t, np.float32)), self.convert(np.float32(0.5)), False, False, {}
+
+
+class OldStepEnv(gym.Env):
+    """Old Gym API: step returns (obs, reward, done, info)."""
+
+    observation_space = spaces.Box(-1, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, {}
+
+
+class OldResetEnv(OldStepEnv):
+    """Old Gym API: reset returns the observation alone."""
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32)
+
+
+@pytest.fixture(autouse=True)
+def fresh_warning(monkeypatch):
+    """NumpyBoundary warns once per process; give each test its own 'once'."""
+    monkeypatch.setattr(wrappers, "_warned_framework", False)
+
+
+def run_boundary(convert, steps=3):
+    env = NumpyBoundary(TensorEnv(convert))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        obs, info = env.reset(seed=0)
+        results = [env.step(1) for _ in range(steps)]
+    return obs, results, [w for w in caught if "converts them to numpy" in str(w.message)]
+
+
+def check_numpy_results(obs, results):
+    assert type(obs) is np.ndarray and obs.dtype == np.float32
+    np.testing.assert_array_equal(obs, 0.0)
+    for t, (obs, reward, terminated, truncated, _) in enumerate(results, start=1):
+        assert type(obs) is np.ndarray
+        np.testing.assert_array_equal(obs, float(t))
+        assert type(reward) is float and reward == 0.5
+        assert terminated is False and truncated is False
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_numpy_boundary_converts_torch_tensors_with_one_warning(requires_grad):
+    import torch
+
+    def to_torch(x):
+        tensor = torch.tensor(x)
+        return tensor.requires_grad_(True) if requires_grad and tensor.ndim else tensor
+
+    obs, results, warned = run_boundary(to_torch)
+    check_numpy_results(obs, results)
+    assert len(warned) == 1
+    assert "torch" in str(warned[0].message)
+
+
+def test_numpy_boundary_converts_jax_arrays_with_one_warning():
+    import jax.numpy as jnp
+
+    obs, results, warned = run_boundary(jnp.asarray)
+    check_numpy_results(obs, results)
+    assert len(warned) == 1
+
+
+def test_numpy_boundary_is_silent_for_numpy():
+    obs, results, warned = run_boundary(lambda x: x)
+    check_numpy_results(obs, results)
+    assert warned == []
+
+
+def test_as_numpy_nested():
+    import torch
+
+    got = as_numpy({"a": torch.ones(2, requires_grad=True), "b": (torch.zeros(1), np.arange(2))})
+    assert type(got["a"]) is np.ndarray and type(got["b"][0]) is np.ndarray
+    np.testing.assert_array_equal(got["a"], [1.0, 1.0])
+
+
+def test_api_check_rejects_old_step():
+    env = ApiCheck(OldStepEnv())
+    env.reset(seed=0)
+    with pytest.raises(TypeError, match="old Gym API"):
+        env.step(0)
+
+
+def test_api_check_rejects_old_reset():
+    with pytest.raises(TypeError, match="old Gym API"):
+        ApiCheck(OldResetEnv()).reset(seed=0)
+
+
+def test_old_api_env_in_a_vector_env_fails_with_the_message():
+    with pytest.raises(TypeError, match="old Gym API"):
+        make_vec_env(OldResetEnv, 2).reset(seed=0)
+
+
+def test_api_check_passes_gymnasium_envs():
+    env = ApiCheck(ChainEnv())
+    obs, info = env.reset(seed=0)
+    assert len(env.step(1)) == 5 and len(env.step(1)) == 5
+
+
+def test_make_vec_env_same_step_final_observations():
+    length = 4
+    vec = make_vec_env(lambda: ChainEnv(length=length), 2)
+    assert vec.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    obs, _ = vec.reset(seed=0)
+    for _ in range(2):  # both envs walk to position 2
+        obs, *_ = vec.step(np.array([RIGHT, RIGHT]))
+    np.testing.assert_array_equal(obs.argmax(-1), [2, 2])
+
+    # env 0 bails at position 2; env 1 walks on to position 3.
+    next_obs, rewards, terminated, truncated, info = vec.step(np.array([BAIL, RIGHT]))
+    done = terminated | truncated
+    np.testing.assert_array_equal(terminated, [True, False])
+    np.testing.assert_allclose(rewards, [0.1, 0.0])
+    # SAME_STEP: the returned observation of env 0 already starts the next episode...
+    np.testing.assert_array_equal(next_obs.argmax(-1), [0, 3])
+    # ...and final_observations recovers the true last observation of the finished one.
+    real = final_observations(next_obs, done, info)
+    np.testing.assert_array_equal(real.argmax(-1), [2, 3])
+    np.testing.assert_array_equal(next_obs.argmax(-1), [0, 3])  # input not modified
+
+    # env 1 reaches the end of the chain (reward 1); env 0 runs on in its new episode.
+    next_obs, rewards, terminated, truncated, info = vec.step(np.array([RIGHT, RIGHT]))
+    np.testing.assert_array_equal(terminated, [False, True])
+    np.testing.assert_allclose(rewards, [0.0, 1.0])
+    real = final_observations(next_obs, terminated | truncated, info)
+    np.testing.assert_array_equal(next_obs.argmax(-1), [1, 0])
+    np.testing.assert_array_equal(real.argmax(-1), [1, 3])
+    vec.close()
+
+
+def test_final_observations_without_done_is_next_obs():
+    next_obs = np.arange(6.0).reshape(2, 3)
+    assert final_observations(next_obs, np.array([False, False]), {}) is next_obs
+
+
+def test_env_instance_is_handed_out_once_then_copied():
+    instance = ChainEnv(length=3)
+    make = env_factory(instance)
+    first, second = make(), make()
+    assert first.unwrapped is instance
+    assert second.unwrapped is not instance and isinstance(second.unwrapped, ChainEnv)
+    assert second.unwrapped.length == 3
+    assert isinstance(first, NumpyBoundary)
+
+    instance = ChainEnv(length=3)
+    vec = make_vec_env(instance, 3)
+    unwrapped = [env.unwrapped for env in vec.envs]
+    assert unwrapped[0] is instance
+    assert len({id(u) for u in unwrapped}) == 3
+    vec.close()
+
+
+@pytest.mark.parametrize("bad", [42, None, ["CartPole-v1"]])
+def test_make_vec_env_bad_env_type(bad):
+    with pytest.raises(TypeError, match="env must be"):
+        make_vec_env(bad, 2)
+
+
+@pytest.mark.parametrize("n_envs", [0, -1])
+def test_make_vec_env_needs_an_env(n_envs):
+    with pytest.raises(ValueError, match="n_envs"):
+        make_vec_env(ChainEnv, n_envs)
+
+
+def test_registered_snake_uses_the_native_vector_env():
+    vec = make_vec_env("kerasrl/Snake-v0", 3)
+    assert isinstance(vec.unwrapped, SnakeVectorEnv)
+    assert vec.num_envs == 3
+    obs, _ = vec.reset(seed=0)
+    assert obs.shape[0] == 3
+    obs, rewards, terminated, truncated, info = vec.step(np.zeros(3, dtype=np.int64))
+    assert rewards.shape == (3,) and terminated.shape == (3,)
+    vec.close()
