@@ -4,6 +4,8 @@
     kerasrl train dqn --env CartPole-v1 [--backend jax] [--steps N] [--seed S] [--n-envs K]
                       [--out DIR] [--set name=value ...]
     kerasrl train --preset cartpole-dqn
+    kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
+    kerasrl play RUN_OR_MODEL [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
 
 The backend is chosen from --backend before Keras is imported, so this module imports agents only
 inside the commands.
@@ -76,35 +78,159 @@ def cmd_train(args) -> int:
         env_id = args.env or preset.env
         steps = args.steps or preset.total_steps
         hyperparameters = dict(preset.config)
+        model_name = preset.model
+        eval_kwargs = dict(preset.eval_env_kwargs) if env_id == preset.env else {}
     else:
         if not args.algorithm:
             raise SystemExit("Name an algorithm (kerasrl train dqn ...) or a --preset.")
         algorithm, env_id, steps = args.algorithm, args.env or "CartPole-v1", args.steps or 50_000
         hyperparameters = {}
+        model_name, eval_kwargs = None, {}
+    if not eval_kwargs and env_id.startswith("kerasrl/Snake"):
+        eval_kwargs = {"max_steps_without_fruit": SNAKE_EVAL_STEPS_WITHOUT_FRUIT}
     hyperparameters.update(dict(args.set or []))
     if args.seed is not None:
         hyperparameters["seed"] = args.seed
     if args.n_envs is not None:
         hyperparameters["n_envs"] = args.n_envs
     out = Path(args.out or f"runs/{algorithm}-{env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
-    agent = _agent_class(algorithm)(env_id, **hyperparameters)
+    model = None
+    if model_name is not None:
+        from kerasrl.networks import model_builder
+
+        model = model_builder(model_name)
+    agent = _agent_class(algorithm)(env_id, model=model, **hyperparameters)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(
         {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
+         "model": model_name, "eval_env_kwargs": eval_kwargs,
          "config": agent.config.to_dict()}, indent=2))
+    callback, save_best, stopper = _train_callbacks(args, out)
     print(f"Training {algorithm.upper()} on {env_id} for {steps} steps, backend {backend.NAME}, "
           f"writing to {out}", flush=True)
     start = time.perf_counter()
-    agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out)
+    agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback)
     train_time = time.perf_counter() - start
+    steps = agent.num_timesteps  # fewer than asked if --stop-at-return stopped the run
     agent.model.save(out / "model.keras")
-    result = agent.evaluate(episodes=args.eval_episodes)
+    if stopper is not None:
+        if stopper.reached_step is not None:
+            print(f"Mean return of the last {stopper.window} episodes reached "
+                  f"{args.stop_at_return:g} at step {stopper.reached_step}: stopped.")
+        else:
+            print(f"Mean return {args.stop_at_return:g} not reached in {steps} steps.")
+    if save_best is not None:
+        if save_best.saves:
+            print(f"Best mean return over {save_best.window} episodes: {save_best.best:.2f} "
+                  f"(step {save_best.best_step}), saved as {save_best.path}")
+        else:
+            print(f"No best model saved: fewer than {save_best.window} episodes ended.")
+    eval_env = None
+    if eval_kwargs:
+        import gymnasium as gym
+
+        def eval_env():
+            return gym.make(env_id, **eval_kwargs)
+
+        eval_env.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in eval_kwargs.items())})"
+    result = agent.evaluate(episodes=args.eval_episodes, env=eval_env)
     result.update(train_time_s=train_time, steps_per_s=steps / train_time, backend=backend.NAME)
     (out / "evaluation.json").write_text(json.dumps(result, indent=2))
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
           f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
     print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}")
+    return 0
+
+
+SNAKE_EVAL_STEPS_WITHOUT_FRUIT = 100
+"""Evaluation truncates a Snake game after this many steps without a fruit (a greedy policy may
+circle forever); training keeps the game's own rules."""
+
+
+def _train_callbacks(args, out: Path):
+    """The fit callback of --save-best and --stop-at-return (None without them), and the two parts."""
+    from kerasrl.callbacks import CallbackList, SaveBest, StopAtMeanReturn
+
+    save_best = SaveBest(out / "best.keras", window=args.window) if args.save_best else None
+    stopper = (StopAtMeanReturn(args.stop_at_return, window=args.window)
+               if args.stop_at_return is not None else None)
+    if save_best is None and stopper is None:
+        return None, None, None
+    return CallbackList(save_best, stopper), save_best, stopper
+
+
+def resolve_model_path(run_or_model) -> Path:
+    """A `.keras` file, or a run folder's best.keras (else its model.keras)."""
+    path = Path(run_or_model)
+    if path.is_dir():
+        for name in ("best.keras", "model.keras"):
+            if (path / name).is_file():
+                return path / name
+        raise ValueError(f"{path} holds neither best.keras nor model.keras: is it a kerasrl run folder?")
+    if not path.is_file():
+        raise ValueError(f"No such run folder or model file: {path}")
+    if path.suffix != ".keras":
+        raise ValueError(f"{path} is not a .keras model file.")
+    return path
+
+
+def cmd_play(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    path = resolve_model_path(args.run)
+    env_id = args.env
+    run_dir = path.parent
+    if env_id is None and (run_dir / "config.json").is_file():
+        env_id = json.loads((run_dir / "config.json").read_text()).get("env")
+    env_id = env_id or "kerasrl/Snake-v0"
+    if args.episodes < 1 or args.max_steps < 1 or args.fps < 0:
+        raise ValueError("--episodes and --max-steps must be at least 1, --fps not negative.")
+
+    import gymnasium as gym
+    import keras
+    import numpy as np
+
+    from kerasrl.policies import QPolicy
+
+    model = keras.saving.load_model(path, safe_mode=True)
+    env = gym.make(env_id, render_mode="ansi")
+    policy = QPolicy(model, env.observation_space, env.action_space)
+    live = sys.stdout.isatty()
+    delay = 1.0 / args.fps if args.fps > 0 and live else 0.0
+    print(f"Playing {path} on {env_id}, backend {backend.NAME}", flush=True)
+    try:
+        for episode in range(args.episodes):
+            obs, info = env.reset(seed=args.seed + episode)
+            episode_return, steps, ended = 0.0, 0, "step limit"
+            while True:
+                frame = env.render()
+                header = f"episode {episode + 1}/{args.episodes}  step {steps}  return {episode_return:.1f}"
+                if live:
+                    sys.stdout.write("\x1b[2J\x1b[H")  # clear the screen, cursor home
+                print(f"{header}\n{frame}", flush=True)
+                if delay:
+                    time.sleep(delay)
+                if steps >= args.max_steps:
+                    break
+                action = int(policy.predict(np.asarray(obs, dtype=np.float32)))
+                obs, reward, terminated, truncated, info = env.step(action)
+                episode_return += float(reward)
+                steps += 1
+                if terminated or truncated:
+                    ended = "terminated" if terminated else "truncated"
+                    frame = env.render()
+                    if live:
+                        sys.stdout.write("\x1b[2J\x1b[H")
+                    print(f"episode {episode + 1}/{args.episodes}  step {steps}  return "
+                          f"{episode_return:.1f}\n{frame}", flush=True)
+                    break
+            fruits = info.get("fruits_eaten")
+            fruit_text = f", fruits {int(fruits)}" if fruits is not None else ""
+            print(f"Episode {episode + 1}: return {episode_return:.1f}{fruit_text}, "
+                  f"{steps} steps ({ended})", flush=True)
+    finally:
+        env.close()
     return 0
 
 
@@ -132,7 +258,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="any config field, e.g. --set learning_rate=1e-3 (repeatable)")
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--save-best", action="store_true",
+                   help="save the model as RUN/best.keras whenever the mean return of the last "
+                        "--window episodes improves (from the first full window on)")
+    p.add_argument("--stop-at-return", type=float, metavar="X",
+                   help="stop once the mean return of the last --window episodes reaches X")
+    p.add_argument("--window", type=int, default=100,
+                   help="episodes in the mean return of --save-best and --stop-at-return (default 100)")
     p.set_defaults(run=cmd_train)
+
+    p = commands.add_parser("play", help="Watch a trained Q-network play, in the terminal.")
+    p.add_argument("run", metavar="RUN_OR_MODEL",
+                   help="a run folder (its best.keras, else model.keras) or a .keras file")
+    p.add_argument("--env", help="Gymnasium id (default: the run's env, else kerasrl/Snake-v0)")
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.add_argument("--episodes", type=int, default=1)
+    p.add_argument("--fps", type=float, default=5.0,
+                   help="frames per second on a terminal (0: as fast as possible; no delay when "
+                        "the output is not a terminal)")
+    p.add_argument("--max-steps", type=int, default=500, help="steps per episode at most")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    p.set_defaults(run=cmd_play)
     return parser
 
 

@@ -41,9 +41,13 @@ class Adam:
         }
 
     def update(self, grads, state, params, learning_rate):
-        """One Adam step. Returns `(new_params, new_state, grad_norm)`; inputs are not modified."""
-        grad_norm = global_norm(grads)
+        """One Adam step. Returns `(new_params, new_state, grad_norm)`; inputs are not modified.
+
+        `grad_norm` is the global norm before clipping, or None when there is no clipping.
+        """
+        grad_norm = None
         if self.max_grad_norm is not None:
+            grad_norm = global_norm(grads)
             scale = ops.minimum(1.0, self.max_grad_norm / (grad_norm + 1e-6))
             grads = [g * scale for g in grads]
         count = state["count"] + 1
@@ -54,7 +58,7 @@ class Adam:
             / (1.0 - ops.power(self.beta_1, step))
         )
         new_m = [m + (g - m) * (1.0 - self.beta_1) for m, g in zip(state["m"], grads)]
-        new_v = [v + (ops.square(g) - v) * (1.0 - self.beta_2) for v, g in zip(state["v"], grads)]
+        new_v = [v + (g * g - v) * (1.0 - self.beta_2) for v, g in zip(state["v"], grads)]
         new_params = [
             p - (m * alpha) / (ops.sqrt(v) + self.epsilon) for p, m, v in zip(params, new_m, new_v)
         ]

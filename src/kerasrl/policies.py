@@ -60,7 +60,7 @@ class QPolicy:
             q = self._forward(
                 [v.value for v in self.model.trainable_variables],
                 [v.value for v in self.model.non_trainable_variables],
-                obs,
+                backend.feed(obs),
             )
         q = np.asarray(backend.to_numpy(q))
         return q[0] if single else q

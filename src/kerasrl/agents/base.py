@@ -13,17 +13,12 @@ from typing import Any, Callable
 import gymnasium as gym
 import keras
 import numpy as np
-from keras import tree
 
 from kerasrl import backend
+from kerasrl.backend import to_tensors
 from kerasrl.config import CommonConfig
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
-
-
-def to_tensors(arrays):
-    """Numpy arrays (any nesting) to backend tensors, once, at the edge of a compiled step."""
-    return tree.map_structure(keras.ops.convert_to_tensor, arrays)
 
 
 def variable_values(variables) -> list[np.ndarray]:

@@ -59,7 +59,11 @@ class DQN(Agent):
                                    self.observation_space.dtype, gamma=cfg.gamma)
         self.state = self._initial_state()
         self._forward = forward_fn(self.q_network)
+        # Two compiled variants: with the target sync folded in (when one is due) and without.
         self._train = backend.compile(self._train_rounds, donate_state=True)
+        self._train_no_sync = backend.compile(lambda state, batches, learning_rate:
+                                              self._train_rounds(state, batches, learning_rate),
+                                              donate_state=True)
         self.n_updates = 0
         self._vector_steps = 0
         self._pending_syncs = 0  # target syncs due since the last training round
@@ -110,25 +114,25 @@ class DQN(Agent):
         state = {**state, "params": params, "non_trainable": non_trainable, "opt": opt}
         return state, loss
 
-    def _train_rounds(self, state, batches, learning_rate, target_tau):
-        """Sync the target by `target_tau` (0: no sync, 1: copy), then one gradient step per
-        leading row of `batches` (G, B, ...). Returns the new state and the mean loss."""
-        state = {
-            **state,
-            "target_params": polyak(state["params"], state["target_params"], target_tau),
-            "target_non_trainable": copy_state(state["non_trainable"],
-                                               state["target_non_trainable"], target_tau),
-        }
+    def _train_rounds(self, state, batches, learning_rate, target_tau=None):
+        """Sync the target by `target_tau` (1: copy) if given, then one gradient step per leading
+        row of `batches` (G, B, ...). Returns the new state and the mean loss."""
+        if target_tau is not None:
+            state = {
+                **state,
+                "target_params": polyak(state["params"], state["target_params"], target_tau),
+                "target_non_trainable": copy_state(state["non_trainable"],
+                                                   state["target_non_trainable"], target_tau),
+            }
         n_steps = batches["actions"].shape[0]
         if n_steps == 1:
-            state, loss = self._gradient_step(state, tree.map_structure(lambda x: x[0], batches),
-                                              learning_rate)
-            return state, loss
+            return self._gradient_step(state, tree.map_structure(lambda x: x[0], batches),
+                                       learning_rate)
 
         def body(i, carry):
             state, loss_sum = carry
-            batch = tree.map_structure(lambda x: x[i], batches)
-            state, loss = self._gradient_step(state, batch, learning_rate)
+            state, loss = self._gradient_step(state, tree.map_structure(lambda x: x[i], batches),
+                                              learning_rate)
             return state, loss_sum + loss
 
         state, loss_sum = ops.fori_loop(0, n_steps, body, (state, ops.zeros((), "float32")))
@@ -146,7 +150,8 @@ class DQN(Agent):
 
     def _q_values(self, observations: np.ndarray) -> np.ndarray:
         with backend.inference():
-            q = self._forward(self.state["params"], self.state["non_trainable"], observations)
+            q = self._forward(self.state["params"], self.state["non_trainable"],
+                              backend.feed(observations))
         return np.asarray(backend.to_numpy(q))
 
     def _act_greedy(self, observations):
@@ -188,11 +193,13 @@ class DQN(Agent):
         # Polyak step of 1 - (1 - tau)^k: the same target as syncing at each of those env steps.
         target_tau = 1.0 - (1.0 - cfg.tau) ** self._pending_syncs if self._pending_syncs else 0.0
         self._pending_syncs = 0
-        batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
-        self.state, loss = self._train(
-            self.state, to_tensors(batches), np.float32(self._learning_rate(total_steps)),
-            np.float32(target_tau))
-        self._policy_stale = True
+        batches = backend.feed(self.buffer.sample(cfg.batch_size, self.rng,
+                                                  n_batches=cfg.gradient_steps))
+        learning_rate = np.float32(self._learning_rate(total_steps))
+        if target_tau > 0.0:
+            self.state, loss = self._train(self.state, batches, learning_rate, np.float32(target_tau))
+        else:
+            self.state, loss = self._train_no_sync(self.state, batches, learning_rate)
         self.n_updates += cfg.gradient_steps
         loss = float(backend.to_numpy(loss))
         self._check_loss(loss, self.n_updates)

@@ -9,6 +9,8 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `inference()`: a context in which no autograd graph is recorded.
 - `configure_threads()`: thread counts that suit a small network on a small machine.
 - `to_numpy(x)`: a backend tensor (or nested structure of them) as numpy.
+- `to_tensors(x)`: numpy arrays (any nesting) as backend tensors, for state kept between calls.
+- `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
 
 Everything else in kerasrl is written once with `keras.ops` and numpy.
 """
@@ -101,7 +103,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
-_FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy")
+_FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
+              "feed")
 
 
 def __getattr__(name: str):

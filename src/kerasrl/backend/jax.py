@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -25,6 +26,16 @@ def inference():
 
 def configure_threads() -> None:
     """XLA's CPU thread pool is set through XLA_FLAGS before start-up; nothing to do here."""
+
+
+def to_tensors(tree):
+    """Numpy arrays (any nesting) to device arrays (for state kept between compiled calls)."""
+    return jax.tree_util.tree_map(jnp.asarray, tree)
+
+
+def feed(tree):
+    """Inputs for one compiled call: jitted functions take numpy directly, fastest that way."""
+    return tree
 
 
 def to_numpy(tree):

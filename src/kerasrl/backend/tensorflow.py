@@ -41,6 +41,16 @@ def configure_threads() -> None:
         pass  # TensorFlow has already started its pools; the user's setting stands.
 
 
+def to_tensors(tree):
+    """Numpy arrays (any nesting) to tensors (for state kept between compiled calls)."""
+    return tf.nest.map_structure(tf.convert_to_tensor, tree)
+
+
+def feed(tree):
+    """Inputs for one compiled call, as tensors (a tf.function traces numpy by value)."""
+    return tf.nest.map_structure(tf.convert_to_tensor, tree)
+
+
 def to_numpy(tree):
     """Tensors (any nesting of lists, tuples and dicts) to numpy."""
     return tf.nest.map_structure(lambda x: np.asarray(x), tree)

@@ -57,6 +57,15 @@ def configure_threads() -> None:
     torch.set_num_threads(int(os.environ.get("KERASRL_TORCH_THREADS", "1")))
 
 
+def to_tensors(tree):
+    """Numpy arrays (any nesting) to tensors, sharing memory where the dtype allows."""
+    return pytree.tree_map(lambda x: torch.from_numpy(np.ascontiguousarray(x))
+                           if isinstance(x, np.ndarray) else torch.as_tensor(x), tree)
+
+
+feed = to_tensors
+
+
 def to_numpy(tree):
     """Tensors (any nesting of lists, tuples and dicts) to numpy."""
     return pytree.tree_map(
