@@ -76,18 +76,21 @@ def cmd_train(args) -> int:
         if args.algorithm and args.algorithm != algorithm:
             raise SystemExit(f"Preset {args.preset!r} trains {algorithm}, not {args.algorithm}.")
         env_id = args.env or preset.env
-        steps = args.steps or preset.total_steps
+        steps = args.steps if args.steps is not None else preset.total_steps
         hyperparameters = dict(preset.config)
         model_name = preset.model
         eval_kwargs = dict(preset.eval_env_kwargs) if env_id == preset.env else {}
     else:
         if not args.algorithm:
             raise SystemExit("Name an algorithm (kerasrl train dqn ...) or a --preset.")
-        algorithm, env_id, steps = args.algorithm, args.env or "CartPole-v1", args.steps or 50_000
+        algorithm, env_id = args.algorithm, args.env or "CartPole-v1"
+        steps = args.steps if args.steps is not None else 50_000
         hyperparameters = {}
         model_name, eval_kwargs = None, {}
     if not eval_kwargs and env_id.startswith("kerasrl/Snake"):
         eval_kwargs = {"max_steps_without_fruit": SNAKE_EVAL_STEPS_WITHOUT_FRUIT}
+    if steps < 1:
+        raise ValueError(f"--steps must be a positive number of env steps, got {steps}.")
     hyperparameters.update(dict(args.set or []))
     if args.seed is not None:
         hyperparameters["seed"] = args.seed

@@ -211,6 +211,46 @@ class Agent:
                 f"further; checkpoints already written are intact."
             )
 
+    # -- training state, for checkpoints ------------------------------------------------------
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The full training state as (arrays, meta): numpy arrays, and JSON-ready values.
+
+        Subclasses extend both with `_extra_state` (learner weights, optimizer, buffers, counters).
+        Environments are not included: their state belongs to the env (see kerasrl.checkpoint).
+        """
+        arrays = {
+            "loop/episode_returns": self._episode_returns.copy(),
+            "loop/episode_lengths": self._episode_lengths.copy(),
+        }
+        if self._obs is not None:
+            arrays["loop/observations"] = np.array(self._obs)
+        meta = {
+            "num_timesteps": self.num_timesteps,
+            "rng": self.rng.bit_generator.state,
+            "history": {"episodes": self.history.episodes, "updates": self.history.updates},
+        }
+        extra_arrays, extra_meta = self._extra_state()
+        arrays.update(extra_arrays)
+        meta.update(extra_meta)
+        return arrays, meta
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (into an agent built with the same config)."""
+        self._episode_returns[...] = arrays["loop/episode_returns"]
+        self._episode_lengths[...] = arrays["loop/episode_lengths"]
+        self._obs = np.array(arrays["loop/observations"]) if "loop/observations" in arrays else None
+        self.num_timesteps = int(meta["num_timesteps"])
+        self.rng.bit_generator.state = meta["rng"]
+        self.history = History(episodes=list(meta["history"]["episodes"]),
+                               updates=list(meta["history"]["updates"]))
+        self._load_extra_state(arrays, meta)
+
+    def _extra_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        return {}, {}
+
+    def _load_extra_state(self, arrays, meta) -> None:
+        pass
+
     def close(self) -> None:
         """Close the environments."""
         self.env.close()
@@ -218,6 +258,35 @@ class Agent:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(env={self.env_name!r}, backend={backend.NAME!r}, "
                 f"num_timesteps={self.num_timesteps})")
+
+
+def flatten_arrays(prefix: str, tree) -> dict[str, np.ndarray]:
+    """A nest of dicts and lists of arrays as flat `prefix/key/0` names (for .npz files)."""
+    flat = {}
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            flat.update(flatten_arrays(f"{prefix}/{key}", value))
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            flat.update(flatten_arrays(f"{prefix}/{i}", value))
+    else:
+        flat[prefix] = np.array(tree)
+    return flat
+
+
+def unflatten_arrays(prefix: str, flat: dict[str, np.ndarray], like):
+    """The inverse of `flatten_arrays`, shaped like `like`; shapes and dtypes are checked."""
+    if isinstance(like, dict):
+        return {key: unflatten_arrays(f"{prefix}/{key}", flat, value) for key, value in like.items()}
+    if isinstance(like, (list, tuple)):
+        return [unflatten_arrays(f"{prefix}/{i}", flat, value) for i, value in enumerate(like)]
+    if prefix not in flat:
+        raise KeyError(f"The saved state has no array {prefix!r}.")
+    value, expected = flat[prefix], np.asarray(like)
+    if value.shape != expected.shape:
+        raise ValueError(f"Saved array {prefix!r} has shape {value.shape}, the agent expects "
+                         f"{expected.shape}: the model or config differs from the saved one.")
+    return value.astype(expected.dtype, copy=False)
 
 
 def episode_extras(info: dict, i: int) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.base import Agent, to_tensors, variable_values
+from kerasrl.agents.base import (Agent, flatten_arrays, to_tensors, unflatten_arrays,
+                                  variable_values)
 from kerasrl.buffers import ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target, select, td_loss
@@ -204,6 +205,24 @@ class DQN(Agent):
         loss = float(backend.to_numpy(loss))
         self._check_loss(loss, self.n_updates)
         return loss
+
+    # -- training state -----------------------------------------------------------------------
+    def _extra_state(self):
+        arrays = flatten_arrays("learner", backend.to_numpy(self.state))
+        arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
+        meta = {"n_updates": self.n_updates, "vector_steps": self._vector_steps,
+                "pending_syncs": self._pending_syncs}
+        return arrays, meta
+
+    def _load_extra_state(self, arrays, meta):
+        state = unflatten_arrays("learner", arrays, backend.to_numpy(self.state))
+        self.state = to_tensors(state)
+        self.buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
+                                     if k.startswith("buffer/")})
+        self.n_updates = int(meta["n_updates"])
+        self._vector_steps = int(meta["vector_steps"])
+        self._pending_syncs = int(meta["pending_syncs"])
+        self._sync_model()
 
     # -- weights out --------------------------------------------------------------------------
     def _sync_model(self) -> None:
