@@ -181,7 +181,7 @@ def resolve_model_path(run_or_model) -> Path:
 def cmd_play(args) -> int:
     if args.backend:
         backend.use(args.backend)
-    path = resolve_model_path(args.run)
+    path = resolve_model_path(args.run_or_model)
     env_id = args.env
     run_dir = path.parent
     if env_id is None and (run_dir / "config.json").is_file():
@@ -197,7 +197,11 @@ def cmd_play(args) -> int:
     from kerasrl.policies import QPolicy
 
     model = keras.saving.load_model(path, safe_mode=True)
-    env = gym.make(env_id, render_mode="ansi")
+    try:
+        env = gym.make(env_id, render_mode="ansi")
+    except gym.error.Error as error:
+        raise ValueError(f"Cannot make {env_id!r} to play in: {error}. Pass --env with a "
+                         f"registered Gymnasium id that renders as text.") from error
     policy = QPolicy(model, env.observation_space, env.action_space)
     live = sys.stdout.isatty()
     delay = 1.0 / args.fps if args.fps > 0 and live else 0.0
@@ -271,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("play", help="Watch a trained Q-network play, in the terminal.")
-    p.add_argument("run", metavar="RUN_OR_MODEL",
+    p.add_argument("run_or_model", metavar="RUN_OR_MODEL",
                    help="a run folder (its best.keras, else model.keras) or a .keras file")
     p.add_argument("--env", help="Gymnasium id (default: the run's env, else kerasrl/Snake-v0)")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")

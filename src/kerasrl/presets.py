@@ -50,15 +50,16 @@ PRESETS: dict[str, Preset] = {
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),
     "snake-dqn-fast": Preset(
-        "dqn", "kerasrl/Snake-v0", 2_000_000,
-        dict(buffer_size=100_000, learning_starts=10_000, batch_size=64, learning_rate=5e-4,
+        "dqn", "kerasrl/Snake-v0", 3_000_000,
+        dict(buffer_size=100_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
              gamma=0.99, loss="huber", max_grad_norm=10.0, double_q=True,
-             target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=2,
+             target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=1,
              exploration_initial_eps=1.0, exploration_final_eps=0.01,
-             exploration_fraction=0.1, n_envs=32),
-        "Snake on 32 native vector games with a small CNN (snake_small, ~18x cheaper per frame "
-        "than the reference network, no batch norm or dropout), Double DQN, Huber loss, 2 Adam "
-        "steps per 32 frames, a 100k buffer; same game and rewards as snake-dqn",
+             exploration_fraction=0.05, n_envs=16),
+        "Snake on 16 native vector games with a small CNN (snake_small: ~18x fewer multiply-adds "
+        "per frame than the reference network, no batch norm or dropout), Double DQN, Huber loss, "
+        "one Adam step per 16 frames, a 100k buffer, epsilon 1.0 -> 0.01 over 150k frames; same "
+        "game and rewards as snake-dqn (about 4,000 frames/s on 2 CPU cores against 9)",
         model="snake_small",
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),

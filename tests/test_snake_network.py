@@ -1,0 +1,95 @@
+"""The Snake reference network: its size, its training and inference modes, its board limit."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.envs.snake import REFERENCE_MIN_BOARD
+from kerasrl.networks import MODEL_BUILDERS, model_builder, snake_reference_network, snake_small_network
+
+
+def test_reference_network_has_the_reference_size():
+    model = snake_reference_network((9, 9, 2))
+    assert model.count_params() == 1_120_019
+    kinds = [type(layer).__name__ for layer in model.layers[1:]]
+    assert kinds == ["Conv2D", "BatchNormalization", "Conv2D", "BatchNormalization", "Conv2D",
+                     "Flatten", "Dense", "Dropout", "Dense"]
+    assert all(layer.padding == "valid" for layer in model.layers if hasattr(layer, "padding"))
+    assert model.output_shape == (None, 3)
+
+
+def test_reference_network_takes_a_space():
+    space = gym.make("kerasrl/Snake-v0").observation_space
+    assert snake_reference_network(space).count_params() == 1_120_019
+
+
+@pytest.mark.parametrize("shape", [(6, 9, 2), (9, 6, 2), (5, 5, 2)])
+def test_reference_network_refuses_small_boards(shape):
+    with pytest.raises(ValueError, match="too small for the Snake reference network") as error:
+        snake_reference_network(shape)
+    assert "larger board" in str(error.value) and "another model" in str(error.value)
+
+
+def test_smallest_board_is_accepted():
+    m = REFERENCE_MIN_BOARD
+    model = snake_reference_network((m, m, 2))
+    assert model(np.zeros((2, m, m, 2), np.float32)).shape == (2, 3)
+
+
+def test_small_network_takes_any_board():
+    model = snake_small_network((4, 5, 2))
+    assert model(np.zeros((1, 4, 5, 2), np.float32)).shape == (1, 3)
+
+
+def test_model_builder_names():
+    assert set(MODEL_BUILDERS) >= {"snake_reference", "snake_small"}
+    with pytest.raises(ValueError, match="Unknown model 'nope'"):
+        model_builder("nope")
+
+
+@pytest.mark.backend
+def test_reference_network_modes_differ():
+    """Dropout and batch norm make training mode random and batch-dependent, inference not."""
+    model = snake_reference_network((9, 9, 2))
+    obs = np.random.default_rng(0).random((8, 9, 9, 2)).astype(np.float32)
+    a = np.asarray(model(obs, training=False))
+    b = np.asarray(model(obs, training=False))
+    np.testing.assert_array_equal(a, b)
+    c = np.asarray(model(obs, training=True))
+    assert not np.allclose(a, c)
+
+
+@pytest.mark.backend
+def test_dqn_acts_and_targets_in_inference_mode():
+    """With Dropout(0.99) a training-mode pass is almost all noise: acting must not be."""
+    import keras
+
+    def noisy(observation_space, action_space):
+        inputs = keras.Input(observation_space.shape)
+        x = keras.layers.Flatten()(inputs)
+        x = keras.layers.Dense(32, activation="relu")(x)
+        x = keras.layers.Dropout(0.99)(x)
+        return keras.Model(inputs, keras.layers.Dense(int(action_space.n))(x))
+
+    agent = kerasrl.DQN("kerasrl/Snake-v0", model=noisy, seed=0, learning_starts=10,
+                        batch_size=8, buffer_size=100, train_freq=1)
+    obs = np.random.default_rng(1).random((4, 9, 9, 2)).astype(np.float32)
+    first = agent._q_values(obs)
+    np.testing.assert_array_equal(first, agent._q_values(obs))
+    # The target network's TD targets are deterministic too (inference mode).
+    batch = {"next_observations": obs, "rewards": np.zeros(4, np.float32),
+             "discounts": np.full(4, 0.99, np.float32)}
+    from kerasrl.agents.base import to_tensors
+
+    t1 = np.asarray(keras.ops.convert_to_numpy(agent._targets(agent.state, to_tensors(batch))))
+    t2 = np.asarray(keras.ops.convert_to_numpy(agent._targets(agent.state, to_tensors(batch))))
+    np.testing.assert_array_equal(t1, t2)
+    # ...while the loss's training-mode pass is not.
+    q_train_1, _ = agent.q_network.stateless_call(agent.state["params"], agent.state["non_trainable"],
+                                                  obs, training=True)
+    assert not np.allclose(keras.ops.convert_to_numpy(q_train_1), first)
+    agent.fit(200, progress=False)  # learning with dropout in the loss runs and stays finite
+    assert np.isfinite(agent.history.losses).all()
+    np.testing.assert_array_equal(agent._q_values(obs), agent._q_values(obs))
+    agent.close()
