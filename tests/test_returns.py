@@ -1,0 +1,78 @@
+"""GAE against a plain reference written differently: per env, per step, a forward sum of TD errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kerasrl.returns import gae
+
+
+def reference_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """A_t = sum_k (gamma * lam)^k delta_{t+k}, summed forward until the episode or rollout ends."""
+    T, N = rewards.shape
+    advantages = np.zeros((T, N))
+    for env in range(N):
+        for t in range(T):
+            total, weight = 0.0, 1.0
+            for k in range(t, T):
+                next_value = 0.0 if terminated[k, env] else next_values[k, env]
+                delta = rewards[k, env] + gamma * next_value - values[k, env]
+                total += weight * delta
+                if terminated[k, env] or truncated[k, env]:
+                    break
+                weight *= gamma * lam
+            advantages[t, env] = total
+    return advantages, advantages + values
+
+
+def random_rollout(rng, T=40, N=5, p_end=0.1):
+    rewards = rng.standard_normal((T, N))
+    values = rng.standard_normal((T, N))
+    next_values = rng.standard_normal((T, N))
+    ends = rng.random((T, N)) < p_end
+    terminated = ends & (rng.random((T, N)) < 0.5)
+    truncated = ends & ~terminated
+    return rewards, values, next_values, terminated, truncated
+
+
+@pytest.mark.parametrize("gamma, lam", [(0.99, 0.95), (0.98, 0.8), (0.9, 0.0), (1.0, 1.0)])
+def test_gae_matches_per_step_reference(gamma, lam):
+    rng = np.random.default_rng(0)
+    r, v, nv, term, trunc = random_rollout(rng)
+    assert term.any() and trunc.any()
+    adv, ret = gae(r, v, nv, term, term | trunc, gamma, lam)
+    ref_adv, ref_ret = reference_gae(r, v, nv, term, trunc, gamma, lam)
+    np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret, ref_ret, rtol=1e-5, atol=1e-5)
+    assert adv.dtype == np.float32 and ret.dtype == np.float32
+
+
+def test_truncation_bootstraps_from_final_value_and_termination_does_not():
+    # One env, three steps; the episode ends after step 1, the next begins at step 2.
+    r = np.array([[1.0], [1.0], [1.0]])
+    v = np.zeros((3, 1))
+    nv = np.array([[0.0], [10.0], [5.0]])  # V(final obs) = 10 after step 1; V(after rollout) = 5
+    ends = np.array([[False], [True], [False]])
+    gamma = 0.5
+    adv_trunc, _ = gae(r, v, nv, np.zeros_like(ends), ends, gamma, 1.0)
+    adv_term, _ = gae(r, v, nv, ends, ends, gamma, 1.0)
+    # Truncated: step 1 bootstraps 1 + 0.5 * 10; step 0 adds its own reward; step 2 bootstraps 5.
+    np.testing.assert_allclose(adv_trunc[:, 0], [1 + 0.5 * 6.0, 6.0, 1 + 0.5 * 5.0])
+    # Terminated: nothing after the last reward, and nothing crosses into the next episode.
+    np.testing.assert_allclose(adv_term[:, 0], [1.5, 1.0, 3.5])
+
+
+def test_lambda_one_gives_monte_carlo_returns_and_zero_gives_td_errors():
+    rng = np.random.default_rng(1)
+    r, v, nv, term, trunc = random_rollout(rng, T=10, N=2, p_end=0.0)
+    nv[:-1] = v[1:]  # within an episode, V(s_{t+1}) is the next row's value
+    _, ret = gae(r, v, nv, term, term | trunc, 0.9, 1.0)
+    mc = np.zeros_like(r)
+    running = nv[-1]
+    for t in range(9, -1, -1):
+        running = r[t] + 0.9 * running
+        mc[t] = running
+    np.testing.assert_allclose(ret, mc, rtol=1e-5, atol=1e-5)
+    adv0, _ = gae(r, v, nv, term, term | trunc, 0.9, 0.0)
+    np.testing.assert_allclose(adv0, r + 0.9 * nv - v, rtol=1e-5, atol=1e-5)
