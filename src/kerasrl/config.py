@@ -101,3 +101,51 @@ def check(ok: bool, name: str, value, expected: str) -> None:
     """Raise a ValueError naming the field, its value and what it must be."""
     if not ok:
         raise ValueError(f"{name} must be {expected}, got {value!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(CommonConfig):
+    """Proximal Policy Optimization (Schulman et al., 2017); defaults are Stable-Baselines3's."""
+
+    learning_rate: float = hp(3e-4, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
+    max_grad_norm: float | None = hp(0.5, "Clip the global gradient norm to this; None: no clipping.")
+    adam_epsilon: float = hp(1e-5, "Epsilon of Adam (Keras's placement, outside the square root).")
+    n_steps: int = hp(2048, "Steps per env in each rollout; a rollout holds n_steps * n_envs transitions.")
+    batch_size: int = hp(64, "Transitions per minibatch (a rollout is split into n_steps * n_envs // batch_size).")
+    n_epochs: int = hp(10, "Passes over each rollout, each in a fresh random order.")
+    gae_lambda: float = hp(0.95, "GAE lambda: 1 is Monte Carlo (high variance), 0 one-step TD (high bias).")
+    clip_range: float = hp(0.2, "PPO's epsilon: how far the probability ratio may move before the gain is clipped.")
+    clip_range_schedule: str = hp("constant", "'constant' or 'linear' (clip_range to 0 over the run, as RL-Zoo's lin_).")
+    clip_range_vf: float | None = hp(None, "Clip the value prediction to this distance from its old value; None: no clipping.")
+    normalize_advantage: bool = hp(True, "Normalize advantages to mean 0, std 1 within each minibatch.")
+    ent_coef: float = hp(0.0, "Weight of the entropy bonus (more exploration).")
+    vf_coef: float = hp(0.5, "Weight of the value loss.")
+    target_kl: float | None = hp(None, "Stop a rollout's epochs early when the approximate KL exceeds 1.5x this.")
+    log_std_init: float | None = hp(None, "Continuous actions: initial log std of the Gaussian (None: 0.0).")
+    activation: str = hp("tanh", "Activation of the default MLPs' hidden layers.")
+    shared_network: bool = hp(False, "Default network: one MLP torso with a policy and a value head (False: two MLPs).")
+    ortho_init: bool = hp(True, "Default network: orthogonal init (gain sqrt 2; 0.01 policy head; 1 value head), as SB3.")
+    normalize_observations: bool = hp(False, "Normalize observations with running mean/var (kept in the policy).")
+    normalize_reward: bool = hp(False, "Scale rewards by the running std of the discounted return (training only).")
+    clip_obs: float = hp(10.0, "With normalize_observations: clip normalized observations to +-clip_obs.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n_steps >= 1, "n_steps", self.n_steps, "at least 1")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(self.batch_size <= self.n_steps * self.n_envs, "batch_size", self.batch_size,
+              f"at most n_steps * n_envs = {self.n_steps * self.n_envs} (one rollout); lower it "
+              f"or raise n_steps or n_envs")
+        check(self.n_epochs >= 1, "n_epochs", self.n_epochs, "at least 1")
+        check(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", self.gae_lambda, "in [0, 1]")
+        check(self.clip_range > 0, "clip_range", self.clip_range, "positive (0.1 to 0.3 is usual)")
+        check(self.clip_range_schedule in ("constant", "linear"), "clip_range_schedule",
+              self.clip_range_schedule, "'constant' or 'linear'")
+        check(self.clip_range_vf is None or self.clip_range_vf > 0, "clip_range_vf",
+              self.clip_range_vf, "positive or None")
+        check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "non-negative")
+        check(self.target_kl is None or self.target_kl > 0, "target_kl", self.target_kl,
+              "positive or None")
+        check(self.clip_obs > 0, "clip_obs", self.clip_obs, "positive")
+        check(self.log_std_init is None or math.isfinite(self.log_std_init), "log_std_init",
+              self.log_std_init, "a finite number or None")
