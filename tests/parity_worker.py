@@ -15,7 +15,6 @@ import numpy as np
 
 import kerasrl
 from kerasrl import backend
-from kerasrl.agents.base import to_tensors
 from kerasrl.networks import mlp
 
 N_UPDATES = 200
@@ -85,12 +84,10 @@ def run_updates(case: str):
                "conv_bn": {}}[case]
     agent = kerasrl.DQN(env, model=model, seed=0, learning_rate=1e-3, max_grad_norm=10.0, **options)
     losses = []
-    state = agent.state
     for i, batch in enumerate(batches(obs_shape, n_actions, 32, seed=2)):
-        tau = np.float32(1.0 if i % 10 == 0 else 0.0)  # a hard sync every 10 updates
-        state, loss = agent._train(state, to_tensors(batch), np.float32(1e-3), tau)
-        losses.append(float(backend.to_numpy(loss)))
-    agent.state = state
+        tau = 1.0 if i % 10 == 0 else 0.0  # a hard sync every 10 updates
+        loss, _ = agent.learner.train(batch, 1e-3, tau)
+        losses.append(loss)
     weights = [np.asarray(w) for w in agent.model.get_weights()]
     return {"losses": np.array(losses), **{f"w{i}": w for i, w in enumerate(weights)}}
 

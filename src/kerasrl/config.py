@@ -81,6 +81,14 @@ class DQNConfig(CommonConfig):
     exploration_fraction: float = hp(0.1, "Fraction of total steps over which epsilon falls linearly.")
     loss: str = hp("huber", "'huber' (smooth L1) or 'mse' on the TD error.")
     double_q: bool = hp(False, "Double DQN: the online net picks the next action, the target values it.")
+    dueling: bool = hp(False, "Dueling head (value + advantage streams) on the model, or the default MLP torso.")
+    n_step: int = hp(1, "Sum rewards over n steps before bootstrapping (stops at episode ends).")
+    prioritized_replay: bool = hp(False, "Sample transitions in proportion to their TD error (PER).")
+    prioritized_replay_alpha: float = hp(0.6, "PER: how much prioritization is used, in [0, 1].")
+    prioritized_replay_beta0: float = hp(0.4, "PER: importance-sampling exponent at the start, annealed to 1.")
+    prioritized_replay_eps: float = hp(1e-6, "PER: added to |TD error| so that no priority is 0.")
+    random_warmup: bool = hp(True, "Act uniformly at random before learning_starts (as SB3); False: "
+                                   "epsilon-greedy from the untrained network (as the snake-dqn reference).")
 
     def __post_init__(self):
         super().__post_init__()
@@ -95,6 +103,14 @@ class DQNConfig(CommonConfig):
         for name in ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction"):
             check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
         check(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
+        check(int(self.n_step) == self.n_step and self.n_step >= 1, "n_step", self.n_step,
+              "an integer of at least 1 (1 is plain one-step TD)")
+        check(0.0 <= self.prioritized_replay_alpha <= 1.0, "prioritized_replay_alpha",
+              self.prioritized_replay_alpha, "in [0, 1]")
+        check(0.0 <= self.prioritized_replay_beta0 <= 1.0, "prioritized_replay_beta0",
+              self.prioritized_replay_beta0, "in [0, 1]")
+        check(self.prioritized_replay_eps > 0, "prioritized_replay_eps",
+              self.prioritized_replay_eps, "positive")
 
 
 def check(ok: bool, name: str, value, expected: str) -> None:

@@ -19,11 +19,16 @@ def mlp(input_shape, n_outputs, hidden_sizes: Sequence[int] = (64, 64), activati
         name="mlp"):
     """A multilayer perceptron: Flatten -> Dense(h, activation) per hidden size -> Dense(n_outputs)."""
     inputs = keras.Input(shape=tuple(input_shape), name="observation")
+    x = _hidden_layers(inputs, input_shape, hidden_sizes, activation)
+    outputs = layers.Dense(int(n_outputs), name="output")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def _hidden_layers(inputs, input_shape, hidden_sizes, activation):
     x = layers.Flatten()(inputs) if len(input_shape) > 1 else inputs
     for i, size in enumerate(hidden_sizes):
         x = layers.Dense(size, activation=activation, name=f"hidden_{i}")(x)
-    outputs = layers.Dense(int(n_outputs), name="output")(x)
-    return keras.Model(inputs, outputs, name=name)
+    return x
 
 
 def nature_cnn(input_shape, n_outputs, name="nature_cnn", scale=None):
@@ -46,6 +51,38 @@ def nature_cnn(input_shape, n_outputs, name="nature_cnn", scale=None):
     x = layers.Dense(512 if min(input_shape[:2]) >= 36 else 256, activation="relu")(x)
     outputs = layers.Dense(n_outputs, name="output")(x)
     return keras.Model(inputs, outputs, name=name)
+
+
+@keras.saving.register_keras_serializable(package="kerasrl")
+class DuelingCombine(layers.Layer):
+    """Q = V + A - mean(A) (Wang et al., 2016): value (B, 1) and advantages (B, A) to Q (B, A).
+
+    A registered layer, not a Lambda, so that models holding it load with safe_mode=True.
+    """
+
+    def call(self, value, advantages):
+        return value + advantages - keras.ops.mean(advantages, axis=-1, keepdims=True)
+
+
+def dueling(torso: keras.Model, input_shape, n_actions: int, name="dueling_q_network"):
+    """A dueling Q-network on `torso`, a model from observations to features (B, F).
+
+    The torso's features feed a value stream Dense(1) and an advantage stream Dense(n_actions).
+    """
+    inputs = keras.Input(shape=tuple(input_shape), name="observation")
+    features = torso(inputs)
+    if len(features.shape) != 2:
+        features = layers.Flatten()(features)
+    value = layers.Dense(1, name="value")(features)
+    advantages = layers.Dense(int(n_actions), name="advantages")(features)
+    return keras.Model(inputs, DuelingCombine(name="q_values")(value, advantages), name=name)
+
+
+def mlp_torso(input_shape, hidden_sizes=(64, 64), activation="relu", name="torso"):
+    """An MLP without an output layer: observations to the last hidden layer's features."""
+    inputs = keras.Input(shape=tuple(input_shape), name="observation")
+    return keras.Model(inputs, _hidden_layers(inputs, input_shape, hidden_sizes, activation),
+                       name=name)
 
 
 def is_image_space(space: gym.Space) -> bool:

@@ -1,32 +1,39 @@
-"""Deep Q-Networks (Mnih et al., 2015), with Double DQN (van Hasselt et al., 2016) as a flag.
+"""Deep Q-Networks (Mnih et al., 2015) and the Rainbow-era variants as flags: Double DQN
+(van Hasselt et al., 2016), dueling heads (Wang et al., 2016), n-step returns, and prioritized
+replay (Schaul et al., 2016).
 
 The loop, per vector step:
     act epsilon-greedily from the online network   (numpy exploration: same draws on every backend)
     step the n_envs environments, store the transitions (true final observation on auto-reset)
-    every `target_update_interval` env steps: sync the target weights (hard copy or Polyak tau)
+    every `target_update_interval` env steps a target sync is due (hard copy or Polyak tau)
     every `train_freq` steps after `learning_starts`: `gradient_steps` Adam steps on sampled
-        batches, all in one compiled call
-
-The target network is a second set of weights for the same Keras model, used through
-`stateless_call` and never differentiated.
+        batches, with any due sync first, all in one compiled call (see QLearner)
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
+import keras
 import numpy as np
-from keras import ops
-from keras import tree
 
-from kerasrl import backend
-from kerasrl.agents.base import (Agent, flatten_arrays, to_tensors, unflatten_arrays,
-                                  variable_values)
-from kerasrl.buffers import ReplayBuffer
+from kerasrl.agents.base import Agent
+from kerasrl.agents.q_learner import QLearner
+from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
-from kerasrl.losses import q_learning_target, select, td_loss
-from kerasrl.networks import build_model, default_network
-from kerasrl.optim import Adam, copy_state, polyak
-from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn
+from kerasrl.losses import q_learning_target
+from kerasrl.networks import build_model, default_network, dueling, is_image_space, mlp_torso
+from kerasrl.optim import Adam
+from kerasrl.policies import QPolicy, epsilon_greedy
+
+
+def double_q_target(next_q_target, next_q_online, batch):
+    """Double DQN: the online network picks the next action, the target network values it."""
+    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online)
+
+
+def max_q_target(next_q_target, next_q_online, batch):
+    """DQN: r + discount * max_a Q_target(s', a)."""
+    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"])
 
 
 class DQN(Agent):
@@ -36,6 +43,7 @@ class DQN(Agent):
         env: a Gymnasium id, a `gymnasium.Env`, or a callable returning one.
         model: a Keras model mapping observations to (batch, n_actions) Q-values, a callable
             `(observation_space, action_space) -> keras.Model`, or None for the default network.
+            With `dueling=True` it is the torso: observations to features, any width.
         config: a `DQNConfig`; or give its fields as keyword arguments.
     """
 
@@ -46,98 +54,46 @@ class DQN(Agent):
         cfg = self.config
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise ValueError(
-                f"DQN needs a discrete action space, but {self.env_name} has "
+                f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
                 f"{self.action_space}. For continuous actions use kerasrl.PPO."
             )
         self.n_actions = int(self.action_space.n)
         self.q_network = build_model(
-            model, self.observation_space, self.n_actions, action_space=self.action_space,
+            self._dueling_model(model) if cfg.dueling else model,
+            self.observation_space, self.n_actions, action_space=self.action_space,
             default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
             role="Q-network",
         )
-        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
-        self.buffer = ReplayBuffer(cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
-                                   self.observation_space.dtype, gamma=cfg.gamma)
-        self.state = self._initial_state()
-        self._forward = forward_fn(self.q_network)
-        # Two compiled variants: with the target sync folded in (when one is due) and without.
-        self._train = backend.compile(self._train_rounds, donate_state=True)
-        self._train_no_sync = backend.compile(lambda state, batches, learning_rate:
-                                              self._train_rounds(state, batches, learning_rate),
-                                              donate_state=True)
+        self.learner = QLearner(
+            self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),
+            target_fn=double_q_target if cfg.double_q else max_q_target, loss=cfg.loss,
+            needs_online_next=cfg.double_q)
+        self.buffer = self._make_buffer()
         self.n_updates = 0
         self._vector_steps = 0
         self._pending_syncs = 0  # target syncs due since the last training round
         self._policy = None
 
-    def _initial_state(self):
-        """The learner's state: online weights, target weights (equal at the start), Adam state.
+    def _dueling_model(self, torso):
+        """The dueling Q-network on the user's torso, or on the default MLP torso."""
+        shape = self.observation_space.shape
+        if torso is None:
+            if is_image_space(self.observation_space):
+                raise ValueError("dueling=True on image observations needs a torso: pass model= "
+                                 "(a Keras model from observations to features).")
+            torso = mlp_torso(shape, self.config.hidden_sizes)
+        elif not isinstance(torso, keras.Model):
+            torso = torso(self.observation_space, self.action_space)
+        return dueling(torso, shape, self.n_actions)
 
-        Copied out of the model (through numpy) so that donated buffers never alias the model's.
-        """
-        weights = variable_values(self.q_network.trainable_variables)
-        states = variable_values(self.q_network.non_trainable_variables)
-        params = to_tensors(weights)
-        return {
-            "params": params,
-            "non_trainable": to_tensors(states),
-            "target_params": to_tensors([w.copy() for w in weights]),
-            "target_non_trainable": to_tensors([s.copy() for s in states]),
-            "opt": self.optimizer.init(params),
-        }
-
-    # -- the compiled learning step -----------------------------------------------------------
-    def _targets(self, state, batch):
-        """TD targets from the target weights, in inference mode."""
-        next_obs = batch["next_observations"]
-        next_q_target, _ = self.q_network.stateless_call(
-            state["target_params"], state["target_non_trainable"], next_obs, training=False)
-        next_q_online = None
-        if self.config.double_q:
-            next_q_online, _ = self.q_network.stateless_call(
-                state["params"], state["non_trainable"], next_obs, training=False)
-        return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online)
-
-    def _loss(self, params, non_trainable, batch, targets):
-        """The TD loss of the online weights in training mode (batch norm, dropout active)."""
-        q, non_trainable = self.q_network.stateless_call(
-            params, non_trainable, batch["observations"], training=True)
-        loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"],
-                                  self.config.loss)
-        return loss, (non_trainable, td_errors)
-
-    def _gradient_step(self, state, batch, learning_rate):
-        targets = self._targets(state, batch)
-        grad_fn = backend.value_and_grad(self._loss)
-        (loss, (non_trainable, td_errors)), grads = grad_fn(
-            state["params"], state["non_trainable"], batch, targets)
-        params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
-        state = {**state, "params": params, "non_trainable": non_trainable, "opt": opt}
-        return state, loss
-
-    def _train_rounds(self, state, batches, learning_rate, target_tau=None):
-        """Sync the target by `target_tau` (1: copy) if given, then one gradient step per leading
-        row of `batches` (G, B, ...). Returns the new state and the mean loss."""
-        if target_tau is not None:
-            state = {
-                **state,
-                "target_params": polyak(state["params"], state["target_params"], target_tau),
-                "target_non_trainable": copy_state(state["non_trainable"],
-                                                   state["target_non_trainable"], target_tau),
-            }
-        n_steps = batches["actions"].shape[0]
-        if n_steps == 1:
-            return self._gradient_step(state, tree.map_structure(lambda x: x[0], batches),
-                                       learning_rate)
-
-        def body(i, carry):
-            state, loss_sum = carry
-            state, loss = self._gradient_step(state, tree.map_structure(lambda x: x[i], batches),
-                                              learning_rate)
-            return state, loss_sum + loss
-
-        state, loss_sum = ops.fori_loop(0, n_steps, body, (state, ops.zeros((), "float32")))
-        return state, loss_sum / n_steps
+    def _make_buffer(self):
+        cfg = self.config
+        args = (cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
+                self.observation_space.dtype, cfg.gamma, cfg.n_step)
+        if cfg.prioritized_replay:
+            return PrioritizedReplayBuffer(*args, alpha=cfg.prioritized_replay_alpha,
+                                           eps=cfg.prioritized_replay_eps)
+        return ReplayBuffer(*args)
 
     # -- the loop -----------------------------------------------------------------------------
     def exploration_rate(self, total_steps: int) -> float:
@@ -149,14 +105,8 @@ class DQN(Agent):
         return cfg.exploration_initial_eps + progress * (
             cfg.exploration_final_eps - cfg.exploration_initial_eps)
 
-    def _q_values(self, observations: np.ndarray) -> np.ndarray:
-        with backend.inference():
-            q = self._forward(self.state["params"], self.state["non_trainable"],
-                              backend.feed(observations))
-        return np.asarray(backend.to_numpy(q))
-
     def _act_greedy(self, observations):
-        return np.argmax(self._q_values(observations), axis=-1)
+        return np.argmax(self.learner.q_values(observations), axis=-1)
 
     def _explore(self, greedy_actions, rng):
         return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)
@@ -167,23 +117,21 @@ class DQN(Agent):
         obs = self._obs
         while self.num_timesteps < stop_at:
             epsilon = self.exploration_rate(total_steps)
-            if self.num_timesteps < cfg.learning_starts:
+            if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
                 actions = self.rng.integers(0, self.n_actions, size=cfg.n_envs)
             else:
                 greedy = self._act_greedy(obs.astype(np.float32, copy=False))
                 actions = epsilon_greedy(greedy, self.n_actions, epsilon, self.rng)
             next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
             self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
-            obs = next_obs
-            self._obs = obs
+            obs = self._obs = next_obs
             self._vector_steps += 1
             if self._vector_steps % sync_every == 0:
                 self._pending_syncs += 1
             if self._vector_steps % cfg.train_freq == 0 and self.num_timesteps > cfg.learning_starts:
-                loss = self._train_round(total_steps)
-                logger.update(self.num_timesteps, loss=loss)
+                logger.update(self.num_timesteps, loss=self._train_round(total_steps))
             logger.set(epsilon=epsilon)
-            if callback is not None and len(logger.history.episodes) and terminated.any() | truncated.any():
+            if callback is not None and (terminated.any() or truncated.any()):
                 if callback(self, logger.history) is False:
                     break
 
@@ -194,47 +142,41 @@ class DQN(Agent):
         # Polyak step of 1 - (1 - tau)^k: the same target as syncing at each of those env steps.
         target_tau = 1.0 - (1.0 - cfg.tau) ** self._pending_syncs if self._pending_syncs else 0.0
         self._pending_syncs = 0
-        batches = backend.feed(self.buffer.sample(cfg.batch_size, self.rng,
-                                                  n_batches=cfg.gradient_steps))
-        learning_rate = np.float32(self._learning_rate(total_steps))
-        if target_tau > 0.0:
-            self.state, loss = self._train(self.state, batches, learning_rate, np.float32(target_tau))
-        else:
-            self.state, loss = self._train_no_sync(self.state, batches, learning_rate)
+        if cfg.prioritized_replay:
+            progress = min(1.0, self.num_timesteps / total_steps)
+            self.buffer.beta = cfg.prioritized_replay_beta0 + progress * (1.0 - cfg.prioritized_replay_beta0)
+        batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
+        indices = batches.pop("indices", None)
+        loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau)
         self.n_updates += cfg.gradient_steps
-        loss = float(backend.to_numpy(loss))
         self._check_loss(loss, self.n_updates)
+        if indices is not None:
+            # Rows were sampled together; later rows' priorities (same transition) win.
+            self.buffer.update_priorities(indices, td_errors)
         return loss
 
     # -- training state -----------------------------------------------------------------------
     def _extra_state(self):
-        arrays = flatten_arrays("learner", backend.to_numpy(self.state))
+        arrays = self.learner.arrays()
         arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
         meta = {"n_updates": self.n_updates, "vector_steps": self._vector_steps,
                 "pending_syncs": self._pending_syncs}
         return arrays, meta
 
     def _load_extra_state(self, arrays, meta):
-        state = unflatten_arrays("learner", arrays, backend.to_numpy(self.state))
-        self.state = to_tensors(state)
+        self.learner.load_arrays(arrays)
         self.buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
                                      if k.startswith("buffer/")})
         self.n_updates = int(meta["n_updates"])
         self._vector_steps = int(meta["vector_steps"])
         self._pending_syncs = int(meta["pending_syncs"])
-        self._sync_model()
 
     # -- weights out --------------------------------------------------------------------------
     def _sync_model(self) -> None:
-        for variable, value in zip(self.q_network.trainable_variables,
-                                   backend.to_numpy(self.state["params"])):
-            variable.assign(np.array(value))
-        for variable, value in zip(self.q_network.non_trainable_variables,
-                                   backend.to_numpy(self.state["non_trainable"])):
-            variable.assign(np.array(value))
+        self.learner.sync_model()
 
     @property
-    def model(self):
+    def model(self) -> keras.Model:
         """The Keras Q-network holding the current online weights."""
         self._sync_model()
         return self.q_network
@@ -242,8 +184,7 @@ class DQN(Agent):
     @property
     def target_weights(self) -> list[np.ndarray]:
         """The target network's weights (trainable, then non-trainable), as numpy."""
-        return [np.array(w) for w in backend.to_numpy(
-            self.state["target_params"] + self.state["target_non_trainable"])]
+        return self.learner.target_weights
 
     @property
     def policy(self) -> QPolicy:

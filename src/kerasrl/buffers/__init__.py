@@ -1,5 +1,6 @@
 """Numpy storage for experience: replay for off-policy agents, rollouts for on-policy ones."""
 
+from kerasrl.buffers.prioritized import PrioritizedReplayBuffer, SumTree
 from kerasrl.buffers.replay import ReplayBuffer
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "SumTree"]

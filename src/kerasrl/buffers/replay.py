@@ -19,11 +19,18 @@ class ReplayBuffer:
         n_envs: environments that add one transition each per `add`.
         obs_shape, obs_dtype: of one observation (stored as given; cast to float32 on sampling).
         gamma: the discount, used to turn `terminated` into the bootstrap factor of each sample.
+        n_step: sample n-step returns: the rewards of up to `n_step` consecutive steps of the same
+            env, stopping at an episode's end (a termination does not bootstrap, a truncation
+            bootstraps from its final observation) and at the newest stored step.
     """
 
-    def __init__(self, capacity: int, n_envs: int, obs_shape, obs_dtype=np.float32, gamma=0.99):
+    def __init__(self, capacity: int, n_envs: int, obs_shape, obs_dtype=np.float32, gamma=0.99,
+                 n_step: int = 1):
         if capacity < 1:
             raise ValueError(f"buffer_size must be at least 1, got {capacity}.")
+        if n_step < 1:
+            raise ValueError(f"n_step must be at least 1, got {n_step}.")
+        self.n_step = n_step
         self.n_envs = n_envs
         self.capacity_per_env = max(1, -(-capacity // n_envs))
         self.gamma = gamma
@@ -65,15 +72,45 @@ class ReplayBuffer:
         Keys: observations, actions, rewards, next_observations, discounts (gamma, or 0 after a
         terminal state), weights (importance weights; ones for uniform replay).
         """
-        terminated = self.terminated[rows, envs]
+        if self.n_step == 1:
+            last_rows = rows
+            returns = self.rewards[rows, envs]
+            discounts = np.where(self.terminated[rows, envs], 0.0, self.gamma)
+        else:
+            last_rows, returns, discounts = self._n_step_returns(rows, envs)
         return {
             "observations": self.observations[rows, envs].astype(np.float32, copy=False),
             "actions": self.actions[rows, envs],
-            "rewards": self.rewards[rows, envs],
-            "next_observations": self.next_observations[rows, envs].astype(np.float32, copy=False),
-            "discounts": np.where(terminated, 0.0, self.gamma).astype(np.float32),
+            "rewards": returns.astype(np.float32, copy=False),
+            "next_observations": self.next_observations[last_rows, envs].astype(np.float32,
+                                                                                copy=False),
+            "discounts": discounts.astype(np.float32),
             "weights": np.ones(len(rows), dtype=np.float32),
         }
+
+    def _n_step_returns(self, rows, envs):
+        """Discounted sums of up to n_step rewards from each (row, env), vectorized over the batch.
+
+        Returns (last_rows, returns, discounts): the row whose next observation bootstraps, the
+        reward sum, and gamma**k (k steps summed) or 0 if the episode terminated within them.
+        """
+        newest = (self.position - 1) % self.capacity_per_env
+        # Steps available after each row before reaching the newest written one.
+        available = (newest - rows) % self.capacity_per_env
+        returns = np.zeros(len(rows), dtype=np.float64)
+        scale = np.ones(len(rows), dtype=np.float64)  # gamma**k for the k-th reward
+        last_rows = rows.copy()
+        active = np.ones(len(rows), dtype=bool)
+        terminated = np.zeros(len(rows), dtype=bool)
+        for k in range(self.n_step):
+            current = (rows + k) % self.capacity_per_env
+            returns += np.where(active, scale * self.rewards[current, envs], 0.0)
+            last_rows = np.where(active, current, last_rows)
+            terminated |= active & self.terminated[current, envs]
+            ended = self.terminated[current, envs] | self.truncated[current, envs]
+            scale = np.where(active, scale * self.gamma, scale)
+            active &= ~ended & (available > k)
+        return last_rows, returns, np.where(terminated, 0.0, scale)
 
     def sample(self, batch_size: int, rng: np.random.Generator, n_batches: int = 1):
         """`n_batches` batches of `batch_size`, stacked on a leading axis: (n_batches, batch_size, ...)."""

@@ -1,0 +1,163 @@
+"""The learner shared by the value-based agents (DQN and its family, SARSA, Expected SARSA).
+
+It holds the online and target weights of one Keras Q-network and the Adam state, as a dict of
+backend tensors, and runs a whole training round (target sync when due, TD targets, loss,
+gradients, Adam, for every gradient step) as one compiled call. Agents differ only in the TD target
+they pass in: a five-line function of the target network's next-state Q-values and the batch.
+
+The target network is a second set of weights for the same model, used through `stateless_call`
+and never differentiated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import numpy as np
+from keras import ops
+from keras import tree
+
+from kerasrl import backend
+from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
+from kerasrl.backend import to_tensors
+from kerasrl.losses import select, td_loss
+from kerasrl.optim import Adam, copy_state, polyak
+from kerasrl.policies import forward_fn
+
+# target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
+TargetFn = Callable[..., object]
+
+
+class QLearner:
+    """Online + target weights of `model`, Adam, and the compiled training round.
+
+    Args:
+        model: a built Keras Q-network.
+        optimizer: a `kerasrl.optim.Adam`.
+        target_fn: the TD target, see `TargetFn`.
+        loss: "huber" or "mse".
+        needs_online_next: compute the online network's next-state Q-values for `target_fn`
+            (Double DQN, Expected SARSA's behaviour policy).
+    """
+
+    def __init__(self, model: keras.Model, *, optimizer: Adam, target_fn: TargetFn,
+                 loss: str = "huber", needs_online_next: bool = False):
+        self.model = model
+        self.optimizer = optimizer
+        self.target_fn = target_fn
+        self.loss = loss
+        self.needs_online_next = needs_online_next
+        weights = variable_values(model.trainable_variables)
+        states = variable_values(model.non_trainable_variables)
+        params = to_tensors(weights)
+        # Copied out of the model (through numpy) so that donated buffers never alias the model's.
+        self.state = {
+            "params": params,
+            "non_trainable": to_tensors(states),
+            "target_params": to_tensors([w.copy() for w in weights]),  # equal at the start
+            "target_non_trainable": to_tensors([s.copy() for s in states]),
+            "opt": optimizer.init(params),
+        }
+        self._forward = forward_fn(model)
+        # Two compiled variants: with the target sync folded in (when one is due) and without.
+        self.train_and_sync = backend.compile(self._train_rounds, donate_state=True)
+        self.train_only = backend.compile(
+            lambda state, batches, learning_rate: self._train_rounds(state, batches, learning_rate),
+            donate_state=True)
+
+    # -- the compiled round -------------------------------------------------------------------
+    def _targets(self, state, batch):
+        """TD targets from the target weights, in inference mode."""
+        next_obs = batch["next_observations"]
+        next_q_target, _ = self.model.stateless_call(
+            state["target_params"], state["target_non_trainable"], next_obs, training=False)
+        next_q_online = None
+        if self.needs_online_next:
+            next_q_online, _ = self.model.stateless_call(
+                state["params"], state["non_trainable"], next_obs, training=False)
+        return self.target_fn(next_q_target, next_q_online, batch)
+
+    def _loss(self, params, non_trainable, batch, targets):
+        """The TD loss of the online weights in training mode (batch norm, dropout active)."""
+        q, non_trainable = self.model.stateless_call(
+            params, non_trainable, batch["observations"], training=True)
+        loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"], self.loss)
+        return loss, (non_trainable, td_errors)
+
+    def _gradient_step(self, state, batch, learning_rate):
+        targets = self._targets(state, batch)
+        (loss, (non_trainable, td_errors)), grads = backend.value_and_grad(self._loss)(
+            state["params"], state["non_trainable"], batch, targets)
+        params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
+        return {**state, "params": params, "non_trainable": non_trainable, "opt": opt}, loss, td_errors
+
+    def _train_rounds(self, state, batches, learning_rate, target_tau=None):
+        """Sync the target by `target_tau` (1: copy) if given, then one gradient step per leading
+        row of `batches` (G, B, ...). Returns (state, mean loss, TD errors (G, B))."""
+        if target_tau is not None:
+            state = {
+                **state,
+                "target_params": polyak(state["params"], state["target_params"], target_tau),
+                "target_non_trainable": copy_state(state["non_trainable"],
+                                                   state["target_non_trainable"], target_tau),
+            }
+        n_steps = batches["actions"].shape[0]
+        if n_steps == 1:
+            state, loss, td_errors = self._gradient_step(
+                state, tree.map_structure(lambda x: x[0], batches), learning_rate)
+            return state, loss, ops.expand_dims(td_errors, 0)
+
+        def body(i, carry):
+            state, loss_sum, all_td = carry
+            state, loss, td_errors = self._gradient_step(
+                state, tree.map_structure(lambda x: x[i], batches), learning_rate)
+            all_td = ops.slice_update(all_td, (i, 0), ops.expand_dims(td_errors, 0))
+            return state, loss_sum + loss, all_td
+
+        td_init = ops.zeros(batches["actions"].shape, "float32")
+        state, loss_sum, all_td = ops.fori_loop(
+            0, n_steps, body, (state, ops.zeros((), "float32"), td_init))
+        return state, loss_sum / n_steps, all_td
+
+    # -- host side ----------------------------------------------------------------------------
+    def train(self, batches: dict[str, np.ndarray], learning_rate: float, target_tau: float):
+        """Run one round on numpy `batches` (G, B, ...). Returns (mean loss, TD errors (G, B))."""
+        batches = backend.feed(batches)
+        learning_rate = np.float32(learning_rate)
+        if target_tau > 0.0:
+            self.state, loss, td_errors = self.train_and_sync(self.state, batches, learning_rate,
+                                                              np.float32(target_tau))
+        else:
+            self.state, loss, td_errors = self.train_only(self.state, batches, learning_rate)
+        loss, td_errors = backend.to_numpy((loss, td_errors))
+        return float(loss), np.asarray(td_errors)
+
+    def q_values(self, observations: np.ndarray) -> np.ndarray:
+        """Online Q-values (B, A) for float32 observations, in inference mode."""
+        with backend.inference():
+            q = self._forward(self.state["params"], self.state["non_trainable"],
+                              backend.feed(observations))
+        return np.asarray(backend.to_numpy(q))
+
+    def sync_model(self) -> None:
+        """Write the online weights into the Keras model (copies: donation never reaches it)."""
+        values = backend.to_numpy(self.state["params"] + self.state["non_trainable"])
+        variables = self.model.trainable_variables + self.model.non_trainable_variables
+        for variable, value in zip(variables, values):
+            variable.assign(np.array(value))
+
+    @property
+    def target_weights(self) -> list[np.ndarray]:
+        """The target weights (trainable, then non-trainable), as numpy."""
+        return [np.array(w) for w in backend.to_numpy(
+            self.state["target_params"] + self.state["target_non_trainable"])]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The learner state as flat numpy arrays (for checkpoints)."""
+        return flatten_arrays("learner", backend.to_numpy(self.state))
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore from `arrays()` output."""
+        self.state = to_tensors(unflatten_arrays("learner", arrays, backend.to_numpy(self.state)))
+        self.sync_model()

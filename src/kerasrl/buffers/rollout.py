@@ -1,0 +1,108 @@
+"""Numpy storage for one on-policy rollout: n_steps rows of n_envs transitions, then GAE.
+
+Layout (T, N, ...): T = n_steps, N = n_envs, time first. Observations are stored as the network
+saw them (normalized, if the policy normalizes). Actions are stored as sampled: a Gaussian action
+is clipped to the Box bounds only when it is sent to the env, so its log-probability stays exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kerasrl.returns import gae
+
+
+class RolloutBuffer:
+    """One rollout of `n_steps` steps from `n_envs` environments.
+
+    Args:
+        n_steps, n_envs: rows and columns.
+        obs_shape: of one observation (stored as float32).
+        action_shape, action_dtype: of one action: () int32 for Discrete, (D,) float32 for Box.
+    """
+
+    def __init__(self, n_steps: int, n_envs: int, obs_shape, action_shape=(), action_dtype=np.int32):
+        self.n_steps, self.n_envs = n_steps, n_envs
+        shape = (n_steps, n_envs)
+        self.observations = np.zeros((*shape, *obs_shape), dtype=np.float32)
+        self.actions = np.zeros((*shape, *action_shape), dtype=action_dtype)
+        self.log_probs = np.zeros(shape, dtype=np.float32)
+        self.values = np.zeros(shape, dtype=np.float32)  # V(s_t) at collection time
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.terminated = np.zeros(shape, dtype=bool)
+        self.episode_ends = np.zeros(shape, dtype=bool)  # terminated or truncated
+        # V(true final observation) where an episode was truncated: the time-limit bootstrap.
+        self.truncation_values = np.zeros(shape, dtype=np.float32)
+        self.advantages = np.zeros(shape, dtype=np.float32)
+        self.returns = np.zeros(shape, dtype=np.float32)
+        self.position = 0
+
+    @property
+    def full(self) -> bool:
+        """All n_steps rows are written."""
+        return self.position == self.n_steps
+
+    def reset(self) -> None:
+        """Start a new rollout (the arrays are overwritten row by row)."""
+        self.position = 0
+        self.truncation_values[...] = 0.0
+
+    def add(self, obs, actions, log_probs, values, rewards, terminated, truncated,
+            truncation_values=None) -> None:
+        """Store one step of every env; each argument has leading dimension n_envs.
+
+        `truncation_values` are V(final observation) for the envs whose episode was truncated
+        (any value elsewhere; ignored).
+        """
+        if self.full:
+            raise RuntimeError("The rollout is full: compute its advantages and reset it first.")
+        row = self.position
+        self.observations[row] = obs
+        self.actions[row] = actions
+        self.log_probs[row] = log_probs
+        self.values[row] = values
+        self.rewards[row] = rewards
+        self.terminated[row] = terminated
+        self.episode_ends[row] = np.logical_or(terminated, truncated)
+        if truncation_values is not None:
+            self.truncation_values[row] = np.where(truncated, truncation_values, 0.0)
+        self.position += 1
+
+    def compute_advantages(self, last_values: np.ndarray, gamma: float, gae_lambda: float) -> None:
+        """GAE over the rollout. `last_values` (N,) are V of the observations after the last row.
+
+        Within an episode V(s_{t+1}) is the next row's value; where an episode was truncated it is
+        the value of the true final observation; after a termination it is not used.
+        """
+        next_values = np.empty_like(self.values)  # (T, N)
+        next_values[:-1] = self.values[1:]
+        next_values[-1] = last_values
+        next_values = np.where(self.episode_ends, self.truncation_values, next_values)
+        self.advantages, self.returns = gae(self.rewards, self.values, next_values,
+                                            self.terminated, self.episode_ends, gamma, gae_lambda)
+
+    def training_data(self) -> dict[str, np.ndarray]:
+        """The rollout flattened to (T * N, ...) arrays: what the compiled update reads."""
+        n = self.n_steps * self.n_envs
+        return {
+            "observations": self.observations.reshape(n, *self.observations.shape[2:]),
+            "actions": self.actions.reshape(n, *self.actions.shape[2:]),
+            "old_log_probs": self.log_probs.reshape(n),
+            "old_values": self.values.reshape(n),
+            "advantages": self.advantages.reshape(n),
+            "returns": self.returns.reshape(n),
+        }
+
+
+def minibatch_indices(n_samples: int, batch_size: int, n_epochs: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """(n_epochs * n_samples // batch_size, batch_size) int32: one fresh permutation per epoch.
+
+    When batch_size does not divide n_samples, each epoch leaves out the last
+    `n_samples % batch_size` of its permutation (a different few each epoch), so that every
+    minibatch has the same shape and all of them fit one compiled loop.
+    """
+    per_epoch = n_samples // batch_size
+    rows = [rng.permutation(n_samples)[: per_epoch * batch_size].reshape(per_epoch, batch_size)
+            for _ in range(n_epochs)]
+    return np.concatenate(rows).astype(np.int32)
