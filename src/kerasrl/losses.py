@@ -74,3 +74,89 @@ def td_loss(q_taken, targets, weights, loss="huber"):
     """
     td_errors = q_taken - targets
     return ops.mean(weights * ELEMENTWISE_LOSSES[loss](td_errors)), td_errors
+
+
+# -- PPO (Schulman et al., 2017) ----------------------------------------------------------------
+# Shapes: B is the minibatch, A the number of discrete actions, D the action dimension.
+
+_LOG_2PI = 1.8378770664093453  # log(2 * pi)
+
+
+def categorical_log_prob(logits, actions):
+    """log pi(a | s) of a categorical policy: (B, A) logits and (B,) int actions to (B,)."""
+    return select(ops.log_softmax(logits, axis=-1), actions)
+
+
+def categorical_entropy(logits):
+    """Entropy of the categorical distribution of each row of (B, A) logits, (B,)."""
+    log_probs = ops.log_softmax(logits, axis=-1)
+    return -ops.sum(ops.exp(log_probs) * log_probs, axis=-1)
+
+
+def gaussian_log_prob(mean, log_std, actions):
+    """log pi(a | s) of a diagonal Gaussian: (B, D) means, (D,) log stds, (B, D) actions to (B,)."""
+    z = (actions - mean) * ops.exp(-log_std)
+    return ops.sum(-0.5 * ops.square(z) - log_std - 0.5 * _LOG_2PI, axis=-1)
+
+
+def gaussian_entropy(log_std):
+    """Entropy of a diagonal Gaussian with (D,) log stds: a scalar (the same for every state)."""
+    return ops.sum(log_std + 0.5 + 0.5 * _LOG_2PI)
+
+
+def clipped_surrogate(log_probs, old_log_probs, advantages, clip_range):
+    """PPO's clipped policy loss, to minimise. Returns `(loss, ratio)`.
+
+    `-mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))`, ratio = pi(a|s) / pi_old(a|s).
+    """
+    ratio = ops.exp(log_probs - old_log_probs)
+    unclipped = advantages * ratio
+    clipped = advantages * ops.clip(ratio, 1.0 - clip_range, 1.0 + clip_range)
+    return -ops.mean(ops.minimum(unclipped, clipped)), ratio
+
+
+def value_loss(values, returns, old_values=None, clip_range_vf=None):
+    """Mean squared error of the value predictions against the returns (no 1/2, as SB3).
+
+    With `clip_range_vf`, the prediction first moves at most that far from `old_values` (the values
+    at collection time), as Stable-Baselines3 clips it.
+    """
+    if clip_range_vf is not None:
+        values = old_values + ops.clip(values - old_values, -clip_range_vf, clip_range_vf)
+    return ops.mean(ops.square(returns - values))
+
+
+def normalize_advantages(advantages, eps=1e-8):
+    """`(A - mean) / (std + eps)` over the minibatch, std with Bessel's correction (as SB3)."""
+    n = ops.cast(ops.shape(advantages)[0], advantages.dtype)
+    mean = ops.mean(advantages)
+    std = ops.sqrt(ops.sum(ops.square(advantages - mean)) / (n - 1.0))
+    return (advantages - mean) / (std + eps)
+
+
+def approx_kl(log_probs, old_log_probs):
+    """`mean((ratio - 1) - log ratio)`: an unbiased, non-negative estimate of KL(old || new)."""
+    log_ratio = log_probs - old_log_probs
+    return ops.mean(ops.exp(log_ratio) - 1.0 - log_ratio)
+
+
+def ppo_loss(log_probs, old_log_probs, advantages, values, returns, entropy, *, clip_range,
+             ent_coef, vf_coef, old_values=None, clip_range_vf=None):
+    """The PPO objective to minimise: policy loss + vf_coef * value loss - ent_coef * entropy.
+
+    `entropy` is per sample (B,) or a scalar (a state-independent Gaussian). Returns
+    `(loss, metrics)` with policy_loss, value_loss, entropy, approx_kl and clip_fraction.
+    """
+    policy_loss, ratio = clipped_surrogate(log_probs, old_log_probs, advantages, clip_range)
+    v_loss = value_loss(values, returns, old_values, clip_range_vf)
+    mean_entropy = ops.mean(entropy)
+    loss = policy_loss + vf_coef * v_loss - ent_coef * mean_entropy
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": v_loss,
+        "entropy": mean_entropy,
+        "approx_kl": ops.stop_gradient(approx_kl(log_probs, old_log_probs)),
+        "clip_fraction": ops.stop_gradient(
+            ops.mean(ops.cast(ops.abs(ratio - 1.0) > clip_range, "float32"))),
+    }
+    return loss, metrics

@@ -27,13 +27,76 @@ def forward_fn(model: keras.Model):
     return backend.compile(forward)
 
 
-class QPolicy:
+POLICY_TYPES: dict[str, type] = {}
+"""Saved policy type name -> Policy class; a subclass with a `policy_type` registers itself."""
+
+
+class Policy:
+    """Base of every policy: numpy observations in, numpy actions out; saved and exported alone.
+
+    A subclass sets `policy_type` (the name written in policy.json), holds its Keras models in
+    `models()`, puts any other saved values (JSON-ready) in `get_config()`, rebuilds itself in
+    `from_saved`, and gives `inference_model()`: one Keras model from raw observations (float32)
+    to actions, with the preprocessing inside, which is what exports are made from.
+    """
+
+    policy_type: str = ""
+    model: keras.Model
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("policy_type"):
+            POLICY_TYPES[cls.policy_type] = cls
+
+    def predict(self, observations, deterministic: bool = True) -> np.ndarray:
+        """Actions for a batch of observations (or one observation)."""
+        raise NotImplementedError
+
+    def __call__(self, observations, deterministic: bool = True) -> np.ndarray:
+        return self.predict(observations, deterministic=deterministic)
+
+    def models(self) -> dict[str, keras.Model]:
+        """The Keras models to save, by file stem (`model` -> model.keras)."""
+        return {"model": self.model}
+
+    def get_config(self) -> dict:
+        """JSON-ready values besides the models and spaces that rebuild this policy."""
+        return {}
+
+    @classmethod
+    def from_saved(cls, models: dict, observation_space: gym.Space, action_space: gym.Space,
+                   config: dict) -> "Policy":
+        """The policy from loaded models, spaces and `get_config()` output."""
+        return cls(models["model"], observation_space, action_space, **config)
+
+    def inference_model(self, include_values: bool = False) -> keras.Model:
+        """A Keras model: observations (B, *obs_shape) float32 -> actions (B,) [, values]."""
+        raise NotImplementedError
+
+    def save(self, path, *, weights_only: bool = False):
+        """Write this policy alone to the folder `path` (see kerasrl.load_policy)."""
+        from kerasrl.checkpoint import save_policy
+
+        return save_policy(self, path, weights_only=weights_only)
+
+    def export(self, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
+               n_check: int = 256):
+        """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy."""
+        from kerasrl.export import export_policy
+
+        return export_policy(self, path, format=format, include_values=include_values,
+                             n_check=n_check)
+
+
+class QPolicy(Policy):
     """Greedy (or epsilon-greedy) actions from a Q-network.
 
     Args:
         model: a built Keras model mapping (B, *obs_shape) float32 to (B, n_actions).
         observation_space, action_space: of one environment (the action space is Discrete).
     """
+
+    policy_type = "q"
 
     def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space):
         self.model = model
@@ -80,6 +143,15 @@ class QPolicy:
 
     __call__ = predict
 
+    def inference_model(self, include_values: bool = False) -> keras.Model:
+        """Observations -> greedy actions (argmax of Q) [, Q-values], in inference mode."""
+        inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
+                             name="observation")
+        q = self.model(inputs, training=False)
+        actions = keras.ops.argmax(q, axis=-1)
+        return keras.Model(inputs, [actions, q] if include_values else actions,
+                           name="q_policy")
+
 
 def epsilon_greedy(greedy_actions: np.ndarray, n_actions: int, epsilon: float,
                    rng: np.random.Generator) -> np.ndarray:
@@ -89,3 +161,170 @@ def epsilon_greedy(greedy_actions: np.ndarray, n_actions: int, epsilon: float,
     explore = rng.random(greedy_actions.shape) < epsilon
     random_actions = rng.integers(0, n_actions, size=greedy_actions.shape)
     return np.where(explore, random_actions, greedy_actions)
+
+
+# -- actor-critic policies (PPO) -----------------------------------------------------------------
+
+
+class RunningMeanStd:
+    """Running mean and variance of observations, in float64 numpy (Chan et al.'s parallel update).
+
+    It belongs to the policy: the network only ever sees `normalize(obs)`, so the statistics are
+    saved, loaded and exported with it.
+    """
+
+    def __init__(self, shape, epsilon: float = 1e-4):
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.var = np.ones(shape, dtype=np.float64)
+        self.count = float(epsilon)  # a tiny prior count, as SB3, so the first update is defined
+
+    def update(self, batch: np.ndarray) -> None:
+        """Fold a batch (B, *shape) into the statistics."""
+        batch = np.asarray(batch, dtype=np.float64)
+        batch_mean, batch_var, n = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + n
+        self.mean = self.mean + delta * n / total
+        m2 = self.var * self.count + batch_var * n + np.square(delta) * self.count * n / total
+        self.var = m2 / total
+        self.count = total
+
+    def normalize(self, x: np.ndarray, clip: float, epsilon: float = 1e-8) -> np.ndarray:
+        """`clip((x - mean) / sqrt(var + epsilon), -clip, clip)` as float32."""
+        z = (np.asarray(x, dtype=np.float64) - self.mean) / np.sqrt(self.var + epsilon)
+        return np.clip(z, -clip, clip).astype(np.float32)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The statistics as numpy arrays (for .npz checkpoints)."""
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": np.array(self.count)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned."""
+        self.mean = np.array(state["mean"], dtype=np.float64).reshape(self.mean.shape)
+        self.var = np.array(state["var"], dtype=np.float64).reshape(self.var.shape)
+        self.count = float(state["count"])
+
+
+def softmax_log_probs(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax in float64 numpy."""
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Actions (B,) int and their log-probabilities (B,) float32 from (B, A) logits (numpy draws)."""
+    log_probs = softmax_log_probs(logits)
+    cdf = np.cumsum(np.exp(log_probs), axis=-1)
+    u = rng.random((cdf.shape[0], 1)) * cdf[:, -1:]
+    actions = np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1)
+    return actions, np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0].astype(np.float32)
+
+
+def gaussian_log_prob_np(mean: np.ndarray, log_std: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """log N(actions; mean, exp(log_std)^2), summed over the action dimensions, (B,) float32."""
+    z = (np.asarray(actions, np.float64) - mean) * np.exp(-np.asarray(log_std, np.float64))
+    return np.sum(-0.5 * z * z - log_std - 0.5 * np.log(2 * np.pi), axis=-1).astype(np.float32)
+
+
+def sample_gaussian(mean: np.ndarray, log_std: np.ndarray, rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Unclipped actions (B, D) float32 and their log-probabilities (B,) (numpy draws)."""
+    mean = np.asarray(mean, dtype=np.float64)
+    actions = mean + np.exp(np.asarray(log_std, np.float64)) * rng.standard_normal(mean.shape)
+    actions = actions.astype(np.float32)
+    return actions, gaussian_log_prob_np(mean, log_std, actions)
+
+
+class ActorCriticPolicy:
+    """Actions from an actor-critic network: categorical for Discrete, diagonal Gaussian for Box.
+
+    Args:
+        model: a built Keras model mapping (B, *obs_shape) float32 to logits (B, n_actions) or
+            means (B, action_dim); or, when `shared`, to `[that, values (B, 1)]`.
+        observation_space, action_space: of one environment.
+        value_model: the separate critic (B, *obs_shape) -> (B, 1), or None (shared, or not needed
+            for acting).
+        shared: `model` has two outputs, the policy's and the value.
+        log_std: (action_dim,) numpy log standard deviations (Box action spaces only).
+        obs_rms: a `RunningMeanStd` whose statistics normalize observations, or None.
+        clip_obs: normalized observations are clipped to +-clip_obs.
+
+    Deterministic actions are the argmax (Discrete) or the mean (Box); Box actions are clipped to
+    the space's bounds.
+    """
+
+    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
+                 *, value_model: keras.Model | None = None, shared: bool = False,
+                 log_std: np.ndarray | None = None, obs_rms: RunningMeanStd | None = None,
+                 clip_obs: float = 10.0):
+        self.model = model
+        self.value_model = value_model
+        self.shared = shared
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if not self.discrete and log_std is None:
+            raise ValueError("A Gaussian policy (Box action space) needs log_std.")
+        self.log_std = None if log_std is None else np.asarray(log_std, dtype=np.float32)
+        self.obs_rms = obs_rms
+        self.clip_obs = clip_obs
+        self._forward = forward_fn(model)
+        self._value_forward = forward_fn(value_model) if value_model is not None else None
+
+    _batch = QPolicy._batch
+
+    def normalize(self, observations: np.ndarray) -> np.ndarray:
+        """Observations as the network sees them (normalized when the policy has statistics)."""
+        if self.obs_rms is None:
+            return np.asarray(observations, dtype=np.float32)
+        return self.obs_rms.normalize(observations, self.clip_obs)
+
+    @staticmethod
+    def _call(forward, model, obs):
+        with backend.inference():
+            out = forward([v.value for v in model.trainable_variables],
+                          [v.value for v in model.non_trainable_variables], backend.feed(obs))
+        return backend.to_numpy(out)
+
+    def distribution(self, observations) -> np.ndarray:
+        """Logits (B, n_actions) or Gaussian means (B, action_dim) for a batch of observations."""
+        obs, single = self._batch(observations)
+        out = self._call(self._forward, self.model, self.normalize(obs))
+        out = np.asarray(out[0] if self.shared else out)
+        return out[0] if single else out
+
+    def values(self, observations) -> np.ndarray:
+        """State values V(s), (B,) for a batch, a scalar for one observation."""
+        obs, single = self._batch(observations)
+        if self.shared:
+            out = np.asarray(self._call(self._forward, self.model, self.normalize(obs))[1])
+        elif self._value_forward is not None:
+            out = np.asarray(self._call(self._value_forward, self.value_model, self.normalize(obs)))
+        else:
+            raise ValueError("This policy has no value network.")
+        return out[0, 0] if single else out[:, 0]
+
+    def predict(self, observations, deterministic: bool = True,
+                rng: np.random.Generator | None = None) -> np.ndarray:
+        """Actions for a batch of observations (or one observation), numpy.
+
+        Deterministic: argmax of the logits, or the Gaussian mean. Otherwise sampled with `rng`.
+        """
+        obs, single = self._batch(observations)
+        out = self._call(self._forward, self.model, self.normalize(obs))
+        params = np.asarray(out[0] if self.shared else out)
+        if self.discrete:
+            if deterministic:
+                actions = np.argmax(params, axis=-1)
+            else:
+                actions, _ = sample_categorical(params, rng or np.random.default_rng())
+        else:
+            if deterministic:
+                actions = params.astype(np.float32)
+            else:
+                actions, _ = sample_gaussian(params, self.log_std, rng or np.random.default_rng())
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        return actions[0] if single else actions
+
+    __call__ = predict

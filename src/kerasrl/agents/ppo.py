@@ -1,0 +1,459 @@
+"""Proximal Policy Optimization (Schulman et al., 2017), with GAE (Schulman et al., 2016).
+
+The loop, per rollout:
+    for n_steps vector steps:
+        normalize the observations (optional running statistics, kept by the policy)
+        one forward pass: logits or Gaussian means, and V(s)
+        sample actions numpy-side from the agent's seeded generator (same draws on every backend)
+        step the n_envs environments (Gaussian actions clipped to the Box bounds only here)
+        where an episode was truncated, V(true final observation) for its bootstrap
+    GAE in numpy (kerasrl.returns), with V of the observations after the rollout
+    n_epochs passes over the rollout in random minibatches: clipped surrogate + value loss -
+        entropy bonus, one Adam step each; ALL of them in ONE compiled call (the minibatch index
+        permutations are drawn numpy-side and passed in; keras.ops.fori_loop runs them)
+
+The learner's state is a dict of backend tensors: the weights of the actor and critic (or the one
+shared model), the Gaussian's log std (a trainable weight of the learner, not of a Keras model),
+non-trainable weights, and Adam's moments.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import gymnasium as gym
+import keras
+import numpy as np
+from keras import ops
+from keras import tree
+
+from kerasrl import backend
+from kerasrl.agents.base import (Agent, flatten_arrays, to_tensors, unflatten_arrays,
+                                  variable_values)
+from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
+from kerasrl.config import PPOConfig
+from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
+                            gaussian_log_prob, normalize_advantages, ppo_loss)
+from kerasrl.networks import build_model, dummy_observation
+from kerasrl.optim import Adam
+from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
+                              sample_gaussian)
+
+# The order of the figures each compiled update reports (means over the minibatches it ran).
+METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64),
+                     activation="tanh", ortho_init=True, head="policy", shared=False):
+    """SB3's default MLP: hidden layers with orthogonal init (gain sqrt 2), a linear head.
+
+    `head="policy"`: (B, n_outputs) logits or means, head init gain 0.01; `head="value"`: (B, 1),
+    gain 1. `shared=True`: one torso and both heads, outputs `[policy, value]`.
+    """
+    def init(gain):
+        return keras.initializers.Orthogonal(gain) if ortho_init else "glorot_uniform"
+
+    inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
+    x = keras.layers.Flatten()(inputs) if len(observation_space.shape) > 1 else inputs
+    for i, size in enumerate(hidden_sizes):
+        x = keras.layers.Dense(size, activation=activation, kernel_initializer=init(math.sqrt(2)),
+                               name=f"hidden_{i}")(x)
+    policy = keras.layers.Dense(n_outputs, kernel_initializer=init(0.01), name="policy")(x)
+    value = keras.layers.Dense(1, kernel_initializer=init(1.0), name="value")(x)
+    if shared:
+        return keras.Model(inputs, [policy, value], name="actor_critic")
+    if head == "policy":
+        return keras.Model(inputs, policy, name="actor")
+    return keras.Model(inputs, value, name="critic")
+
+
+class PPO(Agent):
+    """Proximal Policy Optimization for Discrete and Box action spaces.
+
+    Args:
+        env: a Gymnasium id, a `gymnasium.Env`, or a callable returning one.
+        model: the actor, a Keras model mapping observations to (batch, n_actions) logits
+            (Discrete) or (batch, action_dim) Gaussian means (Box); or a shared actor-critic model
+            with two outputs `[that, values (batch, 1)]`; or a callable
+            `(observation_space, action_space) -> keras.Model`; or None for the default.
+        value_model: the critic, observations to (batch, 1), or a callable; None for the default
+            MLP (not allowed with a shared `model`).
+        config: a `PPOConfig`; or give its fields as keyword arguments.
+    """
+
+    config_class = PPOConfig
+    algorithm = "ppo"
+
+    def __init__(self, env, *, model=None, value_model=None, config: PPOConfig | None = None,
+                 **hyperparameters):
+        self._value_model_spec = value_model
+        super().__init__(env, model=model, config=config, **hyperparameters)
+
+    # -- construction -------------------------------------------------------------------------
+    def _check_spaces(self) -> None:
+        cfg, space = self.config, self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            self.discrete = True
+            if cfg.log_std_init is not None:
+                raise ValueError(
+                    f"log_std_init sets the spread of a Gaussian policy for continuous (Box) "
+                    f"actions, but {self.env_name} has {space}: a categorical policy has no log "
+                    f"std. Remove log_std_init (use ent_coef to encourage exploration).")
+            self.n_outputs = int(space.n)
+            return
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise ValueError(
+                f"PPO handles Discrete and one-dimensional Box action spaces; {self.env_name} has "
+                f"{space}. Wrap the env to flatten its actions (e.g. gymnasium.wrappers."
+                f"FlattenObservation's counterpart for actions) or use a Discrete space.")
+        self.discrete = False
+        self.n_outputs = int(space.shape[0])
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            warnings.warn(
+                f"The action space of {self.env_name} ({space}) has infinite bounds: Gaussian "
+                f"actions are sent unclipped on those dimensions. Give the Box finite bounds (or "
+                f"rescale the actions in a wrapper) if the env expects a range.", stacklevel=4)
+
+    def _build_networks(self, model) -> None:
+        cfg, obs_space = self.config, self.observation_space
+        self.shared = False
+        if model is None and self._value_model_spec is None and cfg.shared_network:
+            model = actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes, cfg.activation,
+                                     cfg.ortho_init, shared=True)
+        if model is not None and not isinstance(model, keras.Model) and callable(model):
+            built = model(obs_space, self.action_space)
+            if not isinstance(built, keras.Model):
+                raise TypeError(f"The model builder {getattr(model, '__name__', model)!r} returned "
+                                f"{type(built).__name__}, not a keras.Model.")
+            model = built
+        if isinstance(model, keras.Model) and self._two_outputs(model):
+            if self._value_model_spec is not None:
+                raise ValueError(
+                    "model= has two outputs (a shared actor-critic: policy and value), so "
+                    "value_model= would be a second critic. Pass one or the other.")
+            self.actor = self._check_shared(model)
+            self.shared, self.critic = True, None
+            return
+        what = "logits (batch, n_actions)" if self.discrete else "Gaussian means (batch, action_dim)"
+        self.actor = build_model(
+            model, obs_space, self.n_outputs, action_space=self.action_space,
+            default=lambda: actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
+                                             cfg.activation, cfg.ortho_init, head="policy"),
+            role=f"policy model (it outputs {what})")
+        self.critic = build_model(
+            self._value_model_spec, obs_space, 1, action_space=self.action_space,
+            default=lambda: actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
+                                             cfg.activation, cfg.ortho_init, head="value"),
+            role="value model")
+
+    def _two_outputs(self, model) -> bool:
+        try:
+            out = model(dummy_observation(self.observation_space, 2), training=False)
+        except Exception:  # build_model reports the error with its context
+            return False
+        return isinstance(out, (list, tuple))
+
+    def _check_shared(self, model: keras.Model) -> keras.Model:
+        if getattr(model, "_kerasrl_owned", False):
+            raise ValueError("This Keras model already belongs to another kerasrl agent; pass a "
+                             "new model, or a function that builds one, as model=.")
+        out = model(dummy_observation(self.observation_space, 2), training=False)
+        shapes = [tuple(o.shape) for o in out]
+        if len(out) != 2 or shapes[0] != (2, self.n_outputs) or shapes[1] not in ((2, 1), (2,)):
+            raise ValueError(
+                f"A shared actor-critic model must output [policy (batch, {self.n_outputs}), "
+                f"value (batch, 1)] for this environment; it outputs {shapes} for a batch of 2.")
+        if not model.trainable_variables:
+            raise ValueError("The actor-critic model has no trainable weights.")
+        model._kerasrl_owned = True
+        return model
+
+    def _build(self, model) -> None:
+        cfg = self.config
+        self._check_spaces()
+        self._build_networks(model)
+        self.n_actor = len(self.actor.trainable_variables)
+        self.n_actor_states = len(self.actor.non_trainable_variables)
+        log_std_init = 0.0 if cfg.log_std_init is None else cfg.log_std_init
+        # The Gaussian's log std is the last trainable weight of the learner (Box actions only).
+        self._log_std_init = [] if self.discrete else [
+            np.full(self.n_outputs, log_std_init, dtype=np.float32)]
+        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        action_shape = () if self.discrete else (self.n_outputs,)
+        self.buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, self.observation_space.shape,
+                                    action_shape, np.int32 if self.discrete else np.float32)
+        n_samples = cfg.n_steps * cfg.n_envs
+        if n_samples % cfg.batch_size:
+            warnings.warn(
+                f"batch_size={cfg.batch_size} does not divide a rollout of n_steps * n_envs = "
+                f"{n_samples} transitions: each epoch leaves out {n_samples % cfg.batch_size} "
+                f"random ones so that every minibatch has the same shape.", stacklevel=4)
+        self.obs_rms = (RunningMeanStd(self.observation_space.shape)
+                        if cfg.normalize_observations else None)
+        self.return_rms = RunningMeanStd(()) if cfg.normalize_reward else None
+        self._discounted_returns = np.zeros(cfg.n_envs)  # for reward scaling
+        self.state = self._initial_state()
+        self._log_std = np.array(self._log_std_init[0]) if not self.discrete else None
+        self._forward = backend.compile(
+            lambda params, non_trainable, obs: self._outputs(params, non_trainable, obs, False)[:2])
+        self._train = backend.compile(self._train_epochs, donate_state=True)
+        self.n_updates = 0
+        self._policy = None
+        self._eval_outputs = None
+
+    def _initial_state(self):
+        """The learner's state, copied out of the models (through numpy)."""
+        models = [self.actor] + ([] if self.shared else [self.critic])
+        params = [w for m in models for w in variable_values(m.trainable_variables)]
+        params += [w.copy() for w in self._log_std_init]
+        non_trainable = [s for m in models for s in variable_values(m.non_trainable_variables)]
+        params = to_tensors(params)
+        return {"params": params, "non_trainable": to_tensors(non_trainable),
+                "opt": self.optimizer.init(params)}
+
+    # -- the networks, functionally ------------------------------------------------------------
+    def _outputs(self, params, non_trainable, observations, training):
+        """`(policy outputs (B, n_outputs), values (B,), new non-trainable weights)`."""
+        actor_params, actor_states = params[:self.n_actor], non_trainable[:self.n_actor_states]
+        if self.shared:
+            (policy, values), actor_states = self.actor.stateless_call(
+                actor_params, actor_states, observations, training=training)
+            critic_states = []
+        else:
+            policy, actor_states = self.actor.stateless_call(
+                actor_params, actor_states, observations, training=training)
+            n_critic = len(self.critic.trainable_variables)
+            values, critic_states = self.critic.stateless_call(
+                params[self.n_actor:self.n_actor + n_critic], non_trainable[self.n_actor_states:],
+                observations, training=training)
+        return policy, ops.reshape(values, (-1,)), list(actor_states) + list(critic_states)
+
+    # -- the compiled update -------------------------------------------------------------------
+    def _loss(self, params, non_trainable, batch, clip_range):
+        cfg = self.config
+        policy, values, non_trainable = self._outputs(params, non_trainable, batch["observations"],
+                                                      training=True)
+        if self.discrete:
+            log_probs = categorical_log_prob(policy, batch["actions"])
+            entropy = categorical_entropy(policy)
+        else:
+            log_std = params[-1]
+            log_probs = gaussian_log_prob(policy, log_std, batch["actions"])
+            entropy = gaussian_entropy(log_std)
+        advantages = batch["advantages"]
+        if cfg.normalize_advantage and cfg.batch_size > 1:
+            advantages = normalize_advantages(advantages)
+        loss, metrics = ppo_loss(
+            log_probs, batch["old_log_probs"], advantages, values, batch["returns"], entropy,
+            clip_range=clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef,
+            old_values=batch["old_values"], clip_range_vf=cfg.clip_range_vf)
+        return loss, (non_trainable, metrics)
+
+    def _train_epochs(self, state, data, indices, learning_rate, clip_range):
+        """Every minibatch of every epoch, one Adam step each, in one compiled loop.
+
+        `data`: the rollout's flat (T * N, ...) arrays; `indices`: (M, batch_size) int32, the
+        minibatches of all epochs in order. With target_kl, the first minibatch whose approximate
+        KL exceeds 1.5 * target_kl (before its step, as SB3) stops all further steps. Returns
+        `(state, metric sums (len(METRICS),), steps taken)`.
+        """
+        target_kl = self.config.target_kl
+        grad_fn = backend.value_and_grad(self._loss)
+
+        def body(i, carry):
+            state, sums, steps = carry
+            batch = tree.map_structure(lambda x: ops.take(x, indices[i], axis=0), data)
+            (loss, (non_trainable, metrics)), grads = grad_fn(
+                state["params"], state["non_trainable"], batch, clip_range)
+            params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"],
+                                                   learning_rate)
+            new_state = {"params": params, "non_trainable": non_trainable, "opt": opt}
+            figures = ops.stack([loss] + [metrics[k] for k in METRICS[1:]])
+            if target_kl is None:
+                return new_state, sums + figures, steps + 1.0
+            go = ops.logical_and(steps >= ops.cast(i, "float32"),
+                                 metrics["approx_kl"] <= 1.5 * target_kl)
+            new_state = tree.map_structure(lambda new, old: ops.where(go, new, old),
+                                           new_state, state)
+            weight = ops.cast(go, "float32")
+            return new_state, sums + weight * figures, steps + weight
+
+        carry = (state, ops.zeros((len(METRICS),), "float32"), ops.zeros((), "float32"))
+        return ops.fori_loop(0, indices.shape[0], body, carry)
+
+    # -- acting --------------------------------------------------------------------------------
+    def _normalize(self, observations: np.ndarray, update: bool) -> np.ndarray:
+        if self.obs_rms is None:
+            return np.asarray(observations, dtype=np.float32)
+        if update:
+            self.obs_rms.update(observations)
+        return self.obs_rms.normalize(observations, self.config.clip_obs)
+
+    def _evaluate_networks(self, observations: np.ndarray):
+        """Policy outputs (B, n_outputs) and values (B,) as numpy, for normalized observations."""
+        with backend.inference():
+            policy, values = self._forward(self.state["params"], self.state["non_trainable"],
+                                           backend.feed(observations))
+        policy, values = backend.to_numpy((policy, values))
+        return np.asarray(policy), np.asarray(values)
+
+    def _sample(self, policy: np.ndarray, rng: np.random.Generator):
+        """(actions to store, actions for the env, log-probabilities), drawn numpy-side."""
+        if self.discrete:
+            actions, log_probs = sample_categorical(policy, rng)
+            return actions, actions, log_probs
+        actions, log_probs = sample_gaussian(policy, self._log_std, rng)
+        return actions, np.clip(actions, self.action_space.low, self.action_space.high), log_probs
+
+    def _act_greedy(self, observations):
+        policy, _ = self._evaluate_networks(self._normalize(observations, update=False))
+        self._eval_outputs = policy  # for _explore, which sees only these actions
+        if self.discrete:
+            return np.argmax(policy, axis=-1)
+        return np.clip(policy, self.action_space.low, self.action_space.high)
+
+    def _explore(self, greedy_actions, rng):
+        return self._sample(self._eval_outputs, rng)[1]
+
+    def _scale_rewards(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Rewards divided by the running std of the discounted return (SB3's VecNormalize)."""
+        if self.return_rms is None:
+            return rewards
+        self._discounted_returns = self._discounted_returns * self.config.gamma + rewards
+        self.return_rms.update(self._discounted_returns)
+        self._discounted_returns[done] = 0.0
+        scaled = rewards / np.sqrt(self.return_rms.var + 1e-8)
+        return np.clip(scaled, -10.0, 10.0).astype(np.float32)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def clip_range(self, total_steps: int) -> float:
+        """PPO's clip range now: constant, or linear to 0 over the run."""
+        clip = self.config.clip_range
+        if self.config.clip_range_schedule == "linear":
+            clip *= max(0.0, 1.0 - self.num_timesteps / total_steps)
+        return clip
+
+    def _learn(self, total_steps, stop_at, logger, callback):
+        obs = self._obs
+        while self.num_timesteps < stop_at:
+            obs_in = self._normalize(obs, update=True)
+            policy, values = self._evaluate_networks(obs_in)
+            stored, env_actions, log_probs = self._sample(policy, self.rng)
+            next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(env_actions,
+                                                                                     logger)
+            # A time-limit cut bootstraps from the value of the true final observation.
+            cut = truncated & ~terminated
+            truncation_values = None
+            if cut.any():
+                truncation_values = np.zeros(self.config.n_envs, dtype=np.float32)
+                _, truncation_values[cut] = self._evaluate_networks(
+                    self._normalize(final_obs[cut], update=False))
+            rewards = self._scale_rewards(rewards, terminated | truncated)
+            self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
+                            truncation_values)
+            obs = self._obs = next_obs
+            if self.buffer.full:
+                self._update(total_steps, logger)
+            if callback is not None and (terminated.any() or truncated.any()):
+                if callback(self, logger.history) is False:
+                    break
+
+    def _update(self, total_steps: int, logger) -> None:
+        """GAE over the finished rollout, then every epoch's minibatches in one compiled call."""
+        cfg = self.config
+        _, last_values = self._evaluate_networks(self._normalize(self._obs, update=False))
+        self.buffer.compute_advantages(last_values, cfg.gamma, cfg.gae_lambda)
+        indices = minibatch_indices(cfg.n_steps * cfg.n_envs, cfg.batch_size, cfg.n_epochs,
+                                    self.rng)
+        learning_rate = np.float32(self._learning_rate(total_steps))
+        clip_range = np.float32(self.clip_range(total_steps))
+        self.state, sums, steps = self._train(self.state, backend.feed(self.buffer.training_data()),
+                                              backend.feed(indices), learning_rate, clip_range)
+        sums, steps = backend.to_numpy((sums, steps))
+        steps = int(steps)
+        self.buffer.reset()
+        self.n_updates += steps
+        figures = dict(zip(METRICS, (np.asarray(sums) / max(steps, 1)).tolist()))
+        self._check_loss(figures["loss"], self.n_updates)
+        if not self.discrete:
+            self._log_std = np.array(backend.to_numpy(self.state["params"][-1]))
+            figures["std"] = float(np.exp(self._log_std).mean())
+        var = np.var(self.buffer.returns)
+        figures["explained_variance"] = (
+            float(1.0 - np.var(self.buffer.returns - self.buffer.values) / var) if var > 0 else 0.0)
+        logger.update(self.num_timesteps, **figures, learning_rate=float(learning_rate),
+                      clip_range=float(clip_range), gradient_steps=steps)
+
+    # -- training state -----------------------------------------------------------------------
+    def _extra_state(self):
+        arrays = flatten_arrays("learner", backend.to_numpy(self.state))
+        rollout = {name: getattr(self.buffer, name) for name in ROLLOUT_ARRAYS}
+        arrays.update({f"rollout/{k}": np.array(v) for k, v in rollout.items()})
+        arrays["reward_scaling/discounted_returns"] = self._discounted_returns.copy()
+        for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
+            if rms is not None:
+                arrays.update({f"{prefix}/{k}": v for k, v in rms.state_dict().items()})
+        meta = {"n_updates": self.n_updates, "rollout_position": self.buffer.position}
+        return arrays, meta
+
+    def _load_extra_state(self, arrays, meta):
+        state = unflatten_arrays("learner", arrays, backend.to_numpy(self.state))
+        self.state = to_tensors(state)
+        for name in ROLLOUT_ARRAYS:
+            getattr(self.buffer, name)[...] = arrays[f"rollout/{name}"]
+        self.buffer.position = int(meta["rollout_position"])
+        self._discounted_returns[...] = arrays["reward_scaling/discounted_returns"]
+        for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
+            if rms is not None:
+                rms.load_state_dict({k: arrays[f"{prefix}/{k}"] for k in ("mean", "var", "count")})
+        self.n_updates = int(meta["n_updates"])
+        if not self.discrete:
+            self._log_std = np.array(state["params"][-1])
+        self._sync_model()
+
+    # -- weights out --------------------------------------------------------------------------
+    def _sync_model(self) -> None:
+        params = backend.to_numpy(self.state["params"])
+        states = backend.to_numpy(self.state["non_trainable"])
+        models = [self.actor] + ([] if self.shared else [self.critic])
+        variables = [v for m in models for v in m.trainable_variables]
+        state_variables = [v for m in models for v in m.non_trainable_variables]
+        for variable, value in zip(variables, params):  # the log std (last) has no variable
+            variable.assign(np.array(value))
+        for variable, value in zip(state_variables, states):
+            variable.assign(np.array(value))
+
+    @property
+    def model(self) -> keras.Model:
+        """The Keras actor (or shared actor-critic) holding the current weights."""
+        self._sync_model()
+        return self.actor
+
+    @property
+    def value_model(self) -> keras.Model | None:
+        """The Keras critic holding the current weights (None with a shared model)."""
+        self._sync_model()
+        return self.critic
+
+    @property
+    def log_std(self) -> np.ndarray | None:
+        """The Gaussian's log standard deviations (action_dim,), or None for Discrete actions."""
+        return None if self.discrete else self._log_std.copy()
+
+    @property
+    def policy(self) -> ActorCriticPolicy:
+        """The current policy (inference only): models, log std, observation statistics."""
+        self._sync_model()
+        if self._policy is None:
+            self._policy = ActorCriticPolicy(
+                self.actor, self.observation_space, self.action_space, value_model=self.critic,
+                shared=self.shared, log_std=self.log_std, obs_rms=self.obs_rms,
+                clip_obs=self.config.clip_obs)
+        self._policy.log_std = self.log_std
+        self._policy.obs_rms = self.obs_rms
+        return self._policy
+
+
+ROLLOUT_ARRAYS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
+                  "episode_ends", "truncation_values")
