@@ -2,5 +2,6 @@
 
 from kerasrl.agents.base import Agent
 from kerasrl.agents.dqn import DQN
+from kerasrl.agents.ppo import PPO
 
-__all__ = ["DQN", "Agent"]
+__all__ = ["DQN", "PPO", "Agent"]

@@ -2,5 +2,6 @@
 
 from kerasrl.buffers.prioritized import PrioritizedReplayBuffer, SumTree
 from kerasrl.buffers.replay import ReplayBuffer
+from kerasrl.buffers.rollout import RolloutBuffer
 
-__all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "SumTree"]
+__all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "RolloutBuffer", "SumTree"]
