@@ -26,8 +26,13 @@ _LAZY = {
     "PPO": "kerasrl.agents.ppo",
     "PPOConfig": "kerasrl.config",
     "ActorCriticPolicy": "kerasrl.policies",
+    "SARSA": "kerasrl.agents.sarsa",
+    "ExpectedSARSA": "kerasrl.agents.sarsa",
+    "SARSAConfig": "kerasrl.config",
     "History": "kerasrl.logger",
     "QPolicy": "kerasrl.policies",
+    "Policy": "kerasrl.policies",
+    "load_policy": "kerasrl.checkpoint",
     "networks": "kerasrl.networks",
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -26,11 +27,20 @@ def variable_values(variables) -> list[np.ndarray]:
     return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
 
 
+AGENTS: dict[str, type] = {}
+"""Algorithm name (as saved in checkpoints) -> agent class; subclasses register themselves."""
+
+
 class Agent:
     """Base of every agent. See `kerasrl.DQN` for the public API."""
 
     config_class: type[CommonConfig] = CommonConfig
     algorithm: str = "agent"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "algorithm" in cls.__dict__:
+            AGENTS[cls.algorithm] = cls
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
         if config is None:
@@ -75,14 +85,31 @@ class Agent:
     # -- public API ---------------------------------------------------------------------------
     def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
             log_dir=None, log_interval: int | None = None,
-            callback: Callable[[Agent, History], bool | None] | None = None) -> History:
+            callback: Callable[[Agent, History], bool | None] | None = None,
+            checkpoint_every: int | None = None, keep_last: int | None = None,
+            checkpoint_dir=None) -> History:
         """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
 
         `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
         and a loaded agent continues up to it. `stop_at` pauses earlier (e.g. to save), with the
         schedules unchanged. `callback(agent, history)` runs after each step in which an episode
         ended; returning False stops training. Returns the History of all episodes and updates.
+
+        `checkpoint_every=N` saves a checkpoint `ckpt-<step>` each time the step count passes a
+        multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
+        keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
         """
+        if checkpoint_every is not None:
+            from kerasrl import checkpoint
+
+            if checkpoint_every < 1:
+                raise ValueError(f"checkpoint_every must be a positive number of env steps, "
+                                 f"got {checkpoint_every}.")
+            if checkpoint_dir is None:
+                if log_dir is None:
+                    raise ValueError("checkpoint_every needs checkpoint_dir= (or log_dir=, "
+                                     "whose checkpoints/ folder is used).")
+                checkpoint_dir = Path(log_dir) / "checkpoints"
         if total_steps < 1:
             raise ValueError(f"total_steps must be a positive number of env steps, got {total_steps}.")
         stop_at = total_steps if stop_at is None else min(stop_at, total_steps)
@@ -100,10 +127,47 @@ class Agent:
         if self._obs is None:
             self._obs, _ = self.env.reset(seed=self.config.seed)
         try:
-            self._learn(total_steps, stop_at, logger, callback)
+            if checkpoint_every is None:
+                self._learn(total_steps, stop_at, logger, callback)
+            else:
+                # Train in chunks that end on multiples of checkpoint_every: the loop keeps all
+                # its state on the agent, so chunks give the same run as one call.
+                stopped = []
+
+                def watch(agent, history):
+                    result = callback(agent, history) if callback is not None else None
+                    if result is False:
+                        stopped.append(True)
+                    return result
+
+                while self.num_timesteps < stop_at and not stopped:
+                    boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
+                    self._learn(total_steps, min(stop_at, boundary), logger, watch)
+                    checkpoint.save_checkpoint(
+                        self, checkpoint.checkpoint_path(checkpoint_dir, self.num_timesteps),
+                        total_steps=total_steps)
+                    checkpoint.prune_checkpoints(checkpoint_dir, keep_last)
         finally:
             logger.close(self.num_timesteps)
+        self._fit_total_steps = total_steps
         return self.history
+
+    def save(self, path) -> Path:
+        """Write the full training state to the folder `path` (atomically); see `load`."""
+        from kerasrl.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path, total_steps=getattr(self, "_fit_total_steps", None))
+
+    @classmethod
+    def load(cls, path, env=None) -> Agent:
+        """The agent saved in `path` (a checkpoint folder, or a run folder: its newest checkpoint).
+
+        `env` defaults to the saved env id; `fit(total_steps)` then continues where it stopped.
+        Nothing is unpickled: see docs/checkpoints.md.
+        """
+        from kerasrl.checkpoint import find_checkpoint, load_checkpoint
+
+        return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env)
 
     def predict(self, observations, deterministic: bool = True) -> np.ndarray:
         """Actions for a batch of observations (or one), as numpy."""
