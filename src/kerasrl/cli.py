@@ -24,13 +24,13 @@ from pathlib import Path
 from kerasrl import backend
 from kerasrl.presets import PRESETS, get_preset
 
-ALGORITHMS = ("dqn",)
+ALGORITHMS = ("dqn", "ppo")
 
 
 def _agent_class(algorithm: str):
     import kerasrl
 
-    classes = {"dqn": kerasrl.DQN}
+    classes = {"dqn": kerasrl.DQN, "ppo": kerasrl.PPO}
     return classes[algorithm]
 
 
@@ -47,9 +47,9 @@ def parse_assignment(text: str) -> tuple[str, object]:
 
 
 def _config_help(algorithm: str) -> str:
-    from kerasrl.config import DQNConfig
+    from kerasrl.config import DQNConfig, PPOConfig
 
-    config_class = {"dqn": DQNConfig}[algorithm]
+    config_class = {"dqn": DQNConfig, "ppo": PPOConfig}[algorithm]
     lines = [f"{algorithm} fields for --set:"]
     for f in dataclasses.fields(config_class):
         lines.append(f"  {f.name} (default {f.default!r}): {f.metadata.get('help', '')}")
@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="Presets: " + ", ".join(
                                 f"{name} ({preset.description})" for name, preset in PRESETS.items())
-                            + "\n\n" + _config_help("dqn"))
+                            + "\n\n" + _config_help("dqn") + "\n\n" + _config_help("ppo"))
     p.add_argument("algorithm", nargs="?", choices=ALGORITHMS, help="the algorithm")
     p.add_argument("--preset", help="a named hyperparameter set")
     p.add_argument("--env", help="Gymnasium id (default CartPole-v1)")

@@ -33,6 +33,21 @@ PRESETS: dict[str, Preset] = {
              exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(256, 256)),
         "DQN on CartPole-v1 with the RL Baselines3 Zoo hyperparameters.",
     ),
+    "cartpole-ppo": Preset(
+        "ppo", "CartPole-v1", 100_000,
+        dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+             ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+             clip_range_schedule="linear"),
+        "PPO on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (lin_1e-3, lin_0.2).",
+    ),
+    "pendulum-ppo": Preset(
+        "ppo", "Pendulum-v1", 300_000,
+        dict(n_envs=4, n_steps=1024, batch_size=64, gae_lambda=0.95, gamma=0.9, n_epochs=10,
+             ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, normalize_observations=True,
+             normalize_reward=True),
+        "PPO on Pendulum-v1: the RL Baselines3 Zoo settings (normalized observations and "
+        "rewards) without gSDE, so with a longer budget.",
+    ),
     "snake-dqn": Preset(
         "dqn", "kerasrl/Snake-v0", 1_000_000,
         dict(buffer_size=10_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
