@@ -143,14 +143,32 @@ class QPolicy(Policy):
 
     __call__ = predict
 
+    def raw_outputs(self, observations) -> np.ndarray:
+        """The Q-values (what include_values exports beside the actions)."""
+        return self.q_values(observations)
+
     def inference_model(self, include_values: bool = False) -> keras.Model:
         """Observations -> greedy actions (argmax of Q) [, Q-values], in inference mode."""
         inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
                              name="observation")
         q = self.model(inputs, training=False)
-        actions = keras.ops.argmax(q, axis=-1)
+        actions = exportable_argmax(q)
         return keras.Model(inputs, [actions, q] if include_values else actions,
                            name="q_policy")
+
+
+def exportable_argmax(x):
+    """The first index of the maximum over the last axis, as int32 (what np.argmax gives).
+
+    Written with max, equal and min because `keras.ops.argmax` uses bit casts that neither
+    tf2onnx nor jax2onnx can express in ONNX.
+    """
+    n = x.shape[-1]
+    is_max = keras.ops.equal(x, keras.ops.max(x, axis=-1, keepdims=True))
+    # The indices 0..n-1 made from x itself: a captured constant becomes an unfed input in tf2onnx.
+    positions = keras.ops.cumsum(keras.ops.ones_like(x, dtype="int32"), axis=-1) - 1
+    index = keras.ops.where(is_max, positions, n)
+    return keras.ops.min(index, axis=-1)
 
 
 def epsilon_greedy(greedy_actions: np.ndarray, n_actions: int, epsilon: float,
@@ -236,7 +254,7 @@ def sample_gaussian(mean: np.ndarray, log_std: np.ndarray, rng: np.random.Genera
     return actions, gaussian_log_prob_np(mean, log_std, actions)
 
 
-class ActorCriticPolicy:
+class ActorCriticPolicy(Policy):
     """Actions from an actor-critic network: categorical for Discrete, diagonal Gaussian for Box.
 
     Args:
@@ -253,6 +271,8 @@ class ActorCriticPolicy:
     Deterministic actions are the argmax (Discrete) or the mean (Box); Box actions are clipped to
     the space's bounds.
     """
+
+    policy_type = "actor_critic"
 
     def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
                  *, value_model: keras.Model | None = None, shared: bool = False,
@@ -328,3 +348,53 @@ class ActorCriticPolicy:
         return actions[0] if single else actions
 
     __call__ = predict
+
+    # -- saving and exporting -----------------------------------------------------------------
+    def models(self) -> dict[str, keras.Model]:
+        models = {"model": self.model}
+        if self.value_model is not None:
+            models["value_model"] = self.value_model
+        return models
+
+    def get_config(self) -> dict:
+        config = {"shared": self.shared, "clip_obs": float(self.clip_obs),
+                  "log_std": None if self.log_std is None else self.log_std.tolist()}
+        if self.obs_rms is not None:  # float64 values round-trip exactly through JSON
+            config["obs_rms"] = {"mean": self.obs_rms.mean.tolist(),
+                                 "var": self.obs_rms.var.tolist(), "count": self.obs_rms.count}
+        return config
+
+    @classmethod
+    def from_saved(cls, models, observation_space, action_space, config):
+        obs_rms = None
+        if config.get("obs_rms") is not None:
+            obs_rms = RunningMeanStd(observation_space.shape)
+            obs_rms.load_state_dict({k: np.asarray(v) for k, v in config["obs_rms"].items()})
+        log_std = config.get("log_std")
+        return cls(models["model"], observation_space, action_space,
+                   value_model=models.get("value_model"), shared=bool(config.get("shared")),
+                   log_std=None if log_std is None else np.asarray(log_std, np.float32),
+                   obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+
+    def raw_outputs(self, observations) -> np.ndarray:
+        """The logits or Gaussian means (what include_values exports beside the actions)."""
+        return self.distribution(observations)
+
+    def inference_model(self, include_values: bool = False) -> keras.Model:
+        """Observations -> normalization -> network -> mode of the distribution [, its outputs]."""
+        inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
+                             name="observation")
+        x = inputs
+        if self.obs_rms is not None:
+            mean = self.obs_rms.mean.astype(np.float32)
+            inv_std = (1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)
+            x = keras.ops.clip((x - mean) * inv_std, -self.clip_obs, self.clip_obs)
+        out = self.model(x, training=False)
+        out = out[0] if self.shared else out
+        if self.discrete:
+            actions = exportable_argmax(out)
+        else:
+            actions = keras.ops.clip(out, self.action_space.low.astype(np.float32),
+                                     self.action_space.high.astype(np.float32))
+        return keras.Model(inputs, [actions, out] if include_values else actions,
+                           name="actor_critic_policy")

@@ -1,0 +1,147 @@
+"""Exports of a policy for serving without kerasrl: ONNX (every backend) and TF SavedModel.
+
+What is exported is `policy.inference_model()`: one Keras model from raw observations (float32) to
+actions, with the policy's preprocessing (observation normalization, scaling inside the network)
+and the action choice (argmax, or the Gaussian mean clipped to the bounds) inside; with
+`include_values=True` the Q-values (or logits, or means) are a second output.
+
+Every export checks itself before returning: it runs the artifact (onnxruntime, or
+`tf.saved_model.load`) on a sample of observations and compares with the policy. Any action that
+differs, or a value off by more than `VALUE_TOLERANCE`, raises an ExportError with the figures.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+VALUE_TOLERANCE = 1e-5
+FORMATS = ("onnx", "saved_model")
+
+
+class ExportError(RuntimeError):
+    """An export could not be made, or does not reproduce the policy."""
+
+
+def sample_observations(space: gym.Space, n: int, seed: int = 0) -> np.ndarray:
+    """`n` float32 observations spread over the space (normal draws where it is unbounded)."""
+    rng = np.random.default_rng(seed)
+    shape = (n, *space.shape)
+    low = np.broadcast_to(np.asarray(space.low, np.float64), space.shape)
+    high = np.broadcast_to(np.asarray(space.high, np.float64), space.shape)
+    bounded = np.isfinite(low) & np.isfinite(high) & (high - low < 1e6)
+    uniform = rng.uniform(np.where(bounded, low, 0.0), np.where(bounded, high, 1.0), size=shape)
+    normal = rng.normal(size=shape)
+    if np.issubdtype(space.dtype, np.integer):
+        uniform = np.floor(uniform)
+    return np.where(bounded, uniform, normal).astype(np.float32)
+
+
+def export_policy(policy, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
+                  n_check: int = 256) -> Path:
+    """Export `policy` to `path` and check the artifact against it. Returns the path."""
+    from kerasrl import backend
+
+    if format not in FORMATS:
+        raise ExportError(f"Unknown export format {format!r}; kerasrl exports {' or '.join(FORMATS)}.")
+    if format == "saved_model" and backend.NAME == "torch":
+        raise ExportError(
+            "Keras cannot write a TF SavedModel from the PyTorch backend. Export from JAX or "
+            "TensorFlow instead (a saved policy loads on any backend): for example "
+            "`KERAS_BACKEND=jax kerasrl export RUN --format saved_model -o DIR`, or "
+            "kerasrl.load_policy(path).export(..., format='saved_model') under "
+            "KERAS_BACKEND=tensorflow. ONNX export works from PyTorch.")
+    path = Path(path)
+    model = policy.inference_model(include_values=include_values)
+    observations = sample_observations(policy.observation_space, n_check)
+    model(observations[:2])  # a model that has never been called cannot be exported
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if format == "onnx":
+            _require("onnx", "onnx")
+            model.export(str(path), format="onnx", verbose=False)
+        else:
+            if path.exists():
+                shutil.rmtree(path)
+            model.export(str(path), format="tf_saved_model", verbose=False)
+    except ExportError:
+        raise
+    except ImportError as error:
+        raise ExportError(f"{format} export from the {backend.NAME} backend needs a package that "
+                          f"is not installed ({error}). Install it with: pip install "
+                          f"'kerasrl[export]'") from error
+    outputs = run_export(path, format, observations)
+    check_outputs(policy, observations, outputs, include_values, f"{format} export {path}")
+    return path
+
+
+def _require(module: str, package: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ExportError(f"Export needs {package}: pip install 'kerasrl[export]'")
+
+
+def run_export(path: Path, format: str, observations: np.ndarray) -> list[np.ndarray]:  # noqa: A002
+    """The outputs of an exported artifact on `observations`, as numpy."""
+    if format == "onnx":
+        _require("onnxruntime", "onnxruntime")
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return [np.asarray(o) for o in session.run(None, {name: observations})]
+    # Reading a SavedModel back needs TensorFlow itself (Keras wrote it with TensorFlow too).
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(path))
+    out = loaded.serve(tf.constant(observations))
+    out = out if isinstance(out, (list, tuple)) else [out]
+    return [np.asarray(o) for o in out]
+
+
+def check_outputs(policy, observations, outputs, include_values: bool, what: str) -> dict:
+    """Compare an artifact's outputs with the policy's; raise ExportError on any difference."""
+    expected_actions = np.asarray(policy.predict(observations, deterministic=True))
+    actions = np.asarray(outputs[0]).reshape(expected_actions.shape)
+    figures = {}
+    if np.issubdtype(expected_actions.dtype, np.integer):
+        wrong = np.flatnonzero(actions.astype(np.int64) != expected_actions.astype(np.int64))
+        figures["actions_differing"] = int(len(wrong))
+        if len(wrong):
+            raise ExportError(
+                f"The {what} picks different actions from the policy on {len(wrong)} of "
+                f"{len(observations)} sample observations (first at index {wrong[0]}: "
+                f"{actions[wrong[0]]} instead of {expected_actions[wrong[0]]}). Not exported.")
+    else:
+        diff = float(np.max(np.abs(actions - expected_actions)))
+        figures["max_action_diff"] = diff
+        if diff > VALUE_TOLERANCE:
+            raise ExportError(f"The {what} gives actions up to {diff:.3g} away from the policy's "
+                              f"(tolerance {VALUE_TOLERANCE}). Not exported.")
+    if include_values:
+        expected = np.asarray(policy.raw_outputs(observations))
+        values = np.asarray(outputs[1]).reshape(expected.shape)
+        diff = float(np.max(np.abs(values - expected)))
+        figures["max_value_diff"] = diff
+        if not diff <= VALUE_TOLERANCE:
+            raise ExportError(f"The {what} gives values up to {diff:.3g} away from the policy's "
+                              f"(tolerance {VALUE_TOLERANCE}) over {len(observations)} sample "
+                              f"observations. Not exported.")
+    return figures
+
+
+def compare_export(policy, path, format: str = "onnx", n: int = 1000, seed: int = 1) -> dict:  # noqa: A002
+    """Figures (actions differing, max value difference) of an export against the policy."""
+    observations = sample_observations(policy.observation_space, n, seed=seed)
+    outputs = run_export(Path(path), format, observations)
+    return check_outputs(policy, observations, outputs, len(outputs) > 1, f"{format} export {path}")
+
+
+__all__ = ["ExportError", "FORMATS", "VALUE_TOLERANCE", "compare_export", "export_policy",
+           "sample_observations"]
+_ = tempfile  # (kept for callers that export to a temporary folder)
