@@ -51,12 +51,14 @@ def test_model_builder_names():
 @pytest.mark.backend
 def test_reference_network_modes_differ():
     """Dropout and batch norm make training mode random and batch-dependent, inference not."""
+    from keras.ops import convert_to_numpy
+
     model = snake_reference_network((9, 9, 2))
     obs = np.random.default_rng(0).random((8, 9, 9, 2)).astype(np.float32)
-    a = np.asarray(model(obs, training=False))
-    b = np.asarray(model(obs, training=False))
+    a = convert_to_numpy(model(obs, training=False))
+    b = convert_to_numpy(model(obs, training=False))
     np.testing.assert_array_equal(a, b)
-    c = np.asarray(model(obs, training=True))
+    c = convert_to_numpy(model(obs, training=True))
     assert not np.allclose(a, c)
 
 

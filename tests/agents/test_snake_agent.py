@@ -125,7 +125,7 @@ def test_callbacks_in_fit_save_a_loadable_model_and_stop(tmp_path):
     assert save.saves == 1 and (tmp_path / "best.keras").is_file()
     loaded = keras.saving.load_model(tmp_path / "best.keras", safe_mode=True)
     obs = np.zeros((1, 5, 5, 2), np.float32)
-    np.testing.assert_allclose(np.asarray(loaded(obs)), agent.policy.q_values(obs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(obs)), agent.policy.q_values(obs), rtol=1e-5, atol=1e-5)
     agent.close()
 
 
