@@ -65,7 +65,7 @@ PRESETS: dict[str, Preset] = {
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),
     "snake-dqn-fast": Preset(
-        "dqn", "kerasrl/Snake-v0", 3_000_000,
+        "dqn", "kerasrl/Snake-v0", 2_000_000,
         dict(buffer_size=100_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
              gamma=0.99, loss="huber", max_grad_norm=10.0, double_q=True,
              target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=1,
@@ -73,8 +73,9 @@ PRESETS: dict[str, Preset] = {
              exploration_fraction=0.05, n_envs=16),
         "Snake on 16 native vector games with a small CNN (snake_small: ~18x fewer multiply-adds "
         "per frame than the reference network, no batch norm or dropout), Double DQN, Huber loss, "
-        "one Adam step per 16 frames, a 100k buffer, epsilon 1.0 -> 0.01 over 150k frames; same "
-        "game and rewards as snake-dqn (about 4,000 frames/s on 2 CPU cores against 9)",
+        "one Adam step per 16 frames, a 100k buffer, epsilon 1.0 -> 0.01 over 100k frames; same "
+        "game and rewards as snake-dqn. About 2,000 to 4,000 frames/s on 2 CPU cores (snake-dqn: "
+        "about 9); seed 0 reached a 100-episode mean return of 100 at 736k frames (7.5 min)",
         model="snake_small",
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),
