@@ -66,13 +66,10 @@ class CommonConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DQNConfig(CommonConfig):
-    """Deep Q-learning (Mnih et al., 2015) and its variants."""
+class QConfig(CommonConfig):
+    """What the value-based agents share: the TD loss, the target network, epsilon-greedy."""
 
-    buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
     learning_starts: int = hp(100, "Env steps (over all envs) collected before the first update.")
-    batch_size: int = hp(32, "Transitions per gradient step.")
-    train_freq: int = hp(4, "Env steps (per env) between training rounds.")
     gradient_steps: int = hp(1, "Gradient steps per training round (fused into one compiled call).")
     target_update_interval: int = hp(10_000, "Env steps between target syncs (counted over all envs).")
     tau: float = hp(1.0, "Target sync: 1.0 copies the online weights (hard); below 1, Polyak averaging.")
@@ -80,6 +77,26 @@ class DQNConfig(CommonConfig):
     exploration_final_eps: float = hp(0.05, "Epsilon after exploration_fraction of the steps.")
     exploration_fraction: float = hp(0.1, "Fraction of total steps over which epsilon falls linearly.")
     loss: str = hp("huber", "'huber' (smooth L1) or 'mse' on the TD error.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "non-negative")
+        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, "at least 1")
+        check(self.target_update_interval >= 1, "target_update_interval",
+              self.target_update_interval, "at least 1")
+        check(0.0 < self.tau <= 1.0, "tau", self.tau, "in (0, 1] (1.0 is a hard copy)")
+        for name in ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction"):
+            check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
+        check(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DQNConfig(QConfig):
+    """Deep Q-learning (Mnih et al., 2015) and its variants."""
+
+    buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
+    batch_size: int = hp(32, "Transitions per gradient step.")
+    train_freq: int = hp(4, "Env steps (per env) between training rounds.")
     double_q: bool = hp(False, "Double DQN: the online net picks the next action, the target values it.")
     dueling: bool = hp(False, "Dueling head (value + advantage streams) on the model, or the default MLP torso.")
     n_step: int = hp(1, "Sum rewards over n steps before bootstrapping (stops at episode ends).")
@@ -93,16 +110,8 @@ class DQNConfig(CommonConfig):
     def __post_init__(self):
         super().__post_init__()
         check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
-        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "non-negative")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(self.train_freq >= 1, "train_freq", self.train_freq, "at least 1")
-        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, "at least 1")
-        check(self.target_update_interval >= 1, "target_update_interval",
-              self.target_update_interval, "at least 1")
-        check(0.0 < self.tau <= 1.0, "tau", self.tau, "in (0, 1] (1.0 is a hard copy)")
-        for name in ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction"):
-            check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
-        check(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
         check(int(self.n_step) == self.n_step and self.n_step >= 1, "n_step", self.n_step,
               "an integer of at least 1 (1 is plain one-step TD)")
         check(0.0 <= self.prioritized_replay_alpha <= 1.0, "prioritized_replay_alpha",
@@ -111,6 +120,22 @@ class DQNConfig(CommonConfig):
               self.prioritized_replay_beta0, "in [0, 1]")
         check(self.prioritized_replay_eps > 0, "prioritized_replay_eps",
               self.prioritized_replay_eps, "positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SARSAConfig(QConfig):
+    """Deep SARSA and Expected SARSA: on-policy, learning from the transitions just collected."""
+
+    expected: bool = hp(False, "Expected SARSA: bootstrap from the expectation of Q under the "
+                               "epsilon-greedy policy instead of the next action taken.")
+    n_steps: int = hp(4, "Vector steps collected per training round; the round learns from "
+                         "these n_steps * n_envs transitions, then drops them.")
+    learning_starts: int = hp(0, "Env steps (over all envs) collected before the first update.")
+    target_update_interval: int = hp(1_000, "Env steps between target syncs (counted over all envs).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n_steps >= 1, "n_steps", self.n_steps, "at least 1")
 
 
 def check(ok: bool, name: str, value, expected: str) -> None:

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QLearner
+from kerasrl.agents.q_learner import QLearner, exploration_rate
 from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
@@ -72,7 +72,6 @@ class DQN(Agent):
         self.n_updates = 0
         self._vector_steps = 0
         self._pending_syncs = 0  # target syncs due since the last training round
-        self._policy = None
 
     def _dueling_model(self, torso):
         """The dueling Q-network on the user's torso, or on the default MLP torso."""
@@ -96,15 +95,6 @@ class DQN(Agent):
         return ReplayBuffer(*args)
 
     # -- the loop -----------------------------------------------------------------------------
-    def exploration_rate(self, total_steps: int) -> float:
-        """Epsilon now: linear from initial to final over `exploration_fraction` of the run."""
-        cfg = self.config
-        progress = self.num_timesteps / max(1.0, cfg.exploration_fraction * total_steps)
-        if progress >= 1.0:
-            return cfg.exploration_final_eps
-        return cfg.exploration_initial_eps + progress * (
-            cfg.exploration_final_eps - cfg.exploration_initial_eps)
-
     def _act_greedy(self, observations):
         return np.argmax(self.learner.q_values(observations), axis=-1)
 
@@ -116,7 +106,7 @@ class DQN(Agent):
         sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as SB3
         obs = self._obs
         while self.num_timesteps < stop_at:
-            epsilon = self.exploration_rate(total_steps)
+            epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
             if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
                 actions = self.rng.integers(0, self.n_actions, size=cfg.n_envs)
             else:
@@ -189,7 +179,4 @@ class DQN(Agent):
     @property
     def policy(self) -> QPolicy:
         """The greedy policy of the current online weights (inference only)."""
-        self._sync_model()
-        if self._policy is None:
-            self._policy = QPolicy(self.q_network, self.observation_space, self.action_space)
-        return self._policy
+        return self.learner.policy(self.observation_space, self.action_space)

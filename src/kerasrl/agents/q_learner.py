@@ -23,10 +23,19 @@ from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_value
 from kerasrl.backend import to_tensors
 from kerasrl.losses import select, td_loss
 from kerasrl.optim import Adam, copy_state, polyak
-from kerasrl.policies import forward_fn
+from kerasrl.policies import QPolicy, forward_fn
 
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
 TargetFn = Callable[..., object]
+
+
+def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
+    """Epsilon now: linear from initial to final over `exploration_fraction` of the run."""
+    progress = num_timesteps / max(1.0, config.exploration_fraction * total_steps)
+    if progress >= 1.0:
+        return config.exploration_final_eps
+    return config.exploration_initial_eps + progress * (
+        config.exploration_final_eps - config.exploration_initial_eps)
 
 
 class QLearner:
@@ -139,6 +148,13 @@ class QLearner:
             q = self._forward(self.state["params"], self.state["non_trainable"],
                               backend.feed(observations))
         return np.asarray(backend.to_numpy(q))
+
+    def policy(self, observation_space, action_space):
+        """The greedy policy of the current online weights, on the model itself."""
+        self.sync_model()
+        if getattr(self, "_policy", None) is None:
+            self._policy = QPolicy(self.model, observation_space, action_space)
+        return self._policy
 
     def sync_model(self) -> None:
         """Write the online weights into the Keras model (copies: donation never reaches it)."""

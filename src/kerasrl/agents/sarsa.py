@@ -1,0 +1,205 @@
+"""Deep SARSA and Expected SARSA (Rummery & Niranjan, 1994; van Seijen et al., 2009) with a
+Q-network: on-policy TD control.
+
+The loop, per training round:
+    for n_steps vector steps: act epsilon-greedily, step the n_envs envs, and pick the next
+        action a' at each resulting state from the same policy (it is the action taken next)
+    learn from these n_steps * n_envs transitions, with any due target sync first:
+        SARSA          target r + gamma * Q_target(s', a')
+        Expected SARSA target r + gamma * sum_a pi(a|s') Q_target(s', a), pi epsilon-greedy
+    then drop them: the next round learns only from what the next policy does.
+
+A terminated transition does not bootstrap; a truncated one does, from its true final observation
+(for SARSA with an a' drawn there from the policy: the action it would have taken).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import keras
+import numpy as np
+
+from kerasrl.agents.base import Agent
+from kerasrl.agents.q_learner import QLearner, exploration_rate
+from kerasrl.config import SARSAConfig
+from kerasrl.losses import expected_sarsa_target, sarsa_target
+from kerasrl.networks import build_model, default_network
+from kerasrl.optim import Adam
+from kerasrl.policies import QPolicy, epsilon_greedy
+
+# Options that only make sense with a replay buffer, and why SARSA refuses them.
+_REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step", "double_q", "train_freq",
+                "batch_size")
+
+
+def next_action_target(next_q_target, next_q_online, batch):
+    """SARSA: bootstrap from the action the behaviour policy takes next."""
+    return sarsa_target(next_q_target, batch["next_actions"], batch["rewards"], batch["discounts"])
+
+
+def expected_target(next_q_target, next_q_online, batch):
+    """Expected SARSA: bootstrap from the epsilon-greedy expectation (greedy w.r.t. the online net,
+    the behaviour policy's own)."""
+    return expected_sarsa_target(next_q_target, batch["rewards"], batch["discounts"],
+                                 batch["epsilon"][:, None], next_q_online)
+
+
+class SARSA(Agent):
+    """On-policy Deep SARSA for discrete actions; `expected=True` for Expected SARSA.
+
+    Args:
+        env: a Gymnasium id, a `gymnasium.Env`, or a callable returning one.
+        model: a Keras model mapping observations to (batch, n_actions), a builder, or None.
+        config: a `SARSAConfig`; or give its fields as keyword arguments.
+    """
+
+    config_class = SARSAConfig
+    algorithm = "sarsa"
+
+    def __init__(self, env, *, model=None, config=None, **hyperparameters):
+        refused = sorted(set(hyperparameters) & set(_REPLAY_ONLY))
+        if refused:
+            raise ValueError(
+                f"{type(self).__name__} is on-policy: it learns from the transitions it has just "
+                f"collected and keeps no replay buffer, so {', '.join(refused)} has no meaning "
+                f"here. Use kerasrl.DQN for replay (prioritized, n-step, double Q), or set "
+                f"n_steps (vector steps per round) and n_envs to size SARSA's batches."
+            )
+        super().__init__(env, model=model, config=config, **hyperparameters)
+
+    def _build(self, model) -> None:
+        cfg = self.config
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
+                f"{self.action_space}. For continuous actions use kerasrl.PPO."
+            )
+        self.n_actions = int(self.action_space.n)
+        self.q_network = build_model(
+            model, self.observation_space, self.n_actions, action_space=self.action_space,
+            default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
+            role="Q-network",
+        )
+        self.learner = QLearner(
+            self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),
+            target_fn=expected_target if cfg.expected else next_action_target, loss=cfg.loss,
+            needs_online_next=cfg.expected)
+        self.n_updates = 0
+        self._vector_steps = 0
+        self._pending_syncs = 0
+        self._actions = None  # the actions the envs take at the next step, (n_envs,)
+
+    def _act_greedy(self, observations):
+        return np.argmax(self.learner.q_values(observations), axis=-1)
+
+    def _explore(self, greedy_actions, rng):
+        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)
+
+    def _behaviour(self, observations, epsilon):
+        """Epsilon-greedy actions of the current online network."""
+        if len(observations) == 0:
+            return np.zeros(0, dtype=np.int64)
+        greedy = self._act_greedy(np.asarray(observations, dtype=np.float32))
+        return epsilon_greedy(greedy, self.n_actions, epsilon, self.rng)
+
+    def _learn(self, total_steps, stop_at, logger, callback):
+        cfg = self.config
+        sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)
+        obs = self._obs
+        rollout = []
+        while self.num_timesteps < stop_at:
+            epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
+            if self._actions is None:
+                self._actions = self._behaviour(obs, epsilon)
+            actions = self._actions
+            next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
+            epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
+            # a' at each transition's final state: the next action taken where the episode goes
+            # on; drawn from the same policy where it was truncated (it bootstraps from there).
+            next_actions = self._behaviour(final_obs, epsilon)
+            done = terminated | truncated
+            self._actions = next_actions.copy()
+            if done.any():  # the envs that reset act from their first observation instead
+                self._actions[done] = self._behaviour(next_obs[done], epsilon)
+            rollout.append((obs, actions, rewards, final_obs, next_actions, terminated, epsilon))
+            obs = self._obs = next_obs
+            self._vector_steps += 1
+            if self._vector_steps % sync_every == 0:
+                self._pending_syncs += 1
+            if len(rollout) == cfg.n_steps:
+                if self.num_timesteps > cfg.learning_starts:
+                    logger.update(self.num_timesteps, loss=self._train_round(rollout, total_steps))
+                rollout = []
+            logger.set(epsilon=epsilon)
+            if callback is not None and done.any():
+                if callback(self, logger.history) is False:
+                    break
+
+    def _train_round(self, rollout, total_steps: int) -> float:
+        """`gradient_steps` updates on the transitions just collected, with any due target sync."""
+        cfg = self.config
+        obs, actions, rewards, final_obs, next_actions, terminated, epsilon = zip(*rollout)
+        n = len(rollout) * cfg.n_envs
+        batch = {
+            "observations": np.concatenate(obs).astype(np.float32, copy=False),
+            "actions": np.concatenate(actions).astype(np.int32),
+            "rewards": np.concatenate(rewards).astype(np.float32),
+            "next_observations": np.concatenate(final_obs).astype(np.float32, copy=False),
+            "next_actions": np.concatenate(next_actions).astype(np.int32),
+            "discounts": np.where(np.concatenate(terminated), 0.0, cfg.gamma).astype(np.float32),
+            "weights": np.ones(n, dtype=np.float32),
+            "epsilon": np.repeat(np.asarray(epsilon, dtype=np.float32), cfg.n_envs),
+        }
+        batches = {k: np.broadcast_to(v, (cfg.gradient_steps, *v.shape)) for k, v in batch.items()}
+        target_tau = 1.0 - (1.0 - cfg.tau) ** self._pending_syncs if self._pending_syncs else 0.0
+        self._pending_syncs = 0
+        loss, _ = self.learner.train(batches, self._learning_rate(total_steps), target_tau)
+        self.n_updates += cfg.gradient_steps
+        self._check_loss(loss, self.n_updates)
+        return loss
+
+    # -- training state -----------------------------------------------------------------------
+    def _extra_state(self):
+        arrays = self.learner.arrays()
+        if self._actions is not None:
+            arrays["loop/next_actions"] = np.asarray(self._actions)
+        meta = {"n_updates": self.n_updates, "vector_steps": self._vector_steps,
+                "pending_syncs": self._pending_syncs}
+        return arrays, meta
+
+    def _load_extra_state(self, arrays, meta):
+        self.learner.load_arrays(arrays)
+        self._actions = np.array(arrays["loop/next_actions"]) if "loop/next_actions" in arrays else None
+        self.n_updates = int(meta["n_updates"])
+        self._vector_steps = int(meta["vector_steps"])
+        self._pending_syncs = int(meta["pending_syncs"])
+
+    # -- weights out --------------------------------------------------------------------------
+    def _sync_model(self) -> None:
+        self.learner.sync_model()
+
+    @property
+    def model(self) -> keras.Model:
+        """The Keras Q-network holding the current online weights."""
+        self._sync_model()
+        return self.q_network
+
+    @property
+    def target_weights(self) -> list[np.ndarray]:
+        """The target network's weights (trainable, then non-trainable), as numpy."""
+        return self.learner.target_weights
+
+    @property
+    def policy(self) -> QPolicy:
+        """The greedy policy of the current online weights (inference only)."""
+        return self.learner.policy(self.observation_space, self.action_space)
+
+
+class ExpectedSARSA(SARSA):
+    """Expected SARSA: `SARSA(expected=True)`, under its own name."""
+
+    algorithm = "expected_sarsa"
+
+    def __init__(self, env, *, model=None, config=None, **hyperparameters):
+        hyperparameters.setdefault("expected", True)
+        super().__init__(env, model=model, config=config, **hyperparameters)
