@@ -645,12 +645,14 @@ def checkpoint_path(directory, step: int) -> Path:
 def prune_checkpoints(directory, keep_last: int | None) -> None:
     """Keep the newest `keep_last` checkpoints; remove leftovers of interrupted writes."""
     directory = Path(directory)
-    for child in directory.glob(f".{CHECKPOINT_PREFIX}*.tmp-*"):
-        shutil.rmtree(child, ignore_errors=True)
-    if keep_last is None or keep_last < 1:
-        return
-    for _, old in list_checkpoints(directory)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    if keep_last is not None and keep_last >= 1:
+        for _, old in list_checkpoints(directory)[:-keep_last]:
+            # Hidden first (one rename), then deleted: a crash mid-delete leaves no folder that
+            # looks like a checkpoint but lacks files.
+            os.replace(old, directory / f".{old.name}.del-{os.getpid()}")
+    for child in directory.glob(f".{CHECKPOINT_PREFIX}*"):
+        if ".tmp-" in child.name or ".del-" in child.name:
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def find_checkpoint(path) -> Path:

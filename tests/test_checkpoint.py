@@ -1,0 +1,286 @@
+"""Checkpoints: exact resume in a fresh process, crash safety under SIGKILL, and refusal of
+damaged or unsafe files (none of which may run code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.checkpoint import (CheckpointError, list_checkpoints, read_manifest, verify_files,
+                                write_manifest)
+
+WORKER = Path(__file__).with_name("checkpoint_worker.py")
+BACKENDS = ("jax", "tensorflow", "torch")
+
+
+def run_worker(mode: str, backend: str, path: Path, timeout=600) -> None:
+    env = {**os.environ, "KERAS_BACKEND": backend}
+    proc = subprocess.run([sys.executable, str(WORKER), mode, str(path)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{backend} {mode} failed:\n{proc.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="session")
+def worker_runs(tmp_path_factory):
+    """Every backend's first halves and saved policies, then (each in a fresh process) the loads,
+    second halves and cross-backend policy loads. Shared with tests/test_policy_io.py."""
+    out = tmp_path_factory.mktemp("checkpoint_runs")
+    for backend in BACKENDS:
+        run_worker("first", backend, out)
+    for backend in BACKENDS:
+        run_worker("second", backend, out)
+    return out
+
+
+@pytest.mark.parametrize("case", ["cartpole", "snake"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_in_a_fresh_process_is_exact(worker_runs, case, backend):
+    """2N steps in one go == N steps, save, load in another process, N more steps.
+
+    Measured: bit for bit on every backend for the CartPole MLP, and on JAX and PyTorch for the
+    Snake conv net; TensorFlow's oneDNN convolutions differ by up to 5e-8 after the resume.
+    """
+    whole = np.load(worker_runs / f"whole-{case}-{backend}.npz")
+    resumed = np.load(worker_runs / f"resumed-{case}-{backend}.npz")
+    assert sorted(whole.files) == sorted(resumed.files)
+    assert any(k.startswith("learner/params") for k in whole.files)
+    exact = not (backend == "tensorflow" and case == "snake")
+    for key in whole.files:
+        # (a 0-d counter comes back 1-d from PyTorch's to_tensors: compare values)
+        a, b = whole[key].reshape(-1), resumed[key].reshape(-1)
+        if exact or a.dtype.kind != "f":
+            assert np.array_equal(a, b), (key, np.max(np.abs(a.astype(float) - b.astype(float))))
+        else:
+            assert np.max(np.abs(a - b)) <= 1e-6, key
+
+
+ROUNDS = 5
+
+
+def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(tmp_path):
+    """Kill a training run with frequent checkpoints at random moments; every restart resumes
+    from the newest complete checkpoint, and every checkpoint left on disk verifies."""
+    rng = np.random.default_rng(0)
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    kills, resumed_steps, last = 0, [], 0
+    for round_ in range(ROUNDS):
+        proc = subprocess.Popen([sys.executable, str(WORKER), "crash", str(tmp_path)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        # Wait until it trains (past start-up), then kill it at a random moment.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("step"):
+                break
+        assert proc.poll() is None, f"worker ended early:\n{proc.stderr.read()[-3000:]}"
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        resumed = [int(x.split()[1]) for x in lines if x.startswith("resumed")]
+        if round_ > 0:
+            assert resumed, f"round {round_} did not resume: {lines[:3]}"
+            assert resumed[0] >= last
+            resumed_steps.append(resumed[0])
+        found = list_checkpoints(tmp_path / "checkpoints")
+        assert found, "no checkpoint written"
+        for _, path in found:
+            verify_files(path, read_manifest(path), read_manifest(path)["files"])
+        last = found[-1][0]
+    assert kills == ROUNDS and len(resumed_steps) == ROUNDS - 1
+    agent = kerasrl.DQN.load(tmp_path)
+    assert agent.num_timesteps == last
+
+
+# -- refusing damaged and unsafe files ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    agent = kerasrl.DQN("CartPole-v1", seed=0, learning_starts=20, buffer_size=200, batch_size=8)
+    agent.fit(total_steps=60, progress=False)
+    path = tmp_path_factory.mktemp("saved") / "ckpt"
+    agent.save(path)
+    return path
+
+
+@pytest.fixture
+def ckpt(saved, tmp_path):
+    path = tmp_path / "ckpt"
+    shutil.copytree(saved, path)
+    return path
+
+
+def resign(path: Path) -> None:
+    """Rewrite the manifest's checksums, as an attacker who edits files would."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    header = {k: v for k, v in manifest.items() if k not in ("files", "format_version",
+                                                              "kerasrl_version")}
+    (path / "manifest.json").unlink()
+    write_manifest(path, header)
+
+
+def test_round_trip_continues_training(ckpt):
+    agent = kerasrl.DQN.load(ckpt)
+    assert agent.num_timesteps == 60
+    agent.fit(total_steps=80, progress=False)
+    assert agent.num_timesteps == 80
+
+
+def test_checksum_mismatch_is_refused(ckpt):
+    state = ckpt / "state.json"
+    text = state.read_text()
+    state.write_text(text.replace('"num_timesteps": 60', '"num_timesteps": 61'))
+    with pytest.raises(CheckpointError, match="state.json does not match its sha256"):
+        kerasrl.DQN.load(ckpt)
+
+
+def test_truncated_file_is_refused(ckpt):
+    npz = ckpt / "training_state.npz"
+    npz.write_bytes(npz.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="training_state.npz has 1000 bytes.*truncated"):
+        kerasrl.DQN.load(ckpt)
+
+
+def test_missing_file_is_named(ckpt):
+    (ckpt / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        kerasrl.DQN.load(ckpt)
+
+
+def test_newer_format_version_is_named(ckpt):
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    manifest["format_version"] = 99
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="format version 99.*reads versions up to 1"):
+        kerasrl.DQN.load(ckpt)
+    with pytest.raises(CheckpointError, match="format version 99"):
+        kerasrl.load_policy(ckpt)
+
+
+def test_npz_with_python_objects_is_refused(ckpt, tmp_path):
+    marker = tmp_path / "ran"
+    arrays = dict(np.load(ckpt / "training_state.npz"))
+    arrays["loop/episode_returns"] = np.array([Evil(marker)], dtype=object)
+    np.savez(ckpt / "training_state.npz", **arrays)  # pickles the object array
+    resign(ckpt)
+    with pytest.raises(CheckpointError, match="holds Python objects.*never unpickles"):
+        kerasrl.DQN.load(ckpt)
+    assert not marker.exists()
+
+
+class Evil:
+    """Pickled, it would create a file when loaded."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def _edit_keras_config(path: Path, edit) -> None:
+    model = path / "model.keras"
+    with zipfile.ZipFile(model) as z:
+        files = {name: z.read(name) for name in z.namelist()}
+    config = json.loads(files["config.json"])
+    edit(config)
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(model, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    resign(path)
+
+
+def test_keras_config_naming_an_unknown_class_is_refused(ckpt):
+    def edit(config):
+        layer = config["config"]["layers"][-1]
+        layer["class_name"], layer["module"], layer["registered_name"] = "Backdoor", "evil", "evil>Backdoor"
+
+    _edit_keras_config(ckpt, edit)
+    with pytest.raises(CheckpointError, match="Keras refused to load .*model.keras"):
+        kerasrl.DQN.load(ckpt)
+    with pytest.raises(CheckpointError, match="Keras refused"):
+        kerasrl.load_policy(ckpt)
+
+
+def test_unknown_algorithm_and_policy_type_are_refused(ckpt):
+    config = json.loads((ckpt / "config.json").read_text())
+    config["algorithm"] = "os.system"
+    (ckpt / "config.json").write_text(json.dumps(config))
+    policy = json.loads((ckpt / "policy.json").read_text())
+    policy["type"] = "builtins.eval"
+    (ckpt / "policy.json").write_text(json.dumps(policy))
+    resign(ckpt)
+    with pytest.raises(CheckpointError, match="algorithm 'os.system'"):
+        kerasrl.Agent.load(ckpt)
+    with pytest.raises(CheckpointError, match="policy type 'builtins.eval'"):
+        kerasrl.load_policy(ckpt)
+
+
+def test_lambda_layer_is_refused_at_save_and_at_load(ckpt, tmp_path):
+    import keras
+
+    marker = tmp_path / "lambda_ran"
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Lambda(lambda x: x * 0.0 + float(marker.touch() is None))(
+        keras.layers.Dense(2)(inputs))
+    model = keras.Model(inputs, outputs)
+    marker.unlink()
+    policy = kerasrl.QPolicy(model, *_cartpole_spaces())
+    with pytest.raises(CheckpointError, match="Lambda layer"):
+        policy.save(tmp_path / "policy")
+    model.save(ckpt / "model.keras")  # Keras itself writes it; a hostile file would be like this
+    resign(ckpt)
+    with pytest.raises(CheckpointError, match="Lambda"):
+        kerasrl.load_policy(ckpt)
+    assert not marker.exists()
+
+
+def _cartpole_spaces():
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    return env.observation_space, env.action_space
+
+
+def test_interrupted_write_keeps_the_previous_checkpoint(saved, tmp_path, monkeypatch):
+    from kerasrl import checkpoint
+
+    agent = kerasrl.DQN.load(saved)
+    target = tmp_path / "ckpt"
+    agent.save(target)
+    before = read_manifest(target)
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "write_manifest", fail)
+    with pytest.raises(OSError, match="disk full"):
+        agent.save(target)
+    assert read_manifest(target) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary folder left
+
+
+def test_fit_writes_and_prunes_checkpoints(tmp_path):
+    agent = kerasrl.DQN("CartPole-v1", seed=0, learning_starts=20, buffer_size=200, batch_size=8)
+    agent.fit(total_steps=100, progress=False, checkpoint_every=30, keep_last=2,
+              checkpoint_dir=tmp_path)
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [90, 100]
+    resumed = kerasrl.DQN.load(tmp_path)
+    assert resumed.num_timesteps == 100
+    state = json.loads((tmp_path / "ckpt-000000100" / "state.json").read_text())
+    assert state["total_steps"] == 100 and state["env_not_captured"] is None
