@@ -117,10 +117,60 @@ def make_vec_env(env: EnvSpec, n_envs: int, *, vectorization: str = "sync",
     factory = factory if factory is not None else env_factory(env)
     thunks = [factory for _ in range(n_envs)]
     if vectorization == "subprocess":
-        return gym.vector.AsyncVectorEnv(
-            thunks, context="spawn", autoreset_mode=AutoresetMode.SAME_STEP, shared_memory=True
+        return SubprocessVectorEnv(
+            thunks, name=describe(env), context="spawn", autoreset_mode=AutoresetMode.SAME_STEP,
+            shared_memory=True,
         )
     return gym.vector.SyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+class EnvWorkerError(RuntimeError):
+    """An environment running in a subprocess worker raised, or its worker process died."""
+
+
+class SubprocessVectorEnv(gym.vector.AsyncVectorEnv):
+    """Gymnasium's AsyncVectorEnv with failures that say what failed, and no stuck workers.
+
+    Gymnasium re-raises a worker's exception without naming the env, and a worker that died
+    surfaces as a bare EOFError (then again from `close`). Here either becomes one
+    `EnvWorkerError` naming the env, the call, the exception or the dead worker's exit code; the
+    other workers are terminated at once, so nothing is left running.
+    """
+
+    def __init__(self, env_fns, *, name: str, **kwargs):
+        self.env_name = name
+        super().__init__(env_fns, **kwargs)
+
+    def reset(self, **kwargs):
+        try:
+            return super().reset(**kwargs)
+        except Exception as error:
+            self._fail("reset", error)
+
+    def step(self, actions):
+        try:
+            return super().step(actions)
+        except Exception as error:
+            self._fail("step", error)
+
+    def _fail(self, call: str, error: Exception):
+        dead = [f"worker {i} (pid {p.pid}) exited with code {p.exitcode}"
+                for i, p in enumerate(self.processes) if not p.is_alive()]
+        if isinstance(error, (EOFError, BrokenPipeError, ConnectionError)):
+            cause = "; ".join(dead) or f"a worker stopped answering ({type(error).__name__})"
+        else:
+            cause = f"{type(error).__name__}: {error}"
+        self._state = type(self._state).DEFAULT
+        try:
+            self.close_extras(terminate=True)
+        except Exception:  # noqa: BLE001  (best effort: the error below is the one to report)
+            pass
+        self.closed = True
+        raise EnvWorkerError(
+            f"Environment {self.env_name} failed in a subprocess worker during {call}(): "
+            f"{cause}. The other workers were stopped. Run with vectorization='sync' to debug it "
+            f"in this process."
+        ) from error
 
 
 def final_observations(next_obs: np.ndarray, done: np.ndarray, info: dict) -> np.ndarray:
