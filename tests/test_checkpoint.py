@@ -235,10 +235,14 @@ def test_lambda_layer_is_refused_at_save_and_at_load(ckpt, tmp_path):
     import keras
 
     marker = tmp_path / "lambda_ran"
+    os.environ["KERASRL_TEST_MARKER"] = str(marker)
     inputs = keras.Input((4,))
-    outputs = keras.layers.Lambda(lambda x: x * 0.0 + float(marker.touch() is None))(
+    outputs = keras.layers.Lambda(  # touches the marker file whenever it is run
+        lambda x: x + 0.0 * float(__import__("pathlib").Path(
+            __import__("os").environ["KERASRL_TEST_MARKER"]).touch() is None))(
         keras.layers.Dense(2)(inputs))
     model = keras.Model(inputs, outputs)
+    assert marker.exists()
     marker.unlink()
     policy = kerasrl.QPolicy(model, *_cartpole_spaces())
     with pytest.raises(CheckpointError, match="Lambda layer"):
