@@ -49,15 +49,21 @@ def np_log_softmax(logits):
     return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
+def tensors(*arrays):
+    """Numpy inputs as backend tensors, as the compiled update passes them."""
+    return [keras.ops.convert_to_tensor(a) for a in arrays]
+
+
 def test_distribution_terms_match_numpy():
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((16, 5)).astype(np.float32) * 3
     actions = rng.integers(0, 5, 16).astype(np.int32)
     lp = np_log_softmax(logits.astype(np.float64))
+    t_logits, t_actions = tensors(logits, actions)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(
-        losses.categorical_log_prob(logits, actions)), lp[np.arange(16), actions], rtol=1e-5,
+        losses.categorical_log_prob(t_logits, t_actions)), lp[np.arange(16), actions], rtol=1e-5,
         atol=1e-6)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(losses.categorical_entropy(logits)),
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(losses.categorical_entropy(t_logits)),
                                -(np.exp(lp) * lp).sum(-1), rtol=1e-5, atol=1e-6)
     mean = rng.standard_normal((16, 3)).astype(np.float32)
     log_std = np.array([-0.5, 0.0, 0.7], np.float32)
@@ -65,8 +71,9 @@ def test_distribution_terms_match_numpy():
     std = np.exp(log_std.astype(np.float64))
     ref = (-0.5 * ((a - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(
-        losses.gaussian_log_prob(mean, log_std, a)), ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(float(keras.ops.convert_to_numpy(losses.gaussian_entropy(log_std))),
+        losses.gaussian_log_prob(*tensors(mean, log_std, a))), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(float(keras.ops.convert_to_numpy(
+        losses.gaussian_entropy(*tensors(log_std)))),
                                np.sum(0.5 + 0.5 * np.log(2 * np.pi) + np.log(std)), rtol=1e-6)
 
 
@@ -80,12 +87,12 @@ def test_ppo_loss_matches_numpy(clip_range_vf):
     values, old_values = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     returns = rng.standard_normal(n).astype(np.float32)
     entropy = rng.uniform(0.1, 1.0, n).astype(np.float32)
-    norm = losses.normalize_advantages(adv)
+    norm = losses.normalize_advantages(*tensors(adv))
     a = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(norm), a, rtol=1e-5, atol=1e-5)
-    loss, metrics = losses.ppo_loss(log_probs, old, a, values, returns, entropy, clip_range=0.2,
-                                    ent_coef=0.01, vf_coef=0.5, old_values=old_values,
-                                    clip_range_vf=clip_range_vf)
+    loss, metrics = losses.ppo_loss(
+        *tensors(log_probs, old, a.astype(np.float32), values, returns, entropy), clip_range=0.2,
+        ent_coef=0.01, vf_coef=0.5, old_values=tensors(old_values)[0], clip_range_vf=clip_range_vf)
     ratio = np.exp(log_probs.astype(np.float64) - old)
     policy = -np.mean(np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a))
     pred = values if clip_range_vf is None else old_values + np.clip(values - old_values, -0.1, 0.1)
