@@ -87,7 +87,8 @@ class Agent:
             log_dir=None, log_interval: int | None = None,
             callback: Callable[[Agent, History], bool | None] | None = None,
             checkpoint_every: int | None = None, keep_last: int | None = None,
-            checkpoint_dir=None) -> History:
+            checkpoint_dir=None, engine="local", workers: int = 2,
+            address: str | None = None) -> History:
         """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
 
         `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
@@ -98,6 +99,10 @@ class Agent:
         `checkpoint_every=N` saves a checkpoint `ckpt-<step>` each time the step count passes a
         multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
         keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
+
+        `engine="ray"` collects experience with `workers` Ray rollout actors (on the Ray cluster
+        at `address`, else a local Ray) while this process learns; `engine` may also be a
+        `kerasrl.distributed.RayEngine` with every option. See docs/scaling.md.
         """
         if checkpoint_every is not None:
             from kerasrl import checkpoint
@@ -126,9 +131,15 @@ class Agent:
                            history=self.history)
         if self._obs is None:
             self._obs, _ = self.env.reset(seed=self.config.seed)
+        learn, runner = self._learn, None
+        if engine != "local":
+            from kerasrl.distributed import make_engine  # imports Ray only when asked for
+
+            runner = make_engine(engine, workers=workers, address=address)
+            learn = lambda *args: runner.learn(self, *args)  # noqa: E731
         try:
             if checkpoint_every is None:
-                self._learn(total_steps, stop_at, logger, callback)
+                learn(total_steps, stop_at, logger, callback)
             else:
                 # Train in chunks that end on multiples of checkpoint_every: the loop keeps all
                 # its state on the agent, so chunks give the same run as one call.
@@ -142,13 +153,15 @@ class Agent:
 
                 while self.num_timesteps < stop_at and not stopped:
                     boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
-                    self._learn(total_steps, min(stop_at, boundary), logger, watch)
+                    learn(total_steps, min(stop_at, boundary), logger, watch)
                     checkpoint.save_checkpoint(
                         self, checkpoint.checkpoint_path(checkpoint_dir, self.num_timesteps),
                         total_steps=total_steps)
                     checkpoint.prune_checkpoints(checkpoint_dir, keep_last)
         finally:
             logger.close(self.num_timesteps)
+            if runner is not None and runner is not engine:  # an engine passed in is the caller's
+                runner.close()
         self._fit_total_steps = total_steps
         return self.history
 

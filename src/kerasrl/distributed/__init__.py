@@ -1,0 +1,38 @@
+"""Distributed rollouts: Ray actors collect experience, the one learner trains on it.
+
+Nothing here is imported by the core: `Agent.fit(engine="ray")` imports this package on demand, and
+this package imports Ray only when an engine starts (so importing it without Ray installed works,
+and the error says what to install). See docs/scaling.md.
+
+    agent = kerasrl.DQN("CartPole-v1", learning_rate=1e-3)
+    agent.fit(50_000, engine="ray", workers=4)                 # a local Ray, 4 rollout actors
+    agent.fit(50_000, engine="ray", workers=16, address="auto")  # a running Ray cluster
+
+    from kerasrl.distributed import RayEngine                  # every option
+    agent.fit(50_000, engine=RayEngine(workers=4, broadcast_interval=200, max_restarts=3))
+"""
+
+from __future__ import annotations
+
+ENGINES = ("local", "ray")
+
+
+def make_engine(engine, *, workers: int = 2, address: str | None = None):
+    """The engine object for `fit(engine=...)`: a `RayEngine` for "ray", or `engine` itself."""
+    if isinstance(engine, str):
+        if engine != "ray":
+            raise ValueError(f"engine must be one of {ENGINES} (or a RayEngine), got {engine!r}.")
+        from kerasrl.distributed.ray_engine import RayEngine
+
+        return RayEngine(workers=workers, address=address)
+    if not hasattr(engine, "learn"):
+        raise TypeError(f"engine must be 'local', 'ray' or a RayEngine, got {type(engine).__name__}.")
+    return engine
+
+
+def __getattr__(name: str):
+    if name in ("RayEngine", "RolloutWorker", "apex_epsilons"):
+        from kerasrl.distributed import ray_engine
+
+        return getattr(ray_engine, name)
+    raise AttributeError(f"module 'kerasrl.distributed' has no attribute {name!r}")
