@@ -70,6 +70,8 @@ def cmd_backends(args) -> int:
 def cmd_train(args) -> int:
     if args.backend:
         backend.use(args.backend)
+    if args.resume:
+        return _resume_training(args)
     if args.preset:
         preset = get_preset(args.preset)
         algorithm = preset.algorithm
@@ -112,7 +114,8 @@ def cmd_train(args) -> int:
     print(f"Training {algorithm.upper()} on {env_id} for {steps} steps, backend {backend.NAME}, "
           f"writing to {out}", flush=True)
     start = time.perf_counter()
-    agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback)
+    agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback,
+              checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
     train_time = time.perf_counter() - start
     steps = agent.num_timesteps  # fewer than asked if --stop-at-return stopped the run
     agent.model.save(out / "model.keras")
@@ -272,6 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop once the mean return of the last --window episodes reaches X")
     p.add_argument("--window", type=int, default=100,
                    help="episodes in the mean return of --save-best and --stop-at-return (default 100)")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="save a checkpoint every N env steps in RUN/checkpoints")
+    p.add_argument("--keep-last", type=int, metavar="K", help="keep the newest K checkpoints")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run from its newest checkpoint, to its saved total steps")
     p.set_defaults(run=cmd_train)
 
     p = commands.add_parser("play", help="Watch a trained Q-network play, in the terminal.")
@@ -286,7 +294,118 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=500, help="steps per episode at most")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.set_defaults(run=cmd_play)
+
+    p = commands.add_parser("evaluate", help="Evaluate a saved policy or checkpoint (no training state needed).")
+    p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--env", help="Gymnasium id (default: the one saved with the run)")
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
+    p.set_defaults(run=cmd_evaluate)
+
+    p = commands.add_parser("export", help="Export a saved policy to ONNX or a TF SavedModel, checked against it.")
+    p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
+    p.add_argument("--format", choices=("onnx", "saved_model"), default="onnx")
+    p.add_argument("-o", "--output", required=True, help="the .onnx file or SavedModel folder")
+    p.add_argument("--include-values", action="store_true",
+                   help="add the Q-values (or logits) as a second output")
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.set_defaults(run=cmd_export)
     return parser
+
+
+def _resume_training(args) -> int:
+    """`train --resume RUN_DIR`: continue from the newest checkpoint to the run's total_steps."""
+    import kerasrl
+    from kerasrl.checkpoint import find_checkpoint, read_json
+
+    run = Path(args.resume)
+    path = find_checkpoint(run)
+    agent = kerasrl.Agent.load(path)
+    steps = args.steps or agent._fit_total_steps
+    if not steps and (run / "config.json").is_file():
+        steps = read_json(run / "config.json").get("total_steps")
+    print(f"Resuming {agent.algorithm.upper()} on {agent.env_name} from {path} at step "
+          f"{agent.num_timesteps} of {steps}, backend {backend.NAME}", flush=True)
+    start = time.perf_counter()
+    agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=run,
+              checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
+    agent.model.save(run / "model.keras")
+    result = agent.evaluate(episodes=args.eval_episodes)
+    (run / "evaluation.json").write_text(json.dumps(result, indent=2))
+    print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+          f"+/- {result['std_return']:.2f}. Trained {time.perf_counter() - start:.1f} s more.")
+    return 0
+
+
+def _saved_env(path: Path) -> str | None:
+    """The env id saved with a checkpoint, or in a run folder's config.json."""
+    from kerasrl.checkpoint import find_checkpoint, read_json, read_manifest
+
+    for folder in (path, path.parent, path.parent.parent):
+        if (folder / "config.json").is_file() and folder != path:
+            env = read_json(folder / "config.json").get("env")
+            if env:
+                return env
+    try:
+        return read_manifest(find_checkpoint(path)).get("env")
+    except ValueError:
+        return None
+
+
+def cmd_evaluate(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    import gymnasium as gym
+    import numpy as np
+
+    import kerasrl
+
+    path = Path(args.source)
+    policy = kerasrl.load_policy(path)
+    env_id = args.env or _saved_env(path)
+    if env_id is None:
+        raise ValueError(f"No env id is saved with {path}: pass --env.")
+    if args.episodes < 1:
+        raise ValueError("--episodes must be at least 1.")
+    env = gym.make(env_id)
+    returns, lengths = [], []
+    try:
+        for episode in range(args.episodes):
+            obs, _ = env.reset(seed=args.seed + episode)
+            total, steps, done = 0.0, 0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(
+                    np.asarray(policy.predict(np.asarray(obs, np.float32))).item())
+                total, steps, done = total + float(reward), steps + 1, terminated or truncated
+            returns.append(total)
+            lengths.append(steps)
+    finally:
+        env.close()
+    result = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+              "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
+              "mean_length": float(np.mean(lengths)), "episodes": len(returns),
+              "env": env_id, "backend": backend.NAME}
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_export(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    import kerasrl
+    from kerasrl.export import ExportError, compare_export
+
+    policy = kerasrl.load_policy(Path(args.source))
+    try:
+        out = policy.export(args.output, format=args.format, include_values=args.include_values)
+        figures = compare_export(policy, out, args.format, n=1000)
+    except ExportError as error:
+        print(f"kerasrl: export failed: {error}", file=sys.stderr)
+        return 1
+    print(f"Exported to {out} ({args.format}, backend {backend.NAME}); checked on 1000 "
+          f"observations: {figures}")
+    return 0
 
 
 def main(argv=None) -> int:
