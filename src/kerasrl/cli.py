@@ -2,7 +2,8 @@
 
     kerasrl backends
     kerasrl train dqn --env CartPole-v1 [--backend jax] [--steps N] [--seed S] [--n-envs K]
-                      [--out DIR] [--set name=value ...]
+                      [--out DIR] [--set name=value ...] [--vectorization subprocess]
+                      [--engine ray --workers N [--address ADDR]]
     kerasrl train --preset cartpole-dqn
     kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
     kerasrl play RUN_OR_MODEL [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
@@ -98,6 +99,8 @@ def cmd_train(args) -> int:
         hyperparameters["seed"] = args.seed
     if args.n_envs is not None:
         hyperparameters["n_envs"] = args.n_envs
+    if args.vectorization is not None:
+        hyperparameters["vectorization"] = args.vectorization
     out = Path(args.out or f"runs/{algorithm}-{env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
     model = None
     if model_name is not None:
@@ -115,7 +118,8 @@ def cmd_train(args) -> int:
           f"writing to {out}", flush=True)
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback,
-              checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
+              checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
+              engine=args.engine, workers=args.workers, address=args.address)
     train_time = time.perf_counter() - start
     steps = agent.num_timesteps  # fewer than asked if --stop-at-return stopped the run
     agent.model.save(out / "model.keras")
@@ -263,6 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="total env steps")
     p.add_argument("--seed", type=int)
     p.add_argument("--n-envs", type=int)
+    p.add_argument("--vectorization", choices=("sync", "subprocess"),
+                   help="run the --n-envs environments in this process (sync, default) or in one "
+                        "worker process each (subprocess: for envs slower than about 0.1 ms a step)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="collect experience here (local) or with Ray rollout actors (ray: "
+                        "pip install 'kerasrl[ray]'; see docs/scaling.md)")
+    p.add_argument("--workers", type=int, default=2, help="Ray rollout actors (--engine ray)")
+    p.add_argument("--address", help="Ray cluster to join, e.g. auto or HOST:6379 (--engine ray; "
+                                     "default: start a local Ray)")
     p.add_argument("--out", help="run folder (default runs/ALGO-ENV-TIME)")
     p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
                    help="any config field, e.g. --set learning_rate=1e-3 (repeatable)")
@@ -412,7 +425,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (backend.BackendError, ValueError, TypeError, KeyError, FloatingPointError) as error:
+    except (backend.BackendError, ValueError, TypeError, KeyError, FloatingPointError,
+            ImportError) as error:
         print(f"kerasrl: error: {error}", file=sys.stderr)
         return 2
 
