@@ -288,3 +288,23 @@ def test_fit_writes_and_prunes_checkpoints(tmp_path):
     assert resumed.num_timesteps == 100
     state = json.loads((tmp_path / "ckpt-000000100" / "state.json").read_text())
     assert state["total_steps"] == 100 and state["env_not_captured"] is None
+
+
+def test_cli_train_checkpoints_resume_evaluate_export(tmp_path, capsys):
+    from kerasrl.cli import main
+
+    run = tmp_path / "run"
+    args = ["train", "dqn", "--env", "CartPole-v1", "--steps", "60", "--out", str(run),
+            "--no-progress", "--eval-episodes", "1", "--checkpoint-every", "20", "--keep-last",
+            "2", "--set", "learning_starts=20", "--set", "buffer_size=100"]
+    assert main(args) == 0
+    assert [s for s, _ in list_checkpoints(run / "checkpoints")] == [40, 60]
+    shutil.rmtree(run / "checkpoints" / "ckpt-000000060")
+    assert main(["train", "--resume", str(run), "--no-progress", "--eval-episodes", "1",
+                 "--checkpoint-every", "20"]) == 0
+    assert "from " in capsys.readouterr().out
+    assert kerasrl.DQN.load(run).num_timesteps == 60
+    assert main(["evaluate", str(run), "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 2
+    assert main(["export", str(run), "--format", "onnx", "-o", str(tmp_path / "p.onnx")]) == 0
+    assert "actions_differing': 0" in capsys.readouterr().out
