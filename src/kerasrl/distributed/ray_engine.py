@@ -280,8 +280,10 @@ class RayEngine:
         self.num_cpus = num_cpus
         self.ray_init = dict(ray_init or {})
         self.actors: list = []  # Ray actor handles; None where an actor was dropped
-        self.failures: list[int] = []
+        self.failures: list[int] = []  # failed calls per actor
+        self.results: list[int] = []  # calls returned per actor
         self.dropped: list[int] = []
+        self._unavailable: list[int] = []
         self._agent = None
         self._started_ray = False
         self._pending: dict = {}  # ObjectRef -> (actor index, submit time)
@@ -321,6 +323,8 @@ class RayEngine:
         for i in range(self.workers):
             self.actors.append(remote.remote(self._spec(agent, i)))
         self.failures = [0] * self.workers
+        self.results = [0] * self.workers
+        self._unavailable = [0] * self.workers
         self._actor_versions = [-1] * self.workers
 
     def _spec(self, agent, i: int) -> dict:
@@ -412,10 +416,29 @@ class RayEngine:
             ref = ready[0]
             i, _ = self._pending.pop(ref)
             try:
-                return i, ray.get(ref)
+                result = ray.get(ref)
+            except ray.exceptions.ActorUnavailableError as error:
+                # The actor died and Ray is restarting it: count the death once, then call again
+                # until it answers (within actor_timeout).
+                self._unavailable[i] += 1
+                first = self._unavailable[i] == 1
+                if first and not self._failed(i, error):
+                    continue
+                if not first and self._unavailable[i] * 0.2 > self.actor_timeout:
+                    self._unavailable[i] = 0
+                    if not self._failed(i, error):
+                        continue
+                time.sleep(0.2 if not first else 0.0)
+                self._actor_versions[i] = -1
+                resubmit(i)
+                continue
             except ray.exceptions.RayError as error:
                 if self._failed(i, error):
                     resubmit(i)
+                continue
+            self.results[i] += 1
+            self._unavailable[i] = 0
+            return i, result
 
     def _check_timeouts(self) -> None:
         ray = _import_ray()
