@@ -126,3 +126,32 @@ def test_dqn_trains_on_subprocess_envs():
         assert agent.num_timesteps == 400
     finally:
         agent.close()
+
+
+def test_ctrl_c_ends_every_worker(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "import numpy as np\n"
+        "from kerasrl.envs import make_vec_env\n"
+        "if __name__ == '__main__':\n"
+        "    env = make_vec_env('CartPole-v1', 2, vectorization='subprocess')\n"
+        "    env.reset(seed=0)\n"
+        "    print(*[p.pid for p in env.processes], flush=True)\n"
+        "    while True:\n"
+        "        env.step(np.zeros(2, dtype=np.int64))\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, stderr = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt" in stderr and "Exception ignored" not in stderr, stderr[-2000:]
+    time.sleep(0.5)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

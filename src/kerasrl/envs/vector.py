@@ -144,14 +144,28 @@ class SubprocessVectorEnv(gym.vector.AsyncVectorEnv):
     def reset(self, **kwargs):
         try:
             return super().reset(**kwargs)
+        except KeyboardInterrupt:
+            self._terminate()
+            raise
         except Exception as error:
             self._fail("reset", error)
 
     def step(self, actions):
         try:
             return super().step(actions)
+        except KeyboardInterrupt:  # Ctrl-C: the workers got it too; end them without a wait
+            self._terminate()
+            raise
         except Exception as error:
             self._fail("step", error)
+
+    def _terminate(self) -> None:
+        self._state = type(self._state).DEFAULT
+        try:
+            self.close_extras(terminate=True)
+        except Exception:  # noqa: BLE001  (best effort: workers may be gone already)
+            pass
+        self.closed = True
 
     def _fail(self, call: str, error: Exception):
         dead = [f"worker {i} (pid {p.pid}) exited with code {p.exitcode}"
@@ -160,12 +174,7 @@ class SubprocessVectorEnv(gym.vector.AsyncVectorEnv):
             cause = "; ".join(dead) or f"a worker stopped answering ({type(error).__name__})"
         else:
             cause = f"{type(error).__name__}: {error}"
-        self._state = type(self._state).DEFAULT
-        try:
-            self.close_extras(terminate=True)
-        except Exception:  # noqa: BLE001  (best effort: the error below is the one to report)
-            pass
-        self.closed = True
+        self._terminate()
         raise EnvWorkerError(
             f"Environment {self.env_name} failed in a subprocess worker during {call}(): "
             f"{cause}. The other workers were stopped. Run with vectorization='sync' to debug it "
