@@ -309,6 +309,10 @@ class RayEngine:
             ray.init(address=self.address, **kwargs)
             self._started_ray = True
         cfg = agent.config
+        if agent.algorithm == "dqn" and self.n_envs not in (None, cfg.n_envs):
+            raise ValueError(f"For DQN every actor runs the agent's n_envs ({cfg.n_envs}) envs: "
+                             f"its replay buffer stores rows of that width. Set n_envs="
+                             f"{self.n_envs} on the agent instead of on the RayEngine.")
         self._agent = agent
         self.n_envs = self.n_envs or cfg.n_envs
         env_vars = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
