@@ -130,3 +130,18 @@ def test_core_never_imports_ray():
             "'kerasrl.distributed'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
+def test_cli_train_with_ray_engine(local_ray, tmp_path, capsys):
+    """`kerasrl train --engine ray`: PPO with Gaussian actions and observation/reward statistics."""
+    import json
+
+    from kerasrl.cli import main
+
+    code = main(["train", "ppo", "--env", "Pendulum-v1", "--steps", "512", "--n-envs", "2",
+                 "--engine", "ray", "--workers", "2", "--no-progress", "--eval-episodes", "1",
+                 "--out", str(tmp_path), "--set", "n_steps=64", "--set", "normalize_observations=True",
+                 "--set", "normalize_reward=True"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert json.loads((tmp_path / "evaluation.json").read_text())["episodes"] == 1
+    assert (tmp_path / "model.keras").is_file()
