@@ -8,6 +8,7 @@ true final observation in `info["final_obs"]`, which is what the replay buffer m
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -168,6 +169,10 @@ class SubprocessVectorEnv(gym.vector.AsyncVectorEnv):
         self.closed = True
 
     def _fail(self, call: str, error: Exception):
+        # A closed pipe can be seen before the dead worker is reaped: give it a moment.
+        deadline = time.monotonic() + 1.0
+        while all(p.is_alive() for p in self.processes) and time.monotonic() < deadline:
+            time.sleep(0.01)
         dead = [f"worker {i} (pid {p.pid}) exited with code {p.exitcode}"
                 for i, p in enumerate(self.processes) if not p.is_alive()]
         if isinstance(error, (EOFError, BrokenPipeError, ConnectionError)):
