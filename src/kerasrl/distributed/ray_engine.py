@@ -47,6 +47,11 @@ def _import_ray():
     return ray
 
 
+def _short(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
+
+
 def apex_epsilons(n: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
     """Ape-X's per-actor exploration rates: base ** (1 + alpha * i / (n - 1)), i = 0..n-1."""
     if n == 1:
@@ -137,10 +142,14 @@ class RolloutWorker:
         if payload is not None:
             self.set_weights(payload)
         if self.version < 0 and not random_actions:
-            raise RuntimeError("This rollout worker has no weights yet.")
+            # A restarted actor (Ray re-ran __init__) is sent a call meant for its old self.
+            return {"needs_weights": True, "pid": os.getpid()}
         if self.algorithm == "dqn":
-            return self._collect_dqn(n_steps, random_actions)
-        return self._collect_ppo(n_steps)
+            out = self._collect_dqn(n_steps, random_actions)
+        else:
+            out = self._collect_ppo(n_steps)
+        out["pid"] = os.getpid()
+        return out
 
     def _step(self, actions, episodes):
         from kerasrl.envs import final_observations
@@ -280,10 +289,9 @@ class RayEngine:
         self.num_cpus = num_cpus
         self.ray_init = dict(ray_init or {})
         self.actors: list = []  # Ray actor handles; None where an actor was dropped
-        self.failures: list[int] = []  # failed calls per actor
+        self.failures: list[int] = []  # restarts or drops seen per actor
         self.results: list[int] = []  # calls returned per actor
         self.dropped: list[int] = []
-        self._unavailable: list[int] = []
         self._agent = None
         self._started_ray = False
         self._pending: dict = {}  # ObjectRef -> (actor index, submit time)
@@ -328,7 +336,8 @@ class RayEngine:
             self.actors.append(remote.remote(self._spec(agent, i)))
         self.failures = [0] * self.workers
         self.results = [0] * self.workers
-        self._unavailable = [0] * self.workers
+        self._pids = [None] * self.workers
+        self._unavailable_since = [None] * self.workers
         self._actor_versions = [-1] * self.workers
 
     def _spec(self, agent, i: int) -> dict:
@@ -406,6 +415,11 @@ class RayEngine:
         """(actor index, result) of the first call to finish; failures handled on the way.
 
         `resubmit(i)` sends actor i its next call after a failure. Raises when no actor is left.
+        How failures show: a call in flight when its actor dies fails with ActorUnavailableError
+        while Ray restarts it (called again, with weights); a restarted actor answers from a new
+        process (counted here, once per restart); a call that raised is a RayTaskError (the
+        actor is restarted); an actor whose restarts are spent fails with ActorDiedError
+        (dropped).
         """
         ray = _import_ray()
         while True:
@@ -421,67 +435,67 @@ class RayEngine:
             i, _ = self._pending.pop(ref)
             try:
                 result = ray.get(ref)
+            except ray.exceptions.ActorDiedError as error:
+                self._drop(i, error)
+                continue
             except ray.exceptions.ActorUnavailableError as error:
-                # The actor died and Ray is restarting it: count the death once, then call again
-                # until it answers (within actor_timeout).
-                self._unavailable[i] += 1
-                first = self._unavailable[i] == 1
-                if first and not self._failed(i, error):
+                if self._unavailable_since[i] is None:
+                    self._unavailable_since[i] = time.monotonic()
+                elif time.monotonic() - self._unavailable_since[i] > self.actor_timeout:
+                    self._drop(i, error)
                     continue
-                if not first and self._unavailable[i] * 0.2 > self.actor_timeout:
-                    self._unavailable[i] = 0
-                    if not self._failed(i, error):
-                        continue
-                time.sleep(0.2 if not first else 0.0)
-                self._actor_versions[i] = -1
+                time.sleep(0.1)
+                self._actor_versions[i] = -1  # whatever answers next has no weights yet
                 resubmit(i)
                 continue
             except ray.exceptions.RayError as error:
-                if self._failed(i, error):
-                    resubmit(i)
+                # The call raised (the env, most likely): restart the actor for a clean state.
+                self._warn(i, f"its call raised {_short(error)}; restarting it")
+                self._restart(i)
+                resubmit(i)
+                continue
+            self._unavailable_since[i] = None
+            if self._pids[i] is not None and result["pid"] != self._pids[i]:
+                self.failures[i] += 1
+                self._warn(i, f"it was restarted (restart {self.failures[i]} of "
+                              f"{self.max_restarts}); it is sent the current weights")
+            self._pids[i] = result["pid"]
+            if result.get("needs_weights"):
+                self._actor_versions[i] = -1
+                resubmit(i)
                 continue
             self.results[i] += 1
-            self._unavailable[i] = 0
             return i, result
 
     def _check_timeouts(self) -> None:
-        ray = _import_ray()
         now = time.monotonic()
         for ref, (i, started) in list(self._pending.items()):
             if now - started > self.actor_timeout:
-                warnings.warn(f"Rollout actor {i} returned nothing for {now - started:.0f} s "
-                              f"(actor_timeout={self.actor_timeout:g}); restarting it.",
-                              stacklevel=2)
+                self._warn(i, f"it returned nothing for {now - started:.0f} s "
+                              f"(actor_timeout={self.actor_timeout:g}); restarting it")
                 self._pending[ref] = (i, float("inf"))  # its error arrives through ray.wait
-                ray.kill(self.actors[i], no_restart=False)
+                self._restart(i)
 
-    def _failed(self, i: int, error: Exception) -> bool:
-        """Count a failed call of actor i; True if it may be called again, False if dropped."""
-        ray = _import_ray()
+    def _restart(self, i: int) -> None:
+        try:
+            _import_ray().kill(self.actors[i], no_restart=False)
+        except Exception:  # noqa: BLE001  (already gone: the next call tells)
+            pass
+
+    def _warn(self, i: int, what: str) -> None:
+        warnings.warn(f"Rollout actor {i}: {what}.", stacklevel=3)
+
+    def _drop(self, i: int, error: Exception) -> None:
         self.failures[i] += 1
-        message = str(error).strip().splitlines()
-        short = f"{type(error).__name__}: {message[-1] if message else ''}"
-        if self.failures[i] > self.max_restarts:
-            warnings.warn(f"Rollout actor {i} failed {self.failures[i]} times ({short}); its "
-                          f"restarts are spent, so it is dropped. Training goes on with "
-                          f"{len(self.live_workers) - 1} actors.", stacklevel=2)
-            try:
-                ray.kill(self.actors[i], no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
-            self.actors[i] = None
-            self.dropped.append(i)
-            return False
-        warnings.warn(f"Rollout actor {i} failed ({short}); it is restarted and called again "
-                      f"(failure {self.failures[i]} of {self.max_restarts} allowed).", stacklevel=2)
-        if not isinstance(error, ray.exceptions.RayActorError):
-            # The actor is alive but its call raised: restart it for a clean env state.
-            try:
-                ray.kill(self.actors[i], no_restart=False)
-            except Exception:  # noqa: BLE001
-                pass
-        self._actor_versions[i] = -1  # a restarted actor has no weights
-        return True
+        left = len(self.live_workers) - 1
+        self._warn(i, f"{_short(error)}; its restarts (max_restarts={self.max_restarts}) are "
+                      f"spent, so it is dropped and training goes on with {left} actor(s)")
+        try:
+            _import_ray().kill(self.actors[i], no_restart=True)
+        except Exception:  # noqa: BLE001
+            pass
+        self.actors[i] = None
+        self.dropped.append(i)
 
     # -- the learner loops -------------------------------------------------------------------
     def learn(self, agent, total_steps: int, stop_at: int, logger, callback) -> None:
