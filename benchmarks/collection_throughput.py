@@ -91,7 +91,6 @@ def ray_rate(env_spec, workers: int, seconds: float, chunk: int = 64) -> tuple[f
     try:
         engine.start(agent)
         engine.broadcast()
-        pending = {}
         for i in engine.live_workers:
             engine._submit(i, chunk)
         # Warm-up: every actor has returned once (started, compiled).
@@ -107,7 +106,6 @@ def ray_rate(env_spec, workers: int, seconds: float, chunk: int = 64) -> tuple[f
             steps += result["actions"].size
         rate = steps / (time.perf_counter() - start)
         nbytes = engine.weight_bytes()
-        del pending
     finally:
         engine.close()
         agent.close()

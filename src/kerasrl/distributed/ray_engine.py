@@ -15,11 +15,12 @@ DQN, in the manner of Ape-X (Horgan et al., 2018):
 PPO, synchronous:
     every update, all actors collect `n_steps` on their envs with the current weights; the learner
         joins them column-wise into one rollout (n_steps, workers * n_envs), computes GAE and runs
-        PPO's own update on it
+        PPO's compiled update (the agent's own `_train`) on it
 
-Fault tolerance: actors are started with `max_restarts`; a call that fails (the actor died, was
-killed, or raised) is counted against that actor, which is sent fresh weights and called again;
-once its restarts are spent it is dropped with a warning and training goes on with the others. A
+Fault tolerance: actors are started with `max_restarts`; an actor that dies (or is killed, or
+whose call raises: it is then restarted) comes back through Ray's restart, is counted, sent the
+current weights and called again; once its restarts are spent it is dropped with a warning and
+training goes on with the others. A
 call that gives nothing for `actor_timeout` seconds is treated as a death (the actor is killed and
 restarted). The learner only ever waits with a timeout.
 """
