@@ -28,6 +28,12 @@ from kerasrl.policies import QPolicy, forward_fn
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
 TargetFn = Callable[..., object]
 
+# Gradient steps unrolled per loop iteration. XLA on the CPU runs a loop body several times slower
+# than the same ops at the top level (measured 10x for a small conv net): unroll short loops fully,
+# long ones in blocks of 8 (MLP, 128 steps: 0.37 ms a step against 0.67 ms rolled).
+FULL_UNROLL_UP_TO = 16
+UNROLL_BLOCK = 8
+
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
     """Epsilon now: linear from initial to final over `exploration_fraction` of the run."""
@@ -125,8 +131,9 @@ class QLearner:
             return state, loss_sum + loss, all_td
 
         td_init = ops.zeros(batches["actions"].shape, "float32")
-        state, loss_sum, all_td = ops.fori_loop(
-            0, n_steps, body, (state, ops.zeros((), "float32"), td_init))
+        state, loss_sum, all_td = backend.fori_loop(
+            0, n_steps, body, (state, ops.zeros((), "float32"), td_init),
+            unroll=n_steps if n_steps <= FULL_UNROLL_UP_TO else UNROLL_BLOCK)
         return state, loss_sum / n_steps, all_td
 
     # -- host side ----------------------------------------------------------------------------

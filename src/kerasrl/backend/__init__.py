@@ -11,6 +11,7 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `to_numpy(x)`: a backend tensor (or nested structure of them) as numpy.
 - `to_tensors(x)`: numpy arrays (any nesting) as backend tensors, for state kept between calls.
 - `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
+- `fori_loop(lower, upper, body, init, unroll)`: a loop inside a compiled step.
 
 Everything else in kerasrl is written once with `keras.ops` and numpy.
 """
@@ -104,7 +105,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
-              "feed")
+              "feed", "fori_loop")
 
 
 def __getattr__(name: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import keras
 import tensorflow as tf
 
 
@@ -39,6 +40,12 @@ def configure_threads() -> None:
         tf.config.threading.set_inter_op_parallelism_threads(1)
     except RuntimeError:
         pass  # TensorFlow has already started its pools; the user's setting stands.
+
+
+def fori_loop(lower, upper, body, init, unroll=1):
+    """`body(i, carry)` from lower to upper (a tf.while_loop; `unroll` is a hint XLA ignores)."""
+    del unroll
+    return keras.ops.fori_loop(lower, upper, body, init)
 
 
 def to_tensors(tree):

@@ -57,9 +57,18 @@ def configure_threads() -> None:
     torch.set_num_threads(int(os.environ.get("KERASRL_TORCH_THREADS", "1")))
 
 
+def fori_loop(lower, upper, body, init, unroll=1):
+    """`body(i, carry)` from lower to upper: a Python loop (eager execution)."""
+    del unroll
+    carry = init
+    for i in range(lower, upper):
+        carry = body(i, carry)
+    return carry
+
+
 def to_tensors(tree):
     """Numpy arrays (any nesting) to tensors, sharing memory where the dtype allows."""
-    return pytree.tree_map(lambda x: torch.from_numpy(np.ascontiguousarray(x))
+    return pytree.tree_map(lambda x: torch.from_numpy(x if x.flags.c_contiguous else x.copy())
                            if isinstance(x, np.ndarray) else torch.as_tensor(x), tree)
 
 
