@@ -37,11 +37,11 @@ def run(backend: str, algo: str, setting: str, seed: int, steps: int | None = No
         total = steps or dqn_settings(setting)["total_timesteps"]
         make = lambda: kerasrl.DQN("CartPole-v1", seed=seed, **hp)  # noqa: E731
     else:
-        from peers import ppo_settings
+        from kerasrl.presets import PRESETS
 
-        raw = ppo_settings(setting)
-        total = steps or raw["total_timesteps"]
-        hp = {k: v for k, v in raw.items() if k not in ("total_timesteps", "policy_kwargs")}
+        preset = PRESETS["cartpole-ppo"]  # the same zoo settings as peers.ppo_settings("zoo")
+        hp = dict(preset.config)
+        total = steps or preset.total_steps
         make = lambda: kerasrl.PPO("CartPole-v1", seed=seed, **hp)  # noqa: E731
     t_setup = time.perf_counter()
     agent = make()
