@@ -87,11 +87,13 @@ def test(extra_args: list[str]) -> int:
 
 
 def slow(extra_args: list[str]) -> int:
+    """The slow tier: every slow test on the default backend, the backend-dependent ones on
+    TensorFlow and PyTorch too."""
     install()
-    failed = 0
-    for name in BACKENDS:
-        failed |= run(PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-m", "slow",
-                      *extra_args, env=test_env(name))
+    pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", *extra_args]
+    failed = run(*pytest, "-m", "slow", env=test_env("jax"))
+    for name in BACKENDS[1:]:
+        failed |= run(*pytest, "-m", "slow and backend", env=test_env(name))
     return 1 if failed else 0
 
 

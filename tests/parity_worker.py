@@ -15,7 +15,7 @@ import numpy as np
 
 import kerasrl
 from kerasrl import backend
-from kerasrl.networks import mlp
+from kerasrl.networks import dueling, mlp, mlp_torso
 
 N_UPDATES = 200
 
@@ -43,8 +43,12 @@ def batches(obs_shape, n_actions, batch_size, seed):
             "actions": rng.integers(0, n_actions, (1, batch_size)).astype(np.int32),
             "rewards": rng.standard_normal((1, batch_size)).astype(np.float32),
             "next_observations": rng.standard_normal((1, batch_size, *obs_shape)).astype(np.float32),
-            "discounts": np.where(rng.random((1, batch_size)) < 0.1, 0.0, 0.99).astype(np.float32),
+            # 0 after a termination, gamma**k after k summed rewards (n-step returns)
+            "discounts": (np.where(rng.random((1, batch_size)) < 0.1, 0.0, 1.0)
+                          * 0.99 ** rng.integers(1, 4, (1, batch_size))).astype(np.float32),
             "weights": rng.uniform(0.5, 1.0, (1, batch_size)).astype(np.float32),
+            "next_actions": rng.integers(0, n_actions, (1, batch_size)).astype(np.int32),
+            "epsilon": np.full((1, batch_size), 0.1, np.float32),
         }
 
 
@@ -63,7 +67,10 @@ def conv_bn_model(obs_shape, n_actions):
 
 def run_updates(case: str):
     """200 DQN updates through the agent's own compiled step, from fixed weights and batches."""
-    if case.startswith("mlp"):
+    if case == "mlp_dueling":
+        obs_shape, n_actions, env = (4,), 2, "CartPole-v1"
+        model = dueling(mlp_torso(obs_shape, (64, 64)), obs_shape, n_actions)
+    elif case.startswith("mlp"):
         obs_shape, n_actions, env = (4,), 2, "CartPole-v1"
         model = mlp(obs_shape, n_actions, (64, 64))
     else:
@@ -81,8 +88,13 @@ def run_updates(case: str):
     model(np.zeros((1, *obs_shape), np.float32))
     init_weights(model, seed=1)
     options = {"mlp": {}, "mlp_double_mse": {"double_q": True, "loss": "mse"},
-               "conv_bn": {}}[case]
-    agent = kerasrl.DQN(env, model=model, seed=0, learning_rate=1e-3, max_grad_norm=10.0, **options)
+               "mlp_sarsa": {}, "mlp_expected_sarsa": {"loss": "mse"}, "conv_bn": {},
+               # the dueling head with Double DQN; the batches' importance weights and n-step
+               # discounts are those prioritized, n-step replay produces
+               "mlp_dueling": {"double_q": True}}[case]
+    agent_class = {"mlp_sarsa": kerasrl.SARSA, "mlp_expected_sarsa": kerasrl.ExpectedSARSA}.get(
+        case, kerasrl.DQN)
+    agent = agent_class(env, model=model, seed=0, learning_rate=1e-3, max_grad_norm=10.0, **options)
     losses = []
     for i, batch in enumerate(batches(obs_shape, n_actions, 32, seed=2)):
         tau = 1.0 if i % 10 == 0 else 0.0  # a hard sync every 10 updates

@@ -18,7 +18,8 @@ WORKER = Path(__file__).with_name("parity_worker.py")
 BACKENDS = ("jax", "tensorflow", "torch")
 
 
-CASES = ("mlp", "mlp_double_mse", "conv_bn", "actions")
+CASES = ("mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_dueling", "conv_bn",
+         "actions")
 
 
 def run_worker(backend: str, out_dir: Path) -> None:
@@ -49,7 +50,8 @@ def relative_difference(a, b):
     return float(np.max(np.abs(a - b) / (np.abs(b) + 1e-6)))
 
 
-@pytest.mark.parametrize("case", ["mlp", "mlp_double_mse"])
+@pytest.mark.parametrize(
+    "case", ["mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_dueling"])
 def test_mlp_dqn_updates_agree_within_1e_5(results, case):
     runs = results(case)
     reference = runs["jax"]
@@ -90,4 +92,5 @@ def test_end_to_end_actions_agree_for_1000_steps(results):
         mismatch = np.flatnonzero(actions != reference)
         assert mismatch.size == 0, f"{other} first differs at step {mismatch[:1]}"
         assert relative_difference(runs[other]["losses"], runs["jax"]["losses"]) < 1e-4
+
 

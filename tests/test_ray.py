@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is in the dev extra: pip install -e '.[dev]'")
+import ray  # noqa: E402  (in the dev extra)
 
 import kerasrl  # noqa: E402
 from kerasrl.distributed import RayEngine, apex_epsilons, make_engine  # noqa: E402

@@ -150,15 +150,6 @@ def test_learns_a_continuous_target_and_shrinks_its_std():
     np.testing.assert_allclose(agent.predict(obs), obs, atol=0.3)
 
 
-@pytest.mark.skipif(backend.NAME != "jax", reason="a longer run: the default backend only")
-def test_cartpole_reaches_200_quickly():
-    agent = kerasrl.PPO("CartPole-v1", seed=0, n_envs=8, n_steps=32, batch_size=256,
-                        gae_lambda=0.8, gamma=0.98, n_epochs=20, learning_rate=1e-3,
-                        lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear")
-    agent.fit(40_000, progress=False)
-    assert agent.evaluate(episodes=10)["mean_return"] >= 200
-
-
 # -- models -----------------------------------------------------------------------------------
 class SharedSubclassed(keras.Model):
     def __init__(self, n_actions, **kwargs):

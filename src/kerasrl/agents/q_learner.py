@@ -62,23 +62,30 @@ class QLearner:
         self.target_fn = target_fn
         self.loss = loss
         self.needs_online_next = needs_online_next
-        weights = variable_values(model.trainable_variables)
-        states = variable_values(model.non_trainable_variables)
-        params = to_tensors(weights)
-        # Copied out of the model (through numpy) so that donated buffers never alias the model's.
-        self.state = {
-            "params": params,
-            "non_trainable": to_tensors(states),
-            "target_params": to_tensors([w.copy() for w in weights]),  # equal at the start
-            "target_non_trainable": to_tensors([s.copy() for s in states]),
-            "opt": optimizer.init(params),
-        }
+        self.reset_from_model()
         self._forward = forward_fn(model)
         # Two compiled variants: with the target sync folded in (when one is due) and without.
         self.train_and_sync = backend.compile(self._train_rounds, donate_state=True)
         self.train_only = backend.compile(
             lambda state, batches, learning_rate: self._train_rounds(state, batches, learning_rate),
             donate_state=True)
+
+    def reset_from_model(self) -> None:
+        """Start again from the model's current weights: online and target equal, Adam fresh.
+
+        Values are copied out of the model (through numpy) so that donated buffers never alias
+        the model's own.
+        """
+        weights = variable_values(self.model.trainable_variables)
+        states = variable_values(self.model.non_trainable_variables)
+        params = to_tensors(weights)
+        self.state = {
+            "params": params,
+            "non_trainable": to_tensors(states),
+            "target_params": to_tensors([w.copy() for w in weights]),
+            "target_non_trainable": to_tensors([s.copy() for s in states]),
+            "opt": self.optimizer.init(params),
+        }
 
     # -- the compiled round -------------------------------------------------------------------
     def _targets(self, state, batch):

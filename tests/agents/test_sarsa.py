@@ -1,0 +1,74 @@
+"""Deep SARSA and Expected SARSA on the active backend: learning, on-policy targets, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.envs.testing import ChainEnv, IdentityEnv
+
+pytestmark = pytest.mark.backend
+
+FAST = dict(n_envs=4, n_steps=8, learning_rate=1e-3, loss="mse", target_update_interval=100,
+            exploration_fraction=0.3, gamma=0.9)
+
+
+@pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
+def test_learns_to_walk_the_chain(agent_class):
+    agent = agent_class(lambda: ChainEnv(5), seed=0, **FAST)
+    agent.fit(4000, progress=False)
+    assert agent.evaluate(episodes=4)["mean_return"] == 1.0  # bailing would give 0.1
+    q = agent.policy.q_values(np.eye(5, dtype=np.float32))
+    assert np.all(q[:, 1] > q[:, 0])
+
+
+def test_learns_identity_env():
+    agent = kerasrl.SARSA(lambda: IdentityEnv(4, 20), seed=0, **{**FAST, "gamma": 0.5})
+    agent.fit(6000, progress=False)
+    assert agent.evaluate(episodes=8)["mean_return"] >= 19
+
+
+def test_sarsa_bootstraps_from_the_action_taken_next():
+    """With exploration always on, SARSA values the random policy: on the chain that is far below
+    the greedy value that Q-learning would find."""
+    agent = kerasrl.SARSA(lambda: ChainEnv(3, bail_reward=0.0), seed=0, n_envs=8, n_steps=4,
+                          learning_rate=3e-3, loss="mse", gamma=0.9, target_update_interval=64,
+                          exploration_initial_eps=1.0, exploration_final_eps=1.0)
+    agent.fit(12_000, progress=False)
+    q = agent.policy.q_values(np.eye(3, dtype=np.float32))
+    # Random policy from the middle state: walking pays 1 at once, bailing pays 0. The value of
+    # moving right from the first state is 0.9 * (0.5 * 1 + 0.5 * 0) = 0.45 under the random
+    # policy, 0.9 under the greedy one.
+    assert q[2, 1] == pytest.approx(1.0, abs=0.1)
+    assert q[1, 1] == pytest.approx(0.45, abs=0.1)
+    assert q[0, 1] == pytest.approx(0.9 * (0.5 * 0.45), abs=0.1)
+
+
+@pytest.mark.parametrize("option", ["prioritized_replay", "buffer_size", "n_step"])
+def test_replay_options_are_refused_with_the_reason(option):
+    value = {"prioritized_replay": True, "buffer_size": 1000, "n_step": 3}[option]
+    with pytest.raises(ValueError, match=f"on-policy.*{option}.*kerasrl.DQN"):
+        kerasrl.SARSA("CartPole-v1", **{option: value})
+
+
+def test_expected_sarsa_is_sarsa_with_expected_true():
+    agent = kerasrl.ExpectedSARSA("CartPole-v1")
+    assert agent.config.expected is True
+    assert isinstance(agent, kerasrl.SARSA)
+
+
+def test_continuous_actions_are_refused():
+    with pytest.raises(ValueError, match="discrete action space"):
+        kerasrl.SARSA("Pendulum-v1")
+
+
+def test_soft_target_updates_track_the_online_weights():
+    agent = kerasrl.SARSA(lambda: IdentityEnv(4, 20), seed=0, n_envs=2, n_steps=2, tau=0.1,
+                          target_update_interval=2, learning_rate=1e-3)
+    before = agent.target_weights
+    agent.fit(400, progress=False)
+    after, online = agent.target_weights, [np.asarray(w) for w in agent.model.get_weights()]
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(after, before))
+    lag = max(float(np.max(np.abs(a - o))) for a, o in zip(after, online))
+    assert moved > 0.0 and lag > 0.0  # it follows, a little behind
