@@ -183,3 +183,22 @@ def test_fit_counts_the_whole_run_and_pauses_with_stop_at():
 def test_unknown_hyperparameter_lists_the_known_ones():
     with pytest.raises(TypeError, match="no field 'learnin_rate'.*learning_rate"):
         kerasrl.DQN("CartPole-v1", learnin_rate=1e-3)
+
+
+def test_double_dueling_n_step_prioritized_learns_the_chain():
+    agent = kerasrl.DQN(lambda: ChainEnv(5), seed=0, n_envs=2, double_q=True, dueling=True,
+                        n_step=3, prioritized_replay=True, **FAST)
+    agent.fit(3000, progress=False)
+    assert agent.evaluate(episodes=4)["mean_return"] == 1.0
+    assert agent.buffer.beta > 0.9  # annealed toward 1 over the run
+    assert any(layer.__class__.__name__ == "DuelingCombine" for layer in agent.model.layers)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("n_step", 0, "n_step must be an integer of at least 1"),
+    ("prioritized_replay_alpha", 1.5, r"prioritized_replay_alpha must be in \[0, 1\]"),
+    ("prioritized_replay_alpha", -0.1, r"prioritized_replay_alpha must be in \[0, 1\]"),
+])
+def test_invalid_variant_settings_are_refused(option, value, message):
+    with pytest.raises(ValueError, match=message):
+        kerasrl.DQN("CartPole-v1", **{option: value})
