@@ -11,12 +11,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-import gymnasium as gym
 import keras
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.backend import to_tensors
 from kerasrl.config import CommonConfig
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger

@@ -17,13 +17,13 @@ import keras
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QLearner, exploration_rate
+from kerasrl.agents.q_learner import QAgentMixin, QLearner, exploration_rate
 from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import build_model, default_network, dueling, is_image_space, mlp_torso
 from kerasrl.optim import Adam
-from kerasrl.policies import QPolicy, epsilon_greedy
+from kerasrl.policies import epsilon_greedy
 
 
 def double_q_target(next_q_target, next_q_online, batch):
@@ -36,7 +36,7 @@ def max_q_target(next_q_target, next_q_online, batch):
     return q_learning_target(next_q_target, batch["rewards"], batch["discounts"])
 
 
-class DQN(Agent):
+class DQN(QAgentMixin, Agent):
     """Deep Q-learning for discrete actions.
 
     Args:
@@ -95,12 +95,6 @@ class DQN(Agent):
         return ReplayBuffer(*args)
 
     # -- the loop -----------------------------------------------------------------------------
-    def _act_greedy(self, observations):
-        return np.argmax(self.learner.q_values(observations), axis=-1)
-
-    def _explore(self, greedy_actions, rng):
-        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)
-
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
         sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as SB3
@@ -128,10 +122,7 @@ class DQN(Agent):
     def _train_round(self, total_steps: int) -> float:
         """Sample `gradient_steps` batches and run them, with any due target sync, in one call."""
         cfg = self.config
-        # k syncs since the last round, with the online weights unchanged in between, are one
-        # Polyak step of 1 - (1 - tau)^k: the same target as syncing at each of those env steps.
-        target_tau = 1.0 - (1.0 - cfg.tau) ** self._pending_syncs if self._pending_syncs else 0.0
-        self._pending_syncs = 0
+        target_tau = self._take_target_tau()
         if cfg.prioritized_replay:
             progress = min(1.0, self.num_timesteps / total_steps)
             self.buffer.beta = cfg.prioritized_replay_beta0 + progress * (1.0 - cfg.prioritized_replay_beta0)
@@ -149,34 +140,10 @@ class DQN(Agent):
     def _extra_state(self):
         arrays = self.learner.arrays()
         arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
-        meta = {"n_updates": self.n_updates, "vector_steps": self._vector_steps,
-                "pending_syncs": self._pending_syncs}
-        return arrays, meta
+        return arrays, self._counter_state()
 
     def _load_extra_state(self, arrays, meta):
         self.learner.load_arrays(arrays)
         self.buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
                                      if k.startswith("buffer/")})
-        self.n_updates = int(meta["n_updates"])
-        self._vector_steps = int(meta["vector_steps"])
-        self._pending_syncs = int(meta["pending_syncs"])
-
-    # -- weights out --------------------------------------------------------------------------
-    def _sync_model(self) -> None:
-        self.learner.sync_model()
-
-    @property
-    def model(self) -> keras.Model:
-        """The Keras Q-network holding the current online weights."""
-        self._sync_model()
-        return self.q_network
-
-    @property
-    def target_weights(self) -> list[np.ndarray]:
-        """The target network's weights (trainable, then non-trainable), as numpy."""
-        return self.learner.target_weights
-
-    @property
-    def policy(self) -> QPolicy:
-        """The greedy policy of the current online weights (inference only)."""
-        return self.learner.policy(self.observation_space, self.action_space)
+        self._load_counter_state(meta)

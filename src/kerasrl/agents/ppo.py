@@ -29,8 +29,9 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.base import (Agent, flatten_arrays, to_tensors, unflatten_arrays,
+from kerasrl.agents.base import (Agent, flatten_arrays, unflatten_arrays,
                                   variable_values)
+from kerasrl.backend import to_tensors
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,

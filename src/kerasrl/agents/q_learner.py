@@ -23,7 +23,7 @@ from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_value
 from kerasrl.backend import to_tensors
 from kerasrl.losses import select, td_loss
 from kerasrl.optim import Adam, copy_state, polyak
-from kerasrl.policies import QPolicy, forward_fn
+from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn
 
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
 TargetFn = Callable[..., object]
@@ -195,3 +195,55 @@ class QLearner:
         """Restore from `arrays()` output."""
         self.state = to_tensors(unflatten_arrays("learner", arrays, backend.to_numpy(self.state)))
         self.sync_model()
+
+
+class QAgentMixin:
+    """What DQN and SARSA share around their QLearner: acting, target syncs, counters, weights out.
+
+    Mixed in before `Agent` (`class DQN(QAgentMixin, Agent)`); expects `self.learner`,
+    `self.q_network`, `self.n_actions` and the counters `n_updates`, `_vector_steps`,
+    `_pending_syncs`.
+    """
+
+    def _act_greedy(self, observations):
+        return np.argmax(self.learner.q_values(observations), axis=-1)
+
+    def _explore(self, greedy_actions, rng):
+        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)
+
+    def _take_target_tau(self) -> float:
+        """The Polyak step for the syncs due since the last round, and clear them.
+
+        k syncs with the online weights unchanged in between are one step of 1 - (1 - tau)^k: the
+        same target as syncing at each of those env steps (as Stable-Baselines3 does).
+        """
+        k, self._pending_syncs = self._pending_syncs, 0
+        return 1.0 - (1.0 - self.config.tau) ** k if k else 0.0
+
+    def _counter_state(self) -> dict:
+        return {"n_updates": self.n_updates, "vector_steps": self._vector_steps,
+                "pending_syncs": self._pending_syncs}
+
+    def _load_counter_state(self, meta) -> None:
+        self.n_updates = int(meta["n_updates"])
+        self._vector_steps = int(meta["vector_steps"])
+        self._pending_syncs = int(meta["pending_syncs"])
+
+    def _sync_model(self) -> None:
+        self.learner.sync_model()
+
+    @property
+    def model(self) -> keras.Model:
+        """The Keras Q-network holding the current online weights."""
+        self._sync_model()
+        return self.q_network
+
+    @property
+    def target_weights(self) -> list[np.ndarray]:
+        """The target network's weights (trainable, then non-trainable), as numpy."""
+        return self.learner.target_weights
+
+    @property
+    def policy(self) -> QPolicy:
+        """The greedy policy of the current online weights (inference only)."""
+        return self.learner.policy(self.observation_space, self.action_space)

@@ -16,16 +16,15 @@ A terminated transition does not bootstrap; a truncated one does, from its true 
 from __future__ import annotations
 
 import gymnasium as gym
-import keras
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QLearner, exploration_rate
+from kerasrl.agents.q_learner import QAgentMixin, QLearner, exploration_rate
 from kerasrl.config import SARSAConfig
 from kerasrl.losses import expected_sarsa_target, sarsa_target
 from kerasrl.networks import build_model, default_network
 from kerasrl.optim import Adam
-from kerasrl.policies import QPolicy, epsilon_greedy
+from kerasrl.policies import epsilon_greedy
 
 # Options that only make sense with a replay buffer, and why SARSA refuses them.
 _REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step", "double_q", "train_freq",
@@ -44,7 +43,7 @@ def expected_target(next_q_target, next_q_online, batch):
                                  batch["epsilon"][:, None], next_q_online)
 
 
-class SARSA(Agent):
+class SARSA(QAgentMixin, Agent):
     """On-policy Deep SARSA for discrete actions; `expected=True` for Expected SARSA.
 
     Args:
@@ -88,12 +87,6 @@ class SARSA(Agent):
         self._vector_steps = 0
         self._pending_syncs = 0
         self._actions = None  # the actions the envs take at the next step, (n_envs,)
-
-    def _act_greedy(self, observations):
-        return np.argmax(self.learner.q_values(observations), axis=-1)
-
-    def _explore(self, greedy_actions, rng):
-        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)
 
     def _behaviour(self, observations, epsilon):
         """Epsilon-greedy actions of the current online network."""
@@ -151,9 +144,8 @@ class SARSA(Agent):
             "epsilon": np.repeat(np.asarray(epsilon, dtype=np.float32), cfg.n_envs),
         }
         batches = {k: np.broadcast_to(v, (cfg.gradient_steps, *v.shape)) for k, v in batch.items()}
-        target_tau = 1.0 - (1.0 - cfg.tau) ** self._pending_syncs if self._pending_syncs else 0.0
-        self._pending_syncs = 0
-        loss, _ = self.learner.train(batches, self._learning_rate(total_steps), target_tau)
+        loss, _ = self.learner.train(batches, self._learning_rate(total_steps),
+                                     self._take_target_tau())
         self.n_updates += cfg.gradient_steps
         self._check_loss(loss, self.n_updates)
         return loss
@@ -163,36 +155,12 @@ class SARSA(Agent):
         arrays = self.learner.arrays()
         if self._actions is not None:
             arrays["loop/next_actions"] = np.asarray(self._actions)
-        meta = {"n_updates": self.n_updates, "vector_steps": self._vector_steps,
-                "pending_syncs": self._pending_syncs}
-        return arrays, meta
+        return arrays, self._counter_state()
 
     def _load_extra_state(self, arrays, meta):
         self.learner.load_arrays(arrays)
         self._actions = np.array(arrays["loop/next_actions"]) if "loop/next_actions" in arrays else None
-        self.n_updates = int(meta["n_updates"])
-        self._vector_steps = int(meta["vector_steps"])
-        self._pending_syncs = int(meta["pending_syncs"])
-
-    # -- weights out --------------------------------------------------------------------------
-    def _sync_model(self) -> None:
-        self.learner.sync_model()
-
-    @property
-    def model(self) -> keras.Model:
-        """The Keras Q-network holding the current online weights."""
-        self._sync_model()
-        return self.q_network
-
-    @property
-    def target_weights(self) -> list[np.ndarray]:
-        """The target network's weights (trainable, then non-trainable), as numpy."""
-        return self.learner.target_weights
-
-    @property
-    def policy(self) -> QPolicy:
-        """The greedy policy of the current online weights (inference only)."""
-        return self.learner.policy(self.observation_space, self.action_space)
+        self._load_counter_state(meta)
 
 
 class ExpectedSARSA(SARSA):
