@@ -54,13 +54,13 @@ PRESETS: dict[str, Preset] = {
              gamma=0.99, loss="mse", max_grad_norm=None, double_q=False,
              target_update_interval=1000, tau=1.0, train_freq=1, gradient_steps=1,
              exploration_initial_eps=0.5, exploration_final_eps=0.01,
-             exploration_fraction=0.1, n_envs=1),
+             exploration_fraction=0.1, n_envs=1, random_warmup=False),
         "The tfjs snake-dqn reference agent on 9x9 Snake (docs/snake.md): its network, one Adam "
         "step per frame, MSE, hard target sync every 1000 frames, epsilon 0.5 -> 0.01 over the "
         "first 100k of 1M frames; stop at a 100-episode mean return of 100 with --stop-at-return "
         "100. Quirks fixed: the target starts equal to the online network; the 100-episode mean "
-        "averages only episodes that exist. Difference: the 10k prefill frames are uniformly "
-        "random (kerasrl DQN), not epsilon-greedy. Slow on CPU (about 9 frames/s on 2 cores)",
+        "averages only episodes that exist. Kept: the 10k prefill frames are epsilon-greedy "
+        "from the untrained network (random_warmup=False). Slow on CPU (about 9 frames/s on 2 cores)",
         model="snake_reference",
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),
