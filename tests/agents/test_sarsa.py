@@ -72,3 +72,17 @@ def test_soft_target_updates_track_the_online_weights():
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(after, before))
     lag = max(float(np.max(np.abs(a - o))) for a, o in zip(after, online))
     assert moved > 0.0 and lag > 0.0  # it follows, a little behind
+
+
+@pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
+def test_checkpoint_resumes_exactly(agent_class, tmp_path):
+    straight = agent_class("CartPole-v1", seed=0, n_envs=2)
+    straight.fit(600, progress=False)
+    paused = agent_class("CartPole-v1", seed=0, n_envs=2)
+    paused.fit(600, stop_at=300, progress=False)
+    paused.save(tmp_path / "ckpt")
+    resumed = kerasrl.Agent.load(tmp_path / "ckpt")
+    assert type(resumed) is agent_class and resumed.num_timesteps == 300
+    resumed.fit(600, progress=False)
+    for a, b in zip(straight.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -31,6 +31,11 @@ _REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step", "double_q", "trai
                 "batch_size")
 
 
+# What one step of a round holds, in order.
+ROLLOUT_FIELDS = ("observations", "actions", "rewards", "final_observations", "next_actions",
+                  "terminated", "epsilon")
+
+
 def next_action_target(next_q_target, next_q_online, batch):
     """SARSA: bootstrap from the action the behaviour policy takes next."""
     return sarsa_target(next_q_target, batch["next_actions"], batch["rewards"], batch["discounts"])
@@ -87,6 +92,7 @@ class SARSA(QAgentMixin, Agent):
         self._vector_steps = 0
         self._pending_syncs = 0
         self._actions = None  # the actions the envs take at the next step, (n_envs,)
+        self._rollout = []  # this round's steps so far; kept on the agent so a paused fit resumes
 
     def _behaviour(self, observations, epsilon):
         """Epsilon-greedy actions of the current online network."""
@@ -99,7 +105,7 @@ class SARSA(QAgentMixin, Agent):
         cfg = self.config
         sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)
         obs = self._obs
-        rollout = []
+        rollout = self._rollout
         while self.num_timesteps < stop_at:
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
             if self._actions is None:
@@ -122,7 +128,7 @@ class SARSA(QAgentMixin, Agent):
             if len(rollout) == cfg.n_steps:
                 if self.num_timesteps > cfg.learning_starts:
                     logger.update(self.num_timesteps, loss=self._train_round(rollout, total_steps))
-                rollout = []
+                rollout.clear()
             logger.set(epsilon=epsilon)
             if callback is not None and done.any():
                 if callback(self, logger.history) is False:
@@ -155,11 +161,21 @@ class SARSA(QAgentMixin, Agent):
         arrays = self.learner.arrays()
         if self._actions is not None:
             arrays["loop/next_actions"] = np.asarray(self._actions)
+        for i, field in enumerate(ROLLOUT_FIELDS):
+            if self._rollout:
+                arrays[f"rollout/{field}"] = np.stack([np.asarray(step[i]) for step in self._rollout])
         return arrays, self._counter_state()
 
     def _load_extra_state(self, arrays, meta):
         self.learner.load_arrays(arrays)
         self._actions = np.array(arrays["loop/next_actions"]) if "loop/next_actions" in arrays else None
+        if "rollout/actions" in arrays:
+            columns = [arrays[f"rollout/{field}"] for field in ROLLOUT_FIELDS]
+            # epsilon is one float per step; the other fields are (n_envs, ...) arrays
+            self._rollout[:] = [(*(column[t] for column in columns[:-1]), float(columns[-1][t]))
+                                for t in range(len(columns[0]))]
+        else:
+            self._rollout.clear()
         self._load_counter_state(meta)
 
 
