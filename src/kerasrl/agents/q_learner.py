@@ -28,10 +28,18 @@ from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
 TargetFn = Callable[..., object]
 
-# Gradient steps per compiled call, fully unrolled inside it. XLA on the CPU runs a loop body several
-# times slower than the same ops unrolled (a small conv net: 10x; an MLP: 2x), so a round of more
-# steps is split into calls of at most this many.
-STEPS_PER_CALL = 16
+# XLA on the CPU runs a convolution inside a loop body about 10x slower than outside one, while an
+# MLP runs as fast in a rolled loop as unrolled and compiles five times sooner (a 128-step round of
+# the RL-Zoo CartPole net: 1 s against 5 s). So a round is one call with a rolled loop, except for
+# networks with convolutions, and on backends whose loops are Python anyway: there it is split
+# into calls of this many fully unrolled steps.
+UNROLLED_STEPS_PER_CALL = 16
+
+
+def has_convolutions(model: keras.Model) -> bool:
+    """True when any layer of `model`, nested models included, is a convolution."""
+    layers = model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else model.layers
+    return any("Conv" in type(layer).__name__ for layer in layers)
 
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
@@ -64,11 +72,11 @@ class QLearner:
         self.needs_online_next = needs_online_next
         self.reset_from_model()
         self._forward = forward_fn(model)
-        # Two compiled variants: with the target sync folded in (when one is due) and without.
-        self.train_and_sync = backend.compile(self._train_rounds, donate_state=True)
-        self.train_only = backend.compile(
-            lambda state, batches, learning_rate: self._train_rounds(state, batches, learning_rate),
-            donate_state=True)
+        # One compiled round serves every sync pattern: target_tau 0 leaves the target as it was.
+        self._train_round = backend.compile(self._train_rounds, donate_state=True)
+        # Gradient steps per call: the whole round in a rolled loop where that runs fast, else
+        # calls of fully unrolled steps (see UNROLLED_STEPS_PER_CALL).
+        self.unrolled = not backend.COMPILED_LOOPS or has_convolutions(model)
 
     def reset_from_model(self) -> None:
         """Start again from the model's current weights: online and target equal, Adam fresh.
@@ -106,39 +114,56 @@ class QLearner:
         loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"], self.loss)
         return loss, (non_trainable, td_errors)
 
-    def _gradient_step(self, state, batch, learning_rate):
-        targets = self._targets(state, batch)
+    def _gradient_step(self, state, batch, learning_rate, targets=None):
+        if targets is None:
+            targets = self._targets(state, batch)
         (loss, (non_trainable, td_errors)), grads = backend.value_and_grad(self._loss)(
             state["params"], state["non_trainable"], batch, targets)
         params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
         return {**state, "params": params, "non_trainable": non_trainable, "opt": opt}, loss, td_errors
 
-    def _train_rounds(self, state, batches, learning_rate, target_tau=None):
-        """Sync the target by `target_tau` (1: copy) if given, then one gradient step per leading
+    def _round_targets(self, state, batches):
+        """The TD targets of every step of a round (G, B) from one forward pass over all G * B
+        next observations: the target weights do not change within a round, and one large matrix
+        product runs faster than G small ones."""
+        n_steps, batch_size = batches["actions"].shape
+        flat = tree.map_structure(
+            lambda x: ops.reshape(x, (n_steps * batch_size, *x.shape[2:])), batches)
+        return ops.reshape(self._targets(state, flat), (n_steps, batch_size))
+
+    def _train_rounds(self, state, batches, learning_rate, target_tau):
+        """Sync the target by `target_tau` (1: copy, 0: no sync), then one gradient step per leading
         row of `batches` (G, B, ...). Returns (state, mean loss, TD errors (G, B))."""
-        if target_tau is not None:
-            state = {
-                **state,
-                "target_params": polyak(state["params"], state["target_params"], target_tau),
-                "target_non_trainable": copy_state(state["non_trainable"],
-                                                   state["target_non_trainable"], target_tau),
-            }
+        state = {
+            **state,
+            "target_params": polyak(state["params"], state["target_params"], target_tau),
+            "target_non_trainable": copy_state(state["non_trainable"],
+                                               state["target_non_trainable"], target_tau),
+        }
+        # With the online network in the target (Double DQN, Expected SARSA) each step needs the
+        # weights of the step before; otherwise all targets are known before the first step.
+        all_targets = None if self.needs_online_next else self._round_targets(state, batches)
+
+        def step(i, state):
+            batch = tree.map_structure(lambda x: x[i], batches)
+            targets = None if all_targets is None else all_targets[i]
+            return self._gradient_step(state, batch, learning_rate, targets)
+
         n_steps = batches["actions"].shape[0]
         if n_steps == 1:
-            state, loss, td_errors = self._gradient_step(
-                state, tree.map_structure(lambda x: x[0], batches), learning_rate)
+            state, loss, td_errors = step(0, state)
             return state, loss, ops.expand_dims(td_errors, 0)
 
         def body(i, carry):
             state, loss_sum, all_td = carry
-            state, loss, td_errors = self._gradient_step(
-                state, tree.map_structure(lambda x: x[i], batches), learning_rate)
+            state, loss, td_errors = step(i, state)
             all_td = ops.slice_update(all_td, (i, 0), ops.expand_dims(td_errors, 0))
             return state, loss_sum + loss, all_td
 
         td_init = ops.zeros(batches["actions"].shape, "float32")
         state, loss_sum, all_td = backend.fori_loop(
-            0, n_steps, body, (state, ops.zeros((), "float32"), td_init), unroll=n_steps)
+            0, n_steps, body, (state, ops.zeros((), "float32"), td_init),
+            unroll=n_steps if self.unrolled else 1)
         return state, loss_sum / n_steps, all_td
 
     # -- host side ----------------------------------------------------------------------------
@@ -146,18 +171,16 @@ class QLearner:
         """Run one round on numpy `batches` (G, B, ...). Returns (mean loss, TD errors (G, B))."""
         learning_rate = np.float32(learning_rate)
         n_steps = len(batches["actions"])
+        per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
         losses, td_errors = [], []
-        for start in range(0, n_steps, STEPS_PER_CALL):
-            chunk = backend.feed({k: v[start:start + STEPS_PER_CALL] for k, v in batches.items()})
-            if start == 0 and target_tau > 0.0:
-                self.state, loss, td = self.train_and_sync(self.state, chunk, learning_rate,
-                                                           np.float32(target_tau))
-            else:
-                self.state, loss, td = self.train_only(self.state, chunk, learning_rate)
+        for start in range(0, n_steps, per_call):
+            chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
+            tau = np.float32(target_tau if start == 0 else 0.0)
+            self.state, loss, td = self._train_round(self.state, chunk, learning_rate, tau)
             losses.append(loss)
             td_errors.append(td)
         losses, td_errors = backend.to_numpy((losses, td_errors))
-        weights = [min(STEPS_PER_CALL, n_steps - s) for s in range(0, n_steps, STEPS_PER_CALL)]
+        weights = [min(per_call, n_steps - s) for s in range(0, n_steps, per_call)]
         return float(np.average(losses, weights=weights)), np.concatenate(td_errors)
 
     def q_values(self, observations: np.ndarray) -> np.ndarray:

@@ -81,7 +81,7 @@ def select_backend() -> str:
 
 def use(name: str) -> str:
     """Choose the backend by name before Keras is imported (the CLI's --backend)."""
-    global NAME
+    global NAME, COMPILED_LOOPS
     check_backend_name(name)
     if "keras" in sys.modules:
         import keras
@@ -94,10 +94,14 @@ def use(name: str) -> str:
             )
     os.environ["KERAS_BACKEND"] = name
     NAME = name
+    COMPILED_LOOPS = name != "torch"
     return name
 
 
 NAME = select_backend()
+# Whether `fori_loop` inside `compile` runs as a compiled loop (XLA on JAX and TensorFlow). On
+# PyTorch it is a Python loop, and a longer call gains nothing.
+COMPILED_LOOPS = NAME != "torch"
 # Keras imports TensorFlow (when installed) on every backend; keep its start-up banner quiet. Must be
 # set before TensorFlow is imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -118,6 +122,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "COMPILED_LOOPS",
     "NAME",
     "SUPPORTED",
     "BackendError",
