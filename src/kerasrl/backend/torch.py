@@ -1,31 +1,224 @@
-"""PyTorch: eager execution, gradients from `torch.autograd.grad`, no graph while acting."""
+"""PyTorch: compiled functions are traced once per input signature into graphs of aten ops.
+
+Eager PyTorch pays for Keras's Python on every op: a DQN gradient step through Keras layers took
+about 2 ms, acting on one observation about 350 us. `torch.compile` costs 13 to 33 s of
+compilation here. So `compile(fn)` instead records, the first time it sees a signature (the
+nesting, shapes and dtypes of its arguments), the aten ops that `fn` runs, with
+`torch.fx.experimental.proxy_tensor.make_fx`. That tracer sits below autograd, so it also records
+the backward ops of `torch.autograd.grad` inside `value_and_grad` (as AOTAutograd does), and
+below Keras, whose Python then runs only once. The graph is then replayed by TorchScript's C++
+interpreter (about 1 us per op, against 4 us for the FX graph's Python). Later calls run only the
+graph: the same kernels in the same order, so results are bit-identical to eager execution.
+
+What a trace would get wrong runs eagerly instead, with one warning per function: a function that
+reads a tensor's value into Python (data-dependent control flow; Keras's seeded random ops, whose
+seed would be frozen into the graph), or that fails to trace. Unseeded random ops (Keras's default
+dropout) draw from PyTorch's global generator in the graph too, so they are fresh every call.
+KERASRL_TORCH_TRACE=0 runs everything eagerly (debugging); KERASRL_TORCH_COMPILE=1 uses
+`torch.compile` instead.
+"""
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
+import warnings
 
+import keras
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Signatures kept per compiled function: acting at batch 1 and at n_envs, a training round with
+# and without a target sync, a last shorter chunk, need a handful.
+CACHE_SIZE = 8
+# Traces longer than this many aten ops run eagerly: tracing costs about 0.3 ms per op and
+# TorchScript about 0.2 ms, and TorchScript's cost grows faster than linearly beyond this (a 16-step
+# DQN round is about 3,600 ops; PPO's default update, 320 minibatches in one call, about 100,000).
+MAX_OPS = 20_000
+
+# Ops that do nothing when no gradient is recorded: dropped from graphs before they run.
+_NO_OPS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+_EAGER = object()  # cache entry of a signature that runs eagerly
 
 
 def compile(fn, donate_state: bool = False):  # noqa: A001
-    """Run `fn` eagerly without recording a graph (gradients are taken inside, on purpose).
+    """`fn` traced into a graph per input signature (see the module docstring), run without
+    recording gradients (they are taken inside, on purpose).
 
-    `torch.compile` costs 13 to 33 s of compilation here for a 3x faster step; it is used only when
-    KERASRL_TORCH_COMPILE=1.
+    `donate_state` is accepted for the other backends' sake: the graphs never write to their
+    inputs, as eager `fn` would not.
     """
     del donate_state
     if os.environ.get("KERASRL_TORCH_COMPILE") == "1":
-        fn = torch.compile(fn, dynamic=False)
+        return _no_grad(torch.compile(fn, dynamic=False))
+    if os.environ.get("KERASRL_TORCH_TRACE", "1") == "0":
+        return _no_grad(fn)
+    return functools.wraps(fn)(_Traced(fn))
 
+
+def _no_grad(fn):
     @functools.wraps(fn)
     def run(*args, **kwargs):
         with torch.no_grad():
             return fn(*args, **kwargs)
 
     return run
+
+
+class _Traced:
+    """The graphs of one function, by input signature (LRU); see `compile`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.graphs = collections.OrderedDict()
+        self.warned = False
+
+    def __call__(self, *args, **kwargs):
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        tensors, signature = [], [spec]
+        for leaf in leaves:
+            tensor = _as_input(leaf)
+            if tensor is None:
+                signature.append(leaf)  # a structural constant: ints, bools, None, strings
+            else:
+                tensors.append(tensor)
+                signature.append((tensor.shape, tensor.dtype))
+        try:
+            signature = tuple(signature)
+            graph = self.graphs.get(signature)
+        except TypeError:  # an unhashable leaf: no signature to cache by
+            signature = graph = None
+        with torch.no_grad():
+            if graph is None:
+                graph, result = self._trace(spec, leaves, tensors)
+                if signature is not None:
+                    self.graphs[signature] = graph
+                    if len(self.graphs) > CACHE_SIZE:
+                        self.graphs.popitem(last=False)
+                return result
+            if signature is not None:
+                self.graphs.move_to_end(signature)
+            if graph is _EAGER:
+                return self.fn(*args, **kwargs)
+            return graph(tensors)
+
+    def _trace(self, spec, leaves, tensors):
+        """`(graph, result)`: the graph of `fn` for these inputs, or _EAGER (with a warning when
+        a trace would be wrong), and the result of this call, run eagerly."""
+        where = [i for i, leaf in enumerate(leaves) if _as_input(leaf) is not None]
+        outputs = {}
+
+        def flat_fn(*inputs):
+            full = list(leaves)
+            for i, tensor in zip(where, inputs):
+                full[i] = tensor
+            args, kwargs = pytree.tree_unflatten(full, spec)
+            outputs["result"] = result = self.fn(*args, **kwargs)
+            out_leaves, outputs["spec"] = pytree.tree_flatten(result)
+            outputs["leaves"] = out_leaves
+            return tuple(x for x in out_leaves if isinstance(x, torch.Tensor))
+
+        with _OpCounter() as counter:
+            flat_fn(*tensors)
+        result = outputs["result"]
+        if counter.n_ops > MAX_OPS:
+            return _EAGER, result  # not an error: as fast as before, only not faster
+        try:
+            # make_fx (a real-tensor trace) makes a FakeTensorMode for every op's metadata unless
+            # a tracing context offers one: 3x slower.
+            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+                graph = make_fx(flat_fn, tracing_mode="real")(*tensors)
+        except Exception as error:  # noqa: BLE001 -- any failure to trace means: run eagerly
+            if "_local_scalar_dense" in str(error):
+                reason = ("it reads a tensor's value into Python (data-dependent control flow, "
+                          "or a seeded Keras random op), which a trace would freeze")
+            else:
+                reason = f"tracing failed ({type(error).__name__}: {str(error).strip()[:300]})"
+            return self._eager(reason), result
+        return _Graph(graph, outputs["spec"], outputs["leaves"], tensors), result
+
+    def _eager(self, reason: str):
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"kerasrl: {getattr(self.fn, '__qualname__', self.fn)} runs eagerly on "
+                          f"PyTorch, several times slower, because {reason}.", RuntimeWarning,
+                          stacklevel=4)
+        return _EAGER
+
+
+class _Graph:
+    """A traced graph, run by TorchScript, with the outputs' nesting put back."""
+
+    def __init__(self, graph: torch.fx.GraphModule, out_spec, out_leaves, example_inputs):
+        _drop_no_ops(graph)
+        try:
+            with warnings.catch_warnings():  # TorchScript is deprecated, but still the fastest
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.run = torch.jit.trace(graph, tuple(example_inputs), check_trace=False,
+                                           strict=False)
+        except Exception:  # noqa: BLE001 -- the FX graph gives the same results, only slower
+            self.run = graph
+        self.out_spec = out_spec
+        # Non-tensor outputs (None, Python numbers) are constants of the trace.
+        self.out_leaves = [None if isinstance(x, torch.Tensor) else x for x in out_leaves]
+        self.tensor_at = [i for i, x in enumerate(out_leaves) if isinstance(x, torch.Tensor)]
+
+    def __call__(self, tensors):
+        # Without TorchScript's profiling and optimization passes: they cost seconds on a long
+        # graph, and on CPU (no fusion) the plain interpreter runs it as fast.
+        with torch.jit.optimized_execution(False):
+            results = self.run(*tensors)
+        leaves = list(self.out_leaves)
+        for i, tensor in zip(self.tensor_at, results):
+            leaves[i] = tensor
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+
+def _as_input(leaf):
+    """The tensor a leaf is passed to a graph as, or None if it is part of the signature.
+
+    Floats become 0-d float32 tensors (as Keras converts them) and numpy scalars 0-d tensors of
+    their dtype, so that a new learning rate does not mean a new trace. Python ints and bools stay
+    constants: they are shapes, counts and switches.
+    """
+    if isinstance(leaf, torch.Tensor):
+        return leaf
+    if isinstance(leaf, keras.Variable):
+        return leaf.value
+    if isinstance(leaf, np.ndarray):
+        return torch.from_numpy(leaf if leaf.flags.c_contiguous else leaf.copy())
+    if isinstance(leaf, np.generic):
+        return torch.from_numpy(np.asarray(leaf))
+    if isinstance(leaf, float):
+        return torch.tensor(leaf, dtype=torch.float32)
+    return None
+
+
+def _drop_no_ops(graph: torch.fx.GraphModule) -> None:
+    """Remove detach and alias nodes: no-ops when the graph runs without autograd."""
+    for node in list(graph.graph.nodes):
+        if node.op == "call_function" and node.target in _NO_OPS:
+            node.replace_all_uses_with(node.args[0])
+            graph.graph.erase_node(node)
+    graph.recompile()
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the aten ops a call runs (the size its trace would have)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n_ops += 1
+        return func(*args, **(kwargs or {}))
 
 
 def value_and_grad(fn):
@@ -58,7 +251,7 @@ def configure_threads() -> None:
 
 
 def fori_loop(lower, upper, body, init, unroll=1):
-    """`body(i, carry)` from lower to upper: a Python loop (eager execution)."""
+    """`body(i, carry)` from lower to upper: a Python loop, unrolled into the trace."""
     del unroll
     carry = init
     for i in range(lower, upper):

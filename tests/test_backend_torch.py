@@ -1,0 +1,217 @@
+"""The PyTorch backend's traced graphs (kerasrl/backend/torch.py) against eager execution.
+
+On PyTorch the tests run here. On the other backends one test runs this file under PyTorch in a
+subprocess, so that the default (JAX) run covers the PyTorch backend too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+if keras.backend.backend() != "torch":
+
+    def test_torch_backend_tests_pass_under_pytorch():
+        env = {**os.environ, "KERAS_BACKEND": "torch"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "backend",
+             __file__], env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+else:
+    import torch
+
+    import kerasrl
+    from kerasrl import backend
+    from kerasrl.backend import torch as torch_backend
+    from kerasrl.agents.base import variable_values
+    from kerasrl.optim import Adam
+
+    pytestmark = pytest.mark.backend
+
+    def compile_both(fn, monkeypatch):
+        """`fn` compiled twice: traced, and eager (KERASRL_TORCH_TRACE=0)."""
+        traced = backend.compile(fn)
+        with monkeypatch.context() as patch:
+            patch.setenv("KERASRL_TORCH_TRACE", "0")
+            eager = backend.compile(fn)
+        return traced, eager
+
+    def n_graphs(compiled):
+        """How many signatures of `compiled` run as traced graphs (not eagerly)."""
+        return sum(g is not torch_backend._EAGER for g in compiled.graphs.values())
+
+    def assert_trees_equal(a, b):
+        a, b = backend.to_numpy(a), backend.to_numpy(b)
+        keras.tree.map_structure(np.testing.assert_array_equal, a, b)
+
+    def dqn_batches(rng, n_steps, batch_size=32):
+        return {
+            "observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
+            "actions": rng.integers(0, 2, (n_steps, batch_size)).astype(np.int32),
+            "rewards": rng.standard_normal((n_steps, batch_size)).astype(np.float32),
+            "next_observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
+            "discounts": np.full((n_steps, batch_size), 0.99, np.float32),
+            "weights": np.ones((n_steps, batch_size), np.float32),
+        }
+
+    def test_dqn_rounds_traced_equal_eager_bit_for_bit(monkeypatch):
+        traced = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(32, 32), double_q=True)
+        with monkeypatch.context() as patch:
+            patch.setenv("KERASRL_TORCH_TRACE", "0")
+            eager = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(32, 32), double_q=True)
+        eager.learner.state = backend.to_tensors(backend.to_numpy(traced.learner.state))
+        rng = np.random.default_rng(0)
+        for round_, (n_steps, tau) in enumerate([(4, 1.0), (4, 0.0), (4, 0.5), (1, 0.0)]):
+            batches = dqn_batches(rng, n_steps)
+            lr = 1e-3 * (round_ + 1)  # a new learning rate is an input, not a new trace
+            loss_t, td_t = traced.learner.train(batches, lr, tau)
+            loss_e, td_e = eager.learner.train(batches, lr, tau)
+            assert loss_t == loss_e
+            np.testing.assert_array_equal(td_t, td_e)
+            assert_trees_equal(traced.learner.state, eager.learner.state)
+        obs = rng.standard_normal((3, 4)).astype(np.float32)
+        np.testing.assert_array_equal(traced.learner.q_values(obs), eager.learner.q_values(obs))
+        np.testing.assert_array_equal(traced.learner.q_values(obs[:1]),
+                                      eager.learner.q_values(obs[:1]))
+        # The rounds and acting ran as graphs (later calls of a signature reuse them).
+        compiled = [v for v in vars(traced.learner).values()
+                    if isinstance(v, torch_backend._Traced)]
+        assert compiled and sum(n_graphs(c) for c in compiled) >= 4
+        assert not any(isinstance(v, torch_backend._Traced) for v in vars(eager.learner).values())
+
+    def conv_bn_model():
+        inputs = keras.Input((6, 6, 2))
+        x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.Flatten()(x)
+        model = keras.Model(inputs, keras.layers.Dense(3)(x))
+        return model
+
+    def test_conv_batchnorm_step_traced_equals_eager_and_updates_moving_stats(monkeypatch):
+        model = conv_bn_model()
+        optimizer = Adam()
+
+        def loss_fn(params, non_trainable, x, y):
+            out, non_trainable = model.stateless_call(params, non_trainable, x, training=True)
+            return keras.ops.mean(keras.ops.square(out - y)), non_trainable
+
+        def step(state, x, y, learning_rate):
+            (loss, non_trainable), grads = backend.value_and_grad(loss_fn)(
+                state["params"], state["non_trainable"], x, y)
+            params, opt, _ = optimizer.update(grads, state["opt"], state["params"], learning_rate)
+            return {"params": params, "non_trainable": non_trainable, "opt": opt}, loss
+
+        params = backend.to_tensors(variable_values(model.trainable_variables))
+        states = variable_values(model.non_trainable_variables)
+        start = {"params": params, "non_trainable": backend.to_tensors(states),
+                 "opt": optimizer.init(params)}
+        traced, eager = compile_both(step, monkeypatch)
+        rng = np.random.default_rng(1)
+        state_t = state_e = start
+        for _ in range(3):
+            x = backend.feed(rng.standard_normal((8, 6, 6, 2)).astype(np.float32))
+            y = backend.feed(rng.standard_normal((8, 3)).astype(np.float32))
+            state_t, loss_t = traced(state_t, x, y, 1e-2)
+            state_e, loss_e = eager(state_e, x, y, 1e-2)
+            assert_trees_equal((state_t, loss_t), (state_e, loss_e))
+        assert n_graphs(traced) == 1
+        moved = [not np.array_equal(new, old) for new, old in
+                 zip(backend.to_numpy(state_t["non_trainable"]), states)]
+        assert all(moved)  # moving mean and variance came out of the graph
+        # The inputs were not written to (the caller may keep them: donation is not assumed).
+        assert_trees_equal(start["non_trainable"], backend.to_tensors(states))
+
+    def dropout_model(seed=None):
+        inputs = keras.Input((16,))
+        x = keras.layers.Dropout(0.5, seed=seed)(inputs)
+        return keras.Model(inputs, x)
+
+    def test_unseeded_dropout_is_traced_and_fresh_every_call():
+        model = dropout_model()
+
+        def forward(non_trainable, x):
+            out, _ = model.stateless_call([], non_trainable, x, training=True)
+            return out
+
+        compiled = backend.compile(forward)
+        x = backend.feed(np.ones((4, 16), np.float32))
+        non_trainable = [v.value for v in model.non_trainable_variables]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            masks = [backend.to_numpy(compiled(non_trainable, x)) != 0 for _ in range(4)]
+        assert n_graphs(compiled) == 1
+        assert all(0 < m.mean() < 1 for m in masks)
+        assert len({m.tobytes() for m in masks[1:]}) == 3  # the graph ran 3 times, 3 masks
+
+    def test_seeded_dropout_runs_eagerly_with_a_warning_and_fresh_masks():
+        model = dropout_model(seed=3)
+
+        def forward(non_trainable, x):
+            return model.stateless_call([], non_trainable, x, training=True)
+
+        compiled = backend.compile(forward)
+        x = backend.feed(np.ones((4, 16), np.float32))
+        non_trainable = [v.value for v in model.non_trainable_variables]
+        masks = []
+        with pytest.warns(RuntimeWarning, match="runs eagerly"):
+            for _ in range(3):
+                out, non_trainable = compiled(non_trainable, x)  # the seed state is threaded
+                masks.append(backend.to_numpy(out) != 0)
+        assert n_graphs(compiled) == 0
+        assert len({m.tobytes() for m in masks}) == 3
+
+    def test_untraceable_function_warns_once_and_gives_the_right_answers():
+        def branchy(x):
+            if float(keras.ops.sum(x)) > 0:  # data-dependent Python control flow
+                return x * 2.0
+            return x - 1.0
+
+        compiled = backend.compile(branchy)
+        with pytest.warns(RuntimeWarning, match="branchy runs eagerly"):
+            out = compiled(backend.feed(np.ones(3, np.float32)))
+        np.testing.assert_array_equal(backend.to_numpy(out), [2.0, 2.0, 2.0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # one warning per function, not per call
+            out = compiled(backend.feed(-np.ones(3, np.float32)))
+        np.testing.assert_array_equal(backend.to_numpy(out), [-2.0, -2.0, -2.0])
+
+    def test_new_shapes_retrace_and_the_cache_is_bounded():
+        calls = []
+
+        def affine(x, scale, offset):
+            calls.append(tuple(x.shape))  # Python runs only when tracing (or eagerly)
+            return {"y": x * scale + offset, "n": 7}
+
+        compiled = backend.compile(affine)
+        for n in (1, 3, 1, 3):
+            x = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+            out = compiled(backend.feed(x), np.float32(2.0), 0.5)
+            np.testing.assert_array_equal(backend.to_numpy(out["y"]), x * 2.0 + 0.5)
+            assert out["n"] == 7
+        assert n_graphs(compiled) == 2
+        n_first_calls = len(calls)
+        out = compiled(backend.feed(np.ones((3, 2), np.float32)), np.float32(-1.0), 4.0)
+        np.testing.assert_array_equal(backend.to_numpy(out["y"]), np.full((3, 2), 3.0))
+        assert len(calls) == n_first_calls  # new scalar values reuse the graph
+        for n in range(4, 4 + 2 * torch_backend.CACHE_SIZE):
+            compiled(backend.feed(np.ones((n, 2), np.float32)), np.float32(1.0), 0.0)
+        assert len(compiled.graphs) == torch_backend.CACHE_SIZE
+
+    def test_policy_sees_new_weights_of_its_model():
+        agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(8,))
+        policy = agent.policy
+        obs = np.random.default_rng(2).standard_normal((5, 4)).astype(np.float32)
+        before = policy.q_values(obs)
+        weights = [w * 2.0 for w in policy.model.get_weights()]
+        policy.model.set_weights(weights)
+        after = policy.q_values(obs)
+        expected = np.asarray(keras.ops.convert_to_numpy(policy.model(obs)))
+        np.testing.assert_allclose(after, expected, rtol=1e-6)
+        assert not np.allclose(before, after)
