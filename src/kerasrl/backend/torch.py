@@ -28,7 +28,6 @@ import warnings
 import keras
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -37,10 +36,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Signatures kept per compiled function: acting at batch 1 and at n_envs, a training round with
 # and without a target sync, a last shorter chunk, need a handful.
 CACHE_SIZE = 8
-# Traces longer than this many aten ops run eagerly: tracing costs about 0.3 ms per op and
-# TorchScript about 0.2 ms, and TorchScript's cost grows faster than linearly beyond this (a 16-step
-# DQN round is about 3,600 ops; PPO's default update, 320 minibatches in one call, about 100,000).
+# Calls of more aten ops than this run eagerly: tracing costs about 0.3 ms per op (a 16-step DQN
+# round is about 3,500 ops; PPO's default update, 320 minibatches in one call, about 100,000).
 MAX_OPS = 20_000
+# Graphs of more ops than this run as FX's Python code rather than TorchScript, whose trace time
+# grows faster than linearly (0.5 s at 3,000 ops, 5 s at 13,000).
+MAX_SCRIPTED_OPS = 8_000
 
 # Ops that do nothing when no gradient is recorded: dropped from graphs before they run.
 _NO_OPS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
@@ -80,35 +81,38 @@ class _Traced:
         self.warned = False
 
     def __call__(self, *args, **kwargs):
-        leaves, spec = pytree.tree_flatten((args, kwargs))
-        tensors, signature = [], [spec]
+        leaves = []
+        structure = _flatten((args, kwargs), leaves)
+        tensors, signature = [], [structure]
         for leaf in leaves:
             tensor = _as_input(leaf)
-            if tensor is None:
-                signature.append(leaf)  # a structural constant: ints, bools, None, strings
-            else:
+            if tensor is not None:
                 tensors.append(tensor)
                 signature.append((tensor.shape, tensor.dtype))
-        try:
+            elif leaf is None or isinstance(leaf, (bool, int, str)):
+                signature.append(leaf)  # a structural constant: counts, switches, names
+            else:
+                self._eager(f"an argument is a {type(leaf).__name__}, which is neither an array "
+                            f"nor a constant")
+                signature = None
+                break
+        with torch.no_grad():
+            if signature is None:
+                return self.fn(*args, **kwargs)
             signature = tuple(signature)
             graph = self.graphs.get(signature)
-        except TypeError:  # an unhashable leaf: no signature to cache by
-            signature = graph = None
-        with torch.no_grad():
             if graph is None:
-                graph, result = self._trace(spec, leaves, tensors)
-                if signature is not None:
-                    self.graphs[signature] = graph
-                    if len(self.graphs) > CACHE_SIZE:
-                        self.graphs.popitem(last=False)
+                graph, result = self._trace(structure, leaves, tensors)
+                self.graphs[signature] = graph
+                if len(self.graphs) > CACHE_SIZE:
+                    self.graphs.popitem(last=False)
                 return result
-            if signature is not None:
-                self.graphs.move_to_end(signature)
+            self.graphs.move_to_end(signature)
             if graph is _EAGER:
                 return self.fn(*args, **kwargs)
             return graph(tensors)
 
-    def _trace(self, spec, leaves, tensors):
+    def _trace(self, structure, leaves, tensors):
         """`(graph, result)`: the graph of `fn` for these inputs, or _EAGER (with a warning when
         a trace would be wrong), and the result of this call, run eagerly."""
         where = [i for i, leaf in enumerate(leaves) if _as_input(leaf) is not None]
@@ -118,10 +122,10 @@ class _Traced:
             full = list(leaves)
             for i, tensor in zip(where, inputs):
                 full[i] = tensor
-            args, kwargs = pytree.tree_unflatten(full, spec)
+            args, kwargs = _unflatten(structure, iter(full))
             outputs["result"] = result = self.fn(*args, **kwargs)
-            out_leaves, outputs["spec"] = pytree.tree_flatten(result)
-            outputs["leaves"] = out_leaves
+            outputs["leaves"] = out_leaves = []
+            outputs["structure"] = _flatten(result, out_leaves)
             return tuple(x for x in out_leaves if isinstance(x, torch.Tensor))
 
         with _OpCounter() as counter:
@@ -141,7 +145,8 @@ class _Traced:
             else:
                 reason = f"tracing failed ({type(error).__name__}: {str(error).strip()[:300]})"
             return self._eager(reason), result
-        return _Graph(graph, outputs["spec"], outputs["leaves"], tensors), result
+        script = counter.n_ops <= MAX_SCRIPTED_OPS
+        return _Graph(graph, outputs["structure"], outputs["leaves"], tensors, script), result
 
     def _eager(self, reason: str):
         if not self.warned:
@@ -153,18 +158,22 @@ class _Traced:
 
 
 class _Graph:
-    """A traced graph, run by TorchScript, with the outputs' nesting put back."""
+    """A traced graph, run by TorchScript (or as FX's Python code when `script` is False or
+    TorchScript fails), with the outputs' nesting put back."""
 
-    def __init__(self, graph: torch.fx.GraphModule, out_spec, out_leaves, example_inputs):
+    def __init__(self, graph: torch.fx.GraphModule, out_structure, out_leaves, example_inputs,
+                 script: bool):
         _drop_no_ops(graph)
-        try:
-            with warnings.catch_warnings():  # TorchScript is deprecated, but still the fastest
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self.run = torch.jit.trace(graph, tuple(example_inputs), check_trace=False,
-                                           strict=False)
-        except Exception:  # noqa: BLE001 -- the FX graph gives the same results, only slower
-            self.run = graph
-        self.out_spec = out_spec
+        self.run = graph
+        if script:
+            try:
+                with warnings.catch_warnings():  # TorchScript is deprecated, but the fastest here
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self.run = torch.jit.trace(graph, tuple(example_inputs), check_trace=False,
+                                               strict=False).forward
+            except Exception:  # noqa: BLE001 -- the FX graph gives the same results, only slower
+                pass
+        self.out_structure = out_structure
         # Non-tensor outputs (None, Python numbers) are constants of the trace.
         self.out_leaves = [None if isinstance(x, torch.Tensor) else x for x in out_leaves]
         self.tensor_at = [i for i, x in enumerate(out_leaves) if isinstance(x, torch.Tensor)]
@@ -172,16 +181,49 @@ class _Graph:
     def __call__(self, tensors):
         # Without TorchScript's profiling and optimization passes: they cost seconds on a long
         # graph, and on CPU (no fusion) the plain interpreter runs it as fast.
-        with torch.jit.optimized_execution(False):
+        optimize = torch._C._get_graph_executor_optimize(False)
+        try:
             results = self.run(*tensors)
+        finally:
+            torch._C._get_graph_executor_optimize(optimize)
         leaves = list(self.out_leaves)
         for i, tensor in zip(self.tensor_at, results):
             leaves[i] = tensor
-        return pytree.tree_unflatten(leaves, self.out_spec)
+        return _unflatten(self.out_structure, iter(leaves))
+
+
+def _flatten(tree, leaves: list):
+    """Append the leaves of nested dicts, lists and tuples to `leaves`; return the nesting, as a
+    hashable value for `_unflatten`. (torch's pytree took 0.2 ms per call on a learner state.)"""
+    if isinstance(tree, dict):
+        return dict, tuple(tree), tuple(_flatten(v, leaves) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return type(tree), None, tuple(_flatten(v, leaves) for v in tree)
+    leaves.append(tree)
+    return None
+
+
+def _unflatten(structure, leaves):
+    """The nesting `structure` (from `_flatten`) filled from the iterator `leaves`."""
+    if structure is None:
+        return next(leaves)
+    kind, keys, children = structure
+    values = [_unflatten(child, leaves) for child in children]
+    if kind is dict:
+        return dict(zip(keys, values))
+    if kind is list or kind is tuple:
+        return kind(values)
+    return kind(*values)  # a namedtuple
+
+
+def _tree_map(fn, tree):
+    leaves = []
+    structure = _flatten(tree, leaves)
+    return _unflatten(structure, iter([fn(leaf) for leaf in leaves]))
 
 
 def _as_input(leaf):
-    """The tensor a leaf is passed to a graph as, or None if it is part of the signature.
+    """The tensor a leaf is passed to a graph as, or None if it is not an array.
 
     Floats become 0-d float32 tensors (as Keras converts them) and numpy scalars 0-d tensors of
     their dtype, so that a new learning rate does not mean a new trace. Python ints and bools stay
@@ -230,7 +272,7 @@ def value_and_grad(fn):
             loss, aux = fn(params, *args)
             grads = torch.autograd.grad(loss, params, allow_unused=True)
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
-        aux = pytree.tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, aux)
+        aux = _tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, aux)
         return (loss.detach(), aux), grads
 
     return wrapped
@@ -261,7 +303,7 @@ def fori_loop(lower, upper, body, init, unroll=1):
 
 def to_tensors(tree):
     """Numpy arrays (any nesting) to tensors, sharing memory where the dtype allows."""
-    return pytree.tree_map(lambda x: torch.from_numpy(x if x.flags.c_contiguous else x.copy())
+    return _tree_map(lambda x: torch.from_numpy(x if x.flags.c_contiguous else x.copy())
                            if isinstance(x, np.ndarray) else torch.as_tensor(x), tree)
 
 
@@ -270,6 +312,6 @@ feed = to_tensors
 
 def to_numpy(tree):
     """Tensors (any nesting of lists, tuples and dicts) to numpy."""
-    return pytree.tree_map(
+    return _tree_map(
         lambda x: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x), tree
     )
