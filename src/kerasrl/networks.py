@@ -15,19 +15,35 @@ import numpy as np
 from keras import layers
 
 
+def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
+    """A Dense layer initialised as PyTorch's `nn.Linear`: weights and biases uniform in
+    +-1/sqrt(fan_in).
+
+    The RL-Zoo settings were tuned on networks initialised this way; with Keras's default (Glorot
+    weights, zero biases) DQN's zoo CartPole run reached 475 on 4 of 6 seeds, with this init on 6
+    of 6 (BENCHMARKS.md).
+    """
+    bound = 1.0 / float(np.sqrt(fan_in))
+    return layers.Dense(
+        int(units), activation=activation, name=name,
+        kernel_initializer=keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform"),
+        bias_initializer=keras.initializers.RandomUniform(-bound, bound),
+    )
+
+
 def mlp(input_shape, n_outputs, hidden_sizes: Sequence[int] = (64, 64), activation="relu",
         name="mlp"):
     """A multilayer perceptron: Flatten -> Dense(h, activation) per hidden size -> Dense(n_outputs)."""
     inputs = keras.Input(shape=tuple(input_shape), name="observation")
     x = _hidden_layers(inputs, input_shape, hidden_sizes, activation)
-    outputs = layers.Dense(int(n_outputs), name="output")(x)
+    outputs = linear(n_outputs, x.shape[-1], name="output")(x)
     return keras.Model(inputs, outputs, name=name)
 
 
 def _hidden_layers(inputs, input_shape, hidden_sizes, activation):
     x = layers.Flatten()(inputs) if len(input_shape) > 1 else inputs
     for i, size in enumerate(hidden_sizes):
-        x = layers.Dense(size, activation=activation, name=f"hidden_{i}")(x)
+        x = linear(size, x.shape[-1], activation=activation, name=f"hidden_{i}")(x)
     return x
 
 
@@ -73,8 +89,8 @@ def dueling(torso: keras.Model, input_shape, n_actions: int, name="dueling_q_net
     features = torso(inputs)
     if len(features.shape) != 2:
         features = layers.Flatten()(features)
-    value = layers.Dense(1, name="value")(features)
-    advantages = layers.Dense(int(n_actions), name="advantages")(features)
+    value = linear(1, features.shape[-1], name="value")(features)
+    advantages = linear(n_actions, features.shape[-1], name="advantages")(features)
     return keras.Model(inputs, DuelingCombine(name="q_values")(value, advantages), name=name)
 
 

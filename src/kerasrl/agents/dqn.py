@@ -12,17 +12,15 @@ The loop, per vector step:
 
 from __future__ import annotations
 
-import gymnasium as gym
 import keras
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QAgentMixin, QLearner, exploration_rate
+from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
 from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
-from kerasrl.networks import build_model, default_network, dueling, is_image_space, mlp_torso
-from kerasrl.optim import Adam
+from kerasrl.networks import dueling, is_image_space, mlp_torso
 from kerasrl.policies import epsilon_greedy
 
 
@@ -52,26 +50,12 @@ class DQN(QAgentMixin, Agent):
 
     def _build(self, model) -> None:
         cfg = self.config
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise ValueError(
-                f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
-                f"{self.action_space}. For continuous actions use kerasrl.PPO."
-            )
-        self.n_actions = int(self.action_space.n)
-        self.q_network = build_model(
-            self._dueling_model(model) if cfg.dueling else model,
-            self.observation_space, self.n_actions, action_space=self.action_space,
-            default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
-            role="Q-network",
-        )
-        self.learner = QLearner(
-            self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),
-            target_fn=double_q_target if cfg.double_q else max_q_target, loss=cfg.loss,
-            needs_online_next=cfg.double_q)
+        self._require_discrete_actions()
+        if cfg.dueling:
+            model = self._dueling_model(model)
+        self._build_q_learner(model, double_q_target if cfg.double_q else max_q_target,
+                              needs_online_next=cfg.double_q)
         self.buffer = self._make_buffer()
-        self.n_updates = 0
-        self._vector_steps = 0
-        self._pending_syncs = 0  # target syncs due since the last training round
 
     def _dueling_model(self, torso):
         """The dueling Q-network on the user's torso, or on the default MLP torso."""

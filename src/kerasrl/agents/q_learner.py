@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import gymnasium as gym
 import keras
 import numpy as np
 from keras import ops
@@ -22,6 +23,7 @@ from kerasrl import backend
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
 from kerasrl.backend import to_tensors
 from kerasrl.losses import select, td_loss
+from kerasrl.networks import build_model, default_network
 from kerasrl.optim import Adam, copy_state, polyak
 from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn
 
@@ -227,6 +229,31 @@ class QAgentMixin:
     `self.q_network`, `self.n_actions` and the counters `n_updates`, `_vector_steps`,
     `_pending_syncs`.
     """
+
+    def _require_discrete_actions(self) -> None:
+        """Refuse a non-discrete action space, naming the agent to use instead; set n_actions."""
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
+                f"{self.action_space}. For continuous actions use kerasrl.PPO."
+            )
+        self.n_actions = int(self.action_space.n)
+
+    def _build_q_learner(self, model, target_fn, needs_online_next: bool) -> None:
+        """Build the Q-network (the user's, or the default) and its learner, and zero the counters."""
+        cfg = self.config
+        self._require_discrete_actions()
+        self.q_network = build_model(
+            model, self.observation_space, self.n_actions, action_space=self.action_space,
+            default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
+            role="Q-network",
+        )
+        self.learner = QLearner(
+            self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),
+            target_fn=target_fn, loss=cfg.loss, needs_online_next=needs_online_next)
+        self.n_updates = 0
+        self._vector_steps = 0
+        self._pending_syncs = 0  # target syncs due since the last training round
 
     def _act_greedy(self, observations):
         return np.argmax(self.learner.q_values(observations), axis=-1)

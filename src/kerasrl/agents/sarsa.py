@@ -15,15 +15,12 @@ A terminated transition does not bootstrap; a truncated one does, from its true 
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QAgentMixin, QLearner, exploration_rate
+from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
 from kerasrl.config import SARSAConfig
 from kerasrl.losses import expected_sarsa_target, sarsa_target
-from kerasrl.networks import build_model, default_network
-from kerasrl.optim import Adam
 from kerasrl.policies import epsilon_greedy
 
 # Options that only make sense with a replay buffer, and why SARSA refuses them.
@@ -72,25 +69,8 @@ class SARSA(QAgentMixin, Agent):
         super().__init__(env, model=model, config=config, **hyperparameters)
 
     def _build(self, model) -> None:
-        cfg = self.config
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise ValueError(
-                f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
-                f"{self.action_space}. For continuous actions use kerasrl.PPO."
-            )
-        self.n_actions = int(self.action_space.n)
-        self.q_network = build_model(
-            model, self.observation_space, self.n_actions, action_space=self.action_space,
-            default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
-            role="Q-network",
-        )
-        self.learner = QLearner(
-            self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),
-            target_fn=expected_target if cfg.expected else next_action_target, loss=cfg.loss,
-            needs_online_next=cfg.expected)
-        self.n_updates = 0
-        self._vector_steps = 0
-        self._pending_syncs = 0
+        self._build_q_learner(model, expected_target if self.config.expected else next_action_target,
+                              needs_online_next=self.config.expected)
         self._actions = None  # the actions the envs take at the next step, (n_envs,)
         self._rollout = []  # this round's steps so far; kept on the agent so a paused fit resumes
 
