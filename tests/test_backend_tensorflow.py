@@ -1,0 +1,175 @@
+"""The TensorFlow backend's compiled calls (kerasrl/backend/tensorflow.py) against plain execution.
+
+`compile` calls traced functions directly, and with `donate_state` keeps the state packed in one
+buffer per dtype between calls. These tests check that this changes nothing a caller can see. On
+TensorFlow they run here; on the other backends one test runs this file under TensorFlow in a
+subprocess, so that the default run covers the TensorFlow backend too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+if keras.backend.backend() != "tensorflow":
+
+    def test_tensorflow_backend_tests_pass_under_tensorflow():
+        env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "backend",
+             __file__], env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+else:
+    import tensorflow as tf
+    from keras import ops
+
+    import kerasrl
+    from kerasrl import backend
+
+    pytestmark = pytest.mark.backend
+
+    def step(state, batch, scale):
+        """A pure update with float and int state, nested, and outputs besides the state."""
+        w = [p * scale + ops.mean(batch["x"]) for p in state["params"]]
+        count = state["opt"]["count"] + 1
+        new_state = {"params": w, "opt": {"count": count, "m": [m + 1.0 for m in state["opt"]["m"]]}}
+        return new_state, ops.sum(w[0]), ops.cast(count, "float32") * batch["x"][:, 0]
+
+    def step_reference(state, batch, scale):
+        """`step` in numpy."""
+        w = [p * scale + batch["x"].mean(dtype=np.float32) for p in state["params"]]
+        count = state["opt"]["count"] + 1
+        new_state = {"params": w, "opt": {"count": count, "m": [m + 1.0 for m in state["opt"]["m"]]}}
+        return new_state, w[0].sum(), np.float32(count) * batch["x"][:, 0]
+
+    def initial_state(rng):
+        return {"params": [rng.standard_normal((3, 2)).astype(np.float32),
+                           rng.standard_normal((2,)).astype(np.float32)],
+                "opt": {"count": np.int32(0), "m": [np.zeros((3, 2), np.float32)]}}
+
+    def batch(rng):
+        return {"x": rng.standard_normal((4, 3)).astype(np.float32)}
+
+    def assert_trees_close(actual, expected):
+        keras.tree.map_structure(
+            lambda a, e: np.testing.assert_allclose(np.asarray(a), e, rtol=1e-6, atol=1e-6),
+            backend.to_numpy(actual), expected)
+
+    def test_state_kept_across_calls_equals_the_pure_function():
+        rng = np.random.default_rng(0)
+        compiled = backend.compile(step, donate_state=True)
+        state = backend.to_tensors(initial_state(rng))
+        expected = initial_state(np.random.default_rng(0))
+        for i in range(20):
+            b, scale = batch(rng), np.float32(1.0 - 0.01 * i)
+            state, total, scaled = compiled(state, backend.feed(b), scale)
+            expected, total_ref, scaled_ref = step_reference(expected, b, scale)
+            np.testing.assert_allclose(backend.to_numpy(total), total_ref, rtol=1e-5)
+            np.testing.assert_allclose(backend.to_numpy(scaled), scaled_ref, rtol=1e-6)
+            assert_trees_close(state, expected)  # to_numpy of the state is current after each call
+        assert int(np.asarray(backend.to_numpy(state)["opt"]["count"])) == 20
+        assert backend.to_numpy(state)["opt"]["count"].dtype == np.int32
+
+    def test_a_replaced_state_is_honoured():
+        rng = np.random.default_rng(1)
+        compiled = backend.compile(step, donate_state=True)
+        state = backend.to_tensors(initial_state(rng))
+        b = batch(rng)
+        for _ in range(3):
+            state, _, _ = compiled(state, b, np.float32(0.5))
+        old = state
+        state, _, _ = compiled(state, b, np.float32(0.5))
+
+        # A state made elsewhere (a reset, a loaded checkpoint) is used, not the one held.
+        fresh = initial_state(rng)
+        state, _, _ = compiled(backend.to_tensors(fresh), b, np.float32(0.5))
+        assert_trees_close(state, step_reference(fresh, b, np.float32(0.5))[0])
+
+        # An older state returned by the compiled function stays valid and can be passed again.
+        old_values = backend.to_numpy(old)
+        state, _, _ = compiled(old, b, np.float32(0.5))
+        assert_trees_close(state, step_reference(old_values, b, np.float32(0.5))[0])
+
+        # A returned state changed in place by the caller is read as changed.
+        before = backend.to_numpy(state)
+        state["params"][1] = backend.to_tensors(np.full((2,), 7.0, np.float32))
+        before["params"][1] = np.full((2,), 7.0, np.float32)
+        state, _, _ = compiled(state, b, np.float32(0.5))
+        assert_trees_close(state, step_reference(before, b, np.float32(0.5))[0])
+
+    def test_numpy_taken_from_a_state_does_not_change_with_later_calls():
+        rng = np.random.default_rng(2)
+        compiled = backend.compile(step, donate_state=True)
+        state, _, _ = compiled(backend.to_tensors(initial_state(rng)), batch(rng), np.float32(0.9))
+        taken = backend.to_numpy(state)
+        copies = keras.tree.map_structure(np.copy, taken)
+        for _ in range(5):
+            state, _, _ = compiled(state, batch(rng), np.float32(0.9))
+        keras.tree.map_structure(np.testing.assert_array_equal, taken, copies)
+        assert not np.array_equal(backend.to_numpy(state)["params"][0], taken["params"][0])
+
+    def test_no_retracing_over_many_calls():
+        rng = np.random.default_rng(3)
+        compiled = backend.compile(step, donate_state=True)
+        forward = backend.compile(lambda params, x: ops.matmul(x, params[0]) + params[1])
+        state = backend.to_tensors(initial_state(rng))
+        for i in range(60):
+            # New batches and new scalar values each call: inputs, not constants of the trace.
+            state, _, _ = compiled(state, backend.feed(batch(rng)), np.float32(1.0 / (i + 1)))
+            forward(state["params"], backend.feed(rng.standard_normal((1, 3)).astype(np.float32)))
+            forward(state["params"], rng.standard_normal((1, 3)).astype(np.float32))
+        assert compiled.tracing_count == 1
+        assert forward.tracing_count == 1
+        # A new input shape is a new signature, traced once.
+        for _ in range(5):
+            forward(state["params"], np.zeros((8, 3), np.float32))
+        assert forward.tracing_count == 2
+
+    def test_state_arrays_work_as_tensors_and_numpy():
+        rng = np.random.default_rng(4)
+        compiled = backend.compile(step, donate_state=True)
+        state, _, _ = compiled(backend.to_tensors(initial_state(rng)), batch(rng), np.float32(1.0))
+        w = backend.to_numpy(state["params"][0])
+        assert state["params"][0].shape == (3, 2) and state["params"][0].dtype == tf.float32
+        np.testing.assert_array_equal(np.asarray(state["params"][0]), w)
+        np.testing.assert_allclose(np.asarray(ops.sum(state["params"][0])), w.sum(), rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(tf.convert_to_tensor(state["params"][0])), w)
+        # A compiled forward given the returned arrays computes what it does on plain tensors.
+        forward = backend.compile(lambda params, x: ops.matmul(x, params[0]) + params[1])
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        np.testing.assert_array_equal(
+            np.asarray(forward(state["params"], x)),
+            np.asarray(forward(backend.to_tensors(backend.to_numpy(state["params"])), x)))
+
+    def test_a_step_that_changes_the_state_structure_is_refused():
+        compiled = backend.compile(lambda state, x: ({"a": state["a"], "b": x}, x), donate_state=True)
+        with pytest.raises(ValueError, match="shaped like its state"):
+            compiled({"a": np.zeros(2, np.float32)}, np.ones(2, np.float32))
+
+    def test_dqn_rounds_match_a_plain_tf_function():
+        """The learner's compiled round, through `compile`, against `tf.function` on full state."""
+        agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16, 16), learning_starts=10_000)
+        agent.fit(200, progress=False)  # transitions to sample, no training
+        learner = agent.learner
+        reference = tf.function(learner._train_rounds, jit_compile=True)
+        state = learner.state
+        expected = backend.to_tensors(backend.to_numpy(state))
+        rng = np.random.default_rng(5)
+        for i in range(12):
+            chunk = agent.buffer.sample(8, rng, 2)  # (2, 8, ...)
+            tau = np.float32(1.0 if i % 4 == 0 else 0.0)
+            state, loss, td = learner._train_round(state, backend.feed(chunk), np.float32(1e-3), tau)
+            expected, loss_ref, td_ref = reference(expected, backend.feed(chunk), np.float32(1e-3), tau)
+            np.testing.assert_allclose(backend.to_numpy(loss), backend.to_numpy(loss_ref), rtol=1e-6)
+            np.testing.assert_allclose(backend.to_numpy(td), backend.to_numpy(td_ref), rtol=1e-5, atol=1e-6)
+            q = learner._forward(state["params"], state["non_trainable"], backend.feed(chunk["observations"][0]))
+            q_ref = learner._forward(expected["params"], expected["non_trainable"], backend.feed(chunk["observations"][0]))
+            np.testing.assert_allclose(backend.to_numpy(q), backend.to_numpy(q_ref), rtol=1e-5, atol=1e-6)
+        assert_trees_close(state, backend.to_numpy(expected))
+        assert learner._train_round.tracing_count == 1
