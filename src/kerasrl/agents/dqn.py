@@ -103,6 +103,21 @@ class DQN(QAgentMixin, Agent):
                 if callback(self, logger.history) is False:
                     break
 
+    def learn_from_received_steps(self, vector_steps: int, steps_before: int, total_steps: int,
+                                  logger) -> None:
+        """Run the target syncs and training rounds that `vector_steps` vector steps collected
+        elsewhere (Ray actors; already in the buffer, `num_timesteps` advanced from
+        `steps_before`) make due, as the same steps would in a local run."""
+        cfg = self.config
+        self._pending_syncs += (self.num_timesteps // cfg.target_update_interval
+                                - steps_before // cfg.target_update_interval)
+        rounds = ((self._vector_steps + vector_steps) // cfg.train_freq
+                  - self._vector_steps // cfg.train_freq)
+        self._vector_steps += vector_steps
+        if self.num_timesteps > cfg.learning_starts:
+            for _ in range(rounds):
+                logger.update(self.num_timesteps, loss=self._train_round(total_steps))
+
     def _train_round(self, total_steps: int) -> float:
         """Sample `gradient_steps` batches and run them, with any due target sync, in one call."""
         cfg = self.config

@@ -361,28 +361,35 @@ class PPO(Agent):
                     break
 
     def _update(self, total_steps: int, logger) -> None:
-        """GAE over the finished rollout, then every epoch's minibatches in one compiled call."""
+        self.learn_from_rollout(self.buffer, self._obs, total_steps, logger)
+        self.buffer.reset()
+
+    def learn_from_rollout(self, buffer, last_obs, total_steps: int, logger) -> None:
+        """GAE over a finished rollout, then every epoch's minibatches in one compiled call.
+
+        `buffer` is this agent's rollout, or one joined from remote actors' (the Ray engine);
+        `last_obs` are the observations after its last step, for the bootstrap values.
+        """
         cfg = self.config
-        _, last_values = self._evaluate_networks(self._normalize(self._obs, update=False))
-        self.buffer.compute_advantages(last_values, cfg.gamma, cfg.gae_lambda)
-        indices = minibatch_indices(cfg.n_steps * cfg.n_envs, cfg.batch_size, cfg.n_epochs,
+        _, last_values = self._evaluate_networks(self._normalize(last_obs, update=False))
+        buffer.compute_advantages(last_values, cfg.gamma, cfg.gae_lambda)
+        indices = minibatch_indices(buffer.n_steps * buffer.n_envs, cfg.batch_size, cfg.n_epochs,
                                     self.rng)
         learning_rate = np.float32(self._learning_rate(total_steps))
         clip_range = np.float32(self.clip_range(total_steps))
-        self.state, sums, steps = self._train(self.state, backend.feed(self.buffer.training_data()),
+        self.state, sums, steps = self._train(self.state, backend.feed(buffer.training_data()),
                                               backend.feed(indices), learning_rate, clip_range)
         sums, steps = backend.to_numpy((sums, steps))
         steps = int(steps)
-        self.buffer.reset()
         self.n_updates += steps
         figures = dict(zip(METRICS, (np.asarray(sums) / max(steps, 1)).tolist()))
         self._check_loss(figures["loss"], self.n_updates)
         if not self.discrete:
             self._log_std = np.array(backend.to_numpy(self.state["params"][-1]))
             figures["std"] = float(np.exp(self._log_std).mean())
-        var = np.var(self.buffer.returns)
+        var = np.var(buffer.returns)
         figures["explained_variance"] = (
-            float(1.0 - np.var(self.buffer.returns - self.buffer.values) / var) if var > 0 else 0.0)
+            float(1.0 - np.var(buffer.returns - buffer.values) / var) if var > 0 else 0.0)
         logger.update(self.num_timesteps, **figures, learning_rate=float(learning_rate),
                       clip_range=float(clip_range), gradient_steps=steps)
 

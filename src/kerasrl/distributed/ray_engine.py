@@ -544,17 +544,10 @@ class RayEngine:
                                  chunk["terminated"][t], truncated[t])
             steps_before = agent.num_timesteps
             self._book_episodes(agent, logger, chunk["episodes"], n_rows * self.n_envs)
-            # Target syncs and training rounds follow the env steps received, as in a local run.
-            agent._pending_syncs += (agent.num_timesteps // cfg.target_update_interval
-                                     - steps_before // cfg.target_update_interval)
-            rounds = ((agent._vector_steps + n_rows) // cfg.train_freq
-                      - agent._vector_steps // cfg.train_freq)
-            agent._vector_steps += n_rows
-            if agent.num_timesteps > cfg.learning_starts:
-                for _ in range(rounds):
-                    logger.update(agent.num_timesteps, loss=agent._train_round(total_steps))
-                if agent.n_updates - self._last_broadcast >= self.broadcast_interval:
-                    self.broadcast()
+            agent.learn_from_received_steps(n_rows, steps_before, total_steps, logger)
+            if (agent.num_timesteps > cfg.learning_starts
+                    and agent.n_updates - self._last_broadcast >= self.broadcast_interval):
+                self.broadcast()
             if callback is not None and chunk["episodes"]:
                 if callback(agent, logger.history) is False:
                     break
@@ -595,7 +588,7 @@ class RayEngine:
             episodes = [e for i in order for e in results[i]["episodes"]]
             self._book_episodes(agent, logger, episodes, cfg.n_steps * n_columns)
             last_obs = np.concatenate([results[i]["last_observations"] for i in order])
-            self._ppo_update(agent, buffer, last_obs, total_steps, logger)
+            agent.learn_from_rollout(buffer, last_obs, total_steps, logger)
             if agent.obs_rms is not None:
                 raw = joined["raw_observations"]
                 agent.obs_rms.update(raw.reshape(-1, *raw.shape[2:]))
@@ -616,33 +609,3 @@ class RayEngine:
             self._discounted[done[t]] = 0.0
             scaled[t] = np.clip(rewards[t] / np.sqrt(agent.return_rms.var + 1e-8), -10.0, 10.0)
         return scaled.astype(np.float32)
-
-    @staticmethod
-    def _ppo_update(agent, buffer, last_obs, total_steps, logger) -> None:
-        """PPO's update (as `PPO._update`) on the joined rollout of every actor's envs."""
-        from kerasrl import backend
-        from kerasrl.agents.ppo import METRICS
-        from kerasrl.buffers.rollout import minibatch_indices
-
-        cfg = agent.config
-        _, last_values = agent._evaluate_networks(agent._normalize(last_obs, update=False))
-        buffer.compute_advantages(last_values, cfg.gamma, cfg.gae_lambda)
-        indices = minibatch_indices(buffer.n_steps * buffer.n_envs, cfg.batch_size, cfg.n_epochs,
-                                    agent.rng)
-        learning_rate = np.float32(agent._learning_rate(total_steps))
-        clip_range = np.float32(agent.clip_range(total_steps))
-        agent.state, sums, steps = agent._train(agent.state, backend.feed(buffer.training_data()),
-                                                backend.feed(indices), learning_rate, clip_range)
-        sums, steps = backend.to_numpy((sums, steps))
-        steps = int(steps)
-        agent.n_updates += steps
-        figures = dict(zip(METRICS, (np.asarray(sums) / max(steps, 1)).tolist()))
-        agent._check_loss(figures["loss"], agent.n_updates)
-        if not agent.discrete:
-            agent._log_std = np.array(backend.to_numpy(agent.state["params"][-1]))
-            figures["std"] = float(np.exp(agent._log_std).mean())
-        var = np.var(buffer.returns)
-        figures["explained_variance"] = (
-            float(1.0 - np.var(buffer.returns - buffer.values) / var) if var > 0 else 0.0)
-        logger.update(agent.num_timesteps, **figures, learning_rate=float(learning_rate),
-                      clip_range=float(clip_range), gradient_steps=steps)
