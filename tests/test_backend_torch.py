@@ -215,3 +215,47 @@ else:
         expected = np.asarray(keras.ops.convert_to_numpy(policy.model(obs)))
         np.testing.assert_allclose(after, expected, rtol=1e-6)
         assert not np.allclose(before, after)
+
+    def test_an_argument_that_is_not_an_array_runs_eagerly_with_a_warning():
+        class Scale:
+            factor = 3.0
+
+        compiled = backend.compile(lambda x, scale: x * scale.factor)
+        x = backend.feed(np.ones(2, np.float32))
+        with pytest.warns(RuntimeWarning, match="an argument is a Scale"):
+            out = compiled(x, Scale())
+        np.testing.assert_array_equal(backend.to_numpy(out), [3.0, 3.0])
+        assert n_graphs(compiled) == 0
+
+    def test_long_calls_run_as_python_graphs_or_eagerly(monkeypatch):
+        def f(x, y):
+            return {"z": keras.ops.tanh(x) * y + 1.0}
+
+        x = backend.feed(np.linspace(-2, 2, 6, dtype=np.float32))
+        y = backend.feed(np.arange(6, dtype=np.float32))
+        expected = backend.to_numpy(f(x, y)["z"])
+        monkeypatch.setattr(torch_backend, "MAX_SCRIPTED_OPS", 0)  # every graph is "long"
+        as_python = backend.compile(f)
+        for _ in range(2):
+            np.testing.assert_array_equal(backend.to_numpy(as_python(x, y)["z"]), expected)
+        (graph,) = as_python.graphs.values()
+        assert isinstance(graph.run, torch.fx.GraphModule)
+        monkeypatch.setattr(torch_backend, "MAX_OPS", 1)  # too long to trace at all
+        eager = backend.compile(f)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # not an error: no warning
+            for _ in range(2):
+                np.testing.assert_array_equal(backend.to_numpy(eager(x, y)["z"]), expected)
+        assert n_graphs(eager) == 0
+
+    def test_one_hot_of_argmax_is_traced(monkeypatch):
+        """PyTorch's one_hot checks its input's range in Python; Expected SARSA needs it traced."""
+        from kerasrl.losses import epsilon_greedy_probs
+
+        traced, eager = compile_both(epsilon_greedy_probs, monkeypatch)
+        q = backend.feed(np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for epsilon in (0.1, 0.5):
+                assert_trees_equal(traced(q, epsilon), eager(q, epsilon))
+        assert n_graphs(traced) == 1

@@ -31,6 +31,7 @@ import torch
 from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Signatures kept per compiled function: acting at batch 1 and at n_envs, a training round with
@@ -43,7 +44,7 @@ MAX_OPS = 20_000
 # grows faster than linearly (0.5 s at 3,000 ops, 5 s at 13,000).
 MAX_SCRIPTED_OPS = 8_000
 
-# Ops that do nothing when no gradient is recorded: dropped from graphs before they run.
+# Ops that do nothing when no gradient is recorded.
 _NO_OPS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
 _EAGER = object()  # cache entry of a signature that runs eagerly
 
@@ -136,7 +137,8 @@ class _Traced:
         try:
             # make_fx (a real-tensor trace) makes a FakeTensorMode for every op's metadata unless
             # a tracing context offers one: 3x slower.
-            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+            with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))), \
+                    _TraceableOps():
                 graph = make_fx(flat_fn, tracing_mode="real")(*tensors)
         except Exception as error:  # noqa: BLE001 -- any failure to trace means: run eagerly
             if "_local_scalar_dense" in str(error):
@@ -163,14 +165,15 @@ class _Graph:
 
     def __init__(self, graph: torch.fx.GraphModule, out_structure, out_leaves, example_inputs,
                  script: bool):
-        _drop_no_ops(graph)
-        self.run = graph
+        _simplify(graph)
+        self.module = self.run = graph
         if script:
             try:
                 with warnings.catch_warnings():  # TorchScript is deprecated, but the fastest here
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    self.run = torch.jit.trace(graph, tuple(example_inputs), check_trace=False,
-                                               strict=False).forward
+                    self.module = torch.jit.trace(graph, tuple(example_inputs),
+                                                  check_trace=False, strict=False)
+                self.run = self.module.forward  # skips nn.Module's call machinery
             except Exception:  # noqa: BLE001 -- the FX graph gives the same results, only slower
                 pass
         self.out_structure = out_structure
@@ -242,13 +245,91 @@ def _as_input(leaf):
     return None
 
 
-def _drop_no_ops(graph: torch.fx.GraphModule) -> None:
-    """Remove detach and alias nodes: no-ops when the graph runs without autograd."""
-    for node in list(graph.graph.nodes):
-        if node.op == "call_function" and node.target in _NO_OPS:
+def _simplify(graph: torch.fx.GraphModule) -> None:
+    """Fewer ops to dispatch, same results: drop detach and alias (no-ops without autograd), ops
+    repeated on the same inputs (Keras recomputes `tau >= 1` for every weight), and dead code.
+
+    A repeat is merged only when it is pure and neither it nor the op it would reuse is written
+    to in place or returned (two outputs must not become one tensor)."""
+    nodes = graph.graph.nodes
+    written = set()  # results, and the bases of views, that an in-place op writes to
+    for node in nodes:
+        for tensor in _written_args(node):
+            while isinstance(tensor, torch.fx.Node):
+                written.add(tensor)
+                tensor = tensor.args[0] if _is_view(tensor) else None
+    returned = set(graph.graph.output_node().all_input_nodes)
+    first = {}
+    for node in list(nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in _NO_OPS:
             node.replace_all_uses_with(node.args[0])
             graph.graph.erase_node(node)
+            continue
+        if node.is_impure() or node in written or node in returned:
+            continue
+        key = (node.target, _hashable(node.args), _hashable(node.kwargs))
+        try:
+            earlier = first.setdefault(key, node)
+        except TypeError:  # an argument that cannot be compared
+            continue
+        if earlier is not node:
+            node.replace_all_uses_with(earlier)
+            graph.graph.erase_node(node)
+    graph.graph.eliminate_dead_code()  # keeps random and in-place ops
     graph.recompile()
+
+
+def _schema(node):
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        return node.target._schema
+    return None
+
+
+def _written_args(node):
+    """The arguments of `node` that it writes to in place."""
+    schema = _schema(node)
+    if schema is None or not schema.is_mutable:
+        return []
+    values = dict(zip((a.name for a in schema.arguments), node.args), **node.kwargs)
+    return [values.get(a.name) for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _is_view(node) -> bool:
+    """Whether `node`'s result shares memory with its first argument."""
+    schema = _schema(node)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
+                and node.args)
+
+
+def _hashable(args):
+    """`args` as a hashable key; numbers keep their type (`x + 1` is not `x + 1.0`)."""
+    if isinstance(args, (list, tuple)):
+        return type(args), tuple(_hashable(a) for a in args)
+    if isinstance(args, dict):
+        return dict, tuple((k, _hashable(v)) for k, v in args.items())
+    return type(args), args
+
+
+class _TraceableOps(TorchFunctionMode):
+    """While tracing, ops whose PyTorch kernels read tensor values into Python (input checks that
+    a trace cannot keep) are replaced by equivalent ops that do not."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot:
+            return _one_hot(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _one_hot(tensor, num_classes=-1):
+    """`one_hot` without its range check (Expected SARSA's epsilon-greedy probabilities need it):
+    an index out of range gives a row of zeros instead of an error."""
+    if num_classes < 0:  # the width is the largest index: data-dependent, left to fail
+        return torch.nn.functional.one_hot(tensor, num_classes)
+    return (tensor.unsqueeze(-1) == torch.arange(num_classes, device=tensor.device)).long()
 
 
 class _OpCounter(TorchDispatchMode):
