@@ -74,7 +74,8 @@ class QLearner:
         self.needs_online_next = needs_online_next
         self.reset_from_model()
         self._forward = forward_fn(model)
-        # One compiled round serves every sync pattern: target_tau 0 leaves the target as it was.
+        # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
+        # was); where ops are dispatched one by one (PyTorch), rounds without a sync leave it out.
         self._train_round = backend.compile(self._train_rounds, donate_state=True)
         # Gradient steps per call: the whole round in a rolled loop where that runs fast, else
         # calls of fully unrolled steps (see UNROLLED_STEPS_PER_CALL).
@@ -133,15 +134,16 @@ class QLearner:
             lambda x: ops.reshape(x, (n_steps * batch_size, *x.shape[2:])), batches)
         return ops.reshape(self._targets(state, flat), (n_steps, batch_size))
 
-    def _train_rounds(self, state, batches, learning_rate, target_tau):
-        """Sync the target by `target_tau` (1: copy, 0: no sync), then one gradient step per leading
-        row of `batches` (G, B, ...). Returns (state, mean loss, TD errors (G, B))."""
-        state = {
-            **state,
-            "target_params": polyak(state["params"], state["target_params"], target_tau),
-            "target_non_trainable": copy_state(state["non_trainable"],
-                                               state["target_non_trainable"], target_tau),
-        }
+    def _train_rounds(self, state, batches, learning_rate, target_tau=None):
+        """Sync the target by `target_tau` (1: copy, 0 or None: no sync), then one gradient step per
+        leading row of `batches` (G, B, ...). Returns (state, mean loss, TD errors (G, B))."""
+        if target_tau is not None:
+            state = {
+                **state,
+                "target_params": polyak(state["params"], state["target_params"], target_tau),
+                "target_non_trainable": copy_state(state["non_trainable"],
+                                                   state["target_non_trainable"], target_tau),
+            }
         # With the online network in the target (Double DQN, Expected SARSA) each step needs the
         # weights of the step before; otherwise all targets are known before the first step.
         all_targets = None if self.needs_online_next else self._round_targets(state, batches)
@@ -177,8 +179,9 @@ class QLearner:
         losses, td_errors = [], []
         for start in range(0, n_steps, per_call):
             chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
-            tau = np.float32(target_tau if start == 0 else 0.0)
-            self.state, loss, td = self._train_round(self.state, chunk, learning_rate, tau)
+            tau = target_tau if start == 0 else 0.0
+            sync = (np.float32(tau),) if tau or backend.COMPILED_LOOPS else ()
+            self.state, loss, td = self._train_round(self.state, chunk, learning_rate, *sync)
             losses.append(loss)
             td_errors.append(td)
         losses, td_errors = backend.to_numpy((losses, td_errors))
