@@ -8,22 +8,17 @@ subprocess, so that the default run covers the TensorFlow backend too.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
+from backend_processes import assert_backend_tests_pass
+
 if keras.backend.backend() != "tensorflow":
 
     def test_tensorflow_backend_tests_pass_under_tensorflow():
-        env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "backend",
-             __file__], env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_backend_tests_pass(__file__, "tensorflow")
 
 else:
     import tensorflow as tf

@@ -6,23 +6,18 @@ subprocess, so that the default (JAX) run covers the PyTorch backend too.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 
 import keras
 import numpy as np
 import pytest
 
+from backend_processes import assert_backend_tests_pass
+
 if keras.backend.backend() != "torch":
 
     def test_torch_backend_tests_pass_under_pytorch():
-        env = {**os.environ, "KERAS_BACKEND": "torch"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "backend",
-             __file__], env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_backend_tests_pass(__file__, "torch")
 
 else:
     import torch

@@ -6,48 +6,23 @@ Tolerances are relative, in float32 (a prototype here agreed within 3e-7 for an 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from backend_processes import BACKENDS, parity_results, relative_difference
+
 WORKER = Path(__file__).with_name("parity_worker.py")
-BACKENDS = ("jax", "tensorflow", "torch")
 
 
 CASES = ("mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_dueling", "conv_bn",
          "actions")
 
 
-def run_worker(backend: str, out_dir: Path) -> None:
-    env = {**os.environ, "KERAS_BACKEND": backend}
-    proc = subprocess.run([sys.executable, str(WORKER), str(out_dir), *CASES], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{backend} worker failed:\n{proc.stderr[-3000:]}"
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("parity")
-    for backend in BACKENDS:
-        run_worker(backend, out_dir)
-
-    def get(case):
-        runs = {}
-        for backend in BACKENDS:
-            with np.load(out_dir / f"{case}-{backend}.npz", allow_pickle=False) as data:
-                assert str(data["backend"]) == backend
-                runs[backend] = {k: data[k] for k in data.files if k != "backend"}
-        return runs
-
-    return get
-
-
-def relative_difference(a, b):
-    return float(np.max(np.abs(a - b) / (np.abs(b) + 1e-6)))
+    return parity_results(WORKER, tmp_path_factory.mktemp("parity"), CASES)
 
 
 @pytest.mark.parametrize(
