@@ -96,12 +96,9 @@ def run_export(path: Path, format: str, observations: np.ndarray) -> list[np.nda
         name = session.get_inputs()[0].name
         return [np.asarray(o) for o in session.run(None, {name: observations})]
     # Reading a SavedModel back needs TensorFlow itself (Keras wrote it with TensorFlow too).
-    import tensorflow as tf
+    from kerasrl.backend.saved_model import run_saved_model
 
-    loaded = tf.saved_model.load(str(path))
-    out = loaded.serve(tf.constant(observations))
-    out = out if isinstance(out, (list, tuple)) else [out]
-    return [np.asarray(o) for o in out]
+    return run_saved_model(path, observations)
 
 
 def check_outputs(policy, observations, outputs, include_values: bool, what: str) -> dict:
