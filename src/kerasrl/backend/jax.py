@@ -25,7 +25,17 @@ def inference():
 
 
 def configure_threads() -> None:
-    """XLA's CPU thread pool is set through XLA_FLAGS before start-up; nothing to do here."""
+    """Run computations on the calling thread instead of dispatching them to XLA's worker.
+
+    Asynchronous dispatch hands each call to a worker thread and returns at once; when the result
+    is needed right away (acting, every env step) Python then waits for that thread to wake,
+    run, and wake it in turn. Between env steps the worker falls asleep, and the round trip cost
+    60 to 90 us against 15 us inline (a 256x256 MLP at batch 1, this 2-core machine); the RL-Zoo
+    CartPole DQN ran 25 % faster inline. The setting is read when JAX creates its CPU client (on
+    the first array), so it takes effect only if no JAX array exists yet; XLA's thread pool size
+    is set through XLA_FLAGS before start-up.
+    """
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
 def fori_loop(lower, upper, body, init, unroll=1):
