@@ -254,3 +254,48 @@ else:
             for epsilon in (0.1, 0.5):
                 assert_trees_equal(traced(q, epsilon), eager(q, epsilon))
         assert n_graphs(traced) == 1
+
+    def test_large_matrix_products_run_through_onednn_with_the_same_gradients(monkeypatch):
+        """Products of at least ONEDNN_MIN_MACS multiply-adds (forward and backward) leave MKL
+        for oneDNN inside traced graphs; small ones stay; results agree with eager to float
+        rounding."""
+        rng = np.random.default_rng(0)
+        w_big = backend.feed(rng.standard_normal((256, 256)).astype(np.float32) / 16)
+        w_small = backend.feed(rng.standard_normal((256, 2)).astype(np.float32) / 16)
+
+        def loss_and_grads(params, x):
+            def loss(params, x):
+                h = keras.ops.relu(keras.ops.matmul(x, params[0]))
+                return keras.ops.mean(keras.ops.square(keras.ops.matmul(h, params[1]))), None
+
+            (value, _), grads = backend.value_and_grad(loss)(params, x)
+            return value, grads
+
+        traced, eager = compile_both(loss_and_grads, monkeypatch)
+        x = backend.feed(rng.standard_normal((64, 256)).astype(np.float32))
+        for _ in range(2):
+            got, want = traced([w_big, w_small], x), eager([w_big, w_small], x)
+            for a, b in zip(keras.tree.flatten(backend.to_numpy(got)),
+                            keras.tree.flatten(backend.to_numpy(want))):
+                np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
+        (graph,) = traced.graphs.values()
+        targets = [node.target for node in graph.fx.graph.nodes]
+        # x @ W (forward) and x.T @ dL/d(xW) (its gradient): 64x256x256 each.
+        assert targets.count(torch.ops.kerasrl.onednn_mm.default) == 2, graph.fx.code
+        # h @ W2 and the products of its gradients (64x256x2) stay on MKL.
+        assert torch.ops.aten.mm.default in targets, graph.fx.code
+
+    def test_adam_kernels_equal_the_generic_update():
+        from kerasrl.optim import adam_moments_step
+
+        rng = np.random.default_rng(1)
+        p, g, m = (backend.feed(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(3))
+        v = backend.feed(rng.random((64, 32)).astype(np.float32))
+        alpha = backend.feed(np.float32(1e-3))
+        fast = torch_backend.adam_moments_step(p, g, m, v, alpha, 0.9, 0.999, 1e-7)
+        generic = adam_moments_step(p, g, m, v, alpha, 0.9, 0.999, 1e-7)
+        for a, b in zip(backend.to_numpy(fast), backend.to_numpy(generic)):
+            # One rounding apart at most (lerp may fuse its multiply-add); values are ~1.
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+            assert not np.array_equal(a, backend.to_numpy(p))  # an update happened
+        assert backend.adam_moments_step is torch_backend.adam_moments_step

@@ -12,6 +12,8 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `to_tensors(x)`: numpy arrays (any nesting) as backend tensors, for state kept between calls.
 - `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
 - `fori_loop(lower, upper, body, init, unroll)`: a loop inside a compiled step.
+- `adam_moments_step`: faster kernels for one weight's Adam update where the backend has them
+  (PyTorch), else None and `kerasrl.optim` runs its `keras.ops` version (which XLA fuses).
 
 Everything else in kerasrl is written once with `keras.ops` and numpy.
 """
@@ -110,13 +112,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # without paying for Keras and its framework until an agent is made.
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
               "feed", "fori_loop")
+# Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
+# - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
+_OPTIONAL = ("adam_moments_step",)
 
 
 def __getattr__(name: str):
-    if name in _FUNCTIONS:
+    if name in _FUNCTIONS or name in _OPTIONAL:
         impl = importlib.import_module(f"kerasrl.backend.{NAME}")
         for function in _FUNCTIONS:
             globals()[function] = getattr(impl, function)
+        for function in _OPTIONAL:
+            globals()[function] = getattr(impl, function, None)
         return globals()[name]
     raise AttributeError(f"module 'kerasrl.backend' has no attribute {name!r}")
 
@@ -131,4 +138,5 @@ __all__ = [
     "select_backend",
     "use",
     *_FUNCTIONS,
+    *_OPTIONAL,
 ]
