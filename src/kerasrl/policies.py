@@ -27,6 +27,17 @@ def forward_fn(model: keras.Model):
     return backend.compile(forward)
 
 
+def greedy_fn(model: keras.Model):
+    """A compiled `f(params, non_trainable, obs) -> argmax of the outputs` (int32), in inference
+    mode: acting from Q-values in one call, without moving the Q-values out."""
+
+    def greedy(params, non_trainable, observations):
+        outputs, _ = model.stateless_call(params, non_trainable, observations, training=False)
+        return keras.ops.cast(keras.ops.argmax(outputs, axis=-1), "int32")
+
+    return backend.compile(greedy)
+
+
 POLICY_TYPES: dict[str, type] = {}
 """Saved policy type name -> Policy class; a subclass with a `policy_type` registers itself."""
 

@@ -25,7 +25,7 @@ from kerasrl.backend import to_tensors
 from kerasrl.losses import select, td_loss
 from kerasrl.networks import build_model, default_network
 from kerasrl.optim import Adam, copy_state, polyak
-from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn
+from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn, greedy_fn
 
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
 TargetFn = Callable[..., object]
@@ -74,6 +74,7 @@ class QLearner:
         self.needs_online_next = needs_online_next
         self.reset_from_model()
         self._forward = forward_fn(model)
+        self._greedy = greedy_fn(model)
         # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
         # was); where ops are dispatched one by one (PyTorch), rounds without a sync leave it out.
         self._train_round = backend.compile(self._train_rounds, donate_state=True)
@@ -195,6 +196,13 @@ class QLearner:
                               backend.feed(observations))
         return np.asarray(backend.to_numpy(q))
 
+    def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
+        """Argmax of the online Q-values (B,) for float32 observations: acting, once per env step."""
+        with backend.inference():
+            actions = self._greedy(self.state["params"], self.state["non_trainable"],
+                                   backend.feed(observations))
+        return backend.to_numpy(actions)
+
     def policy(self, observation_space, action_space):
         """The greedy policy of the current online weights, on the model itself."""
         self.sync_model()
@@ -259,7 +267,7 @@ class QAgentMixin:
         self._pending_syncs = 0  # target syncs due since the last training round
 
     def _act_greedy(self, observations):
-        return np.argmax(self.learner.q_values(observations), axis=-1)
+        return self.learner.greedy_actions(observations)
 
     def _explore(self, greedy_actions, rng):
         return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)

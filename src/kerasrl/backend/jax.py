@@ -59,4 +59,6 @@ def feed(tree):
 
 def to_numpy(tree):
     """Device arrays (any nesting of lists, tuples and dicts) to numpy."""
+    if isinstance(tree, jax.Array):  # one array (acting, every env step): skip the tree walk
+        return np.asarray(tree)
     return jax.tree_util.tree_map(np.asarray, tree)

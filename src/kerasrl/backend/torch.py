@@ -109,7 +109,12 @@ class _Traced:
                 self.graphs[signature] = graph
                 if len(self.graphs) > CACHE_SIZE:
                     self.graphs.popitem(last=False)
-                return result
+                if graph is _EAGER:
+                    return result
+                # The graph's own result, not the eager run's: they differ where the graph uses
+                # other kernels (oneDNN), and a run resumed from a checkpoint must compute
+                # every call as the uninterrupted run did.
+                return graph(tensors)
             self.graphs.move_to_end(signature)
             if graph is _EAGER:
                 return self.fn(*args, **kwargs)
