@@ -76,7 +76,7 @@ class QLearner:
         self._forward = forward_fn(model)
         self._greedy = greedy_fn(model)
         # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
-        # was); where ops are dispatched one by one (PyTorch), rounds without a sync leave it out.
+        # was): one compilation, where a second costs more than the sync's few ops ever do.
         self._train_round = backend.compile(self._train_rounds, donate_state=True)
         # Gradient steps per call: the whole round in a rolled loop where that runs fast, else
         # calls of fully unrolled steps (see UNROLLED_STEPS_PER_CALL).
@@ -181,8 +181,8 @@ class QLearner:
         for start in range(0, n_steps, per_call):
             chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
             tau = target_tau if start == 0 else 0.0
-            sync = (np.float32(tau),) if tau or backend.COMPILED_LOOPS else ()
-            self.state, loss, td = self._train_round(self.state, chunk, learning_rate, *sync)
+            self.state, loss, td = self._train_round(self.state, chunk, learning_rate,
+                                                     np.float32(tau))
             losses.append(loss)
             td_errors.append(td)
         losses, td_errors = backend.to_numpy((losses, td_errors))
