@@ -177,6 +177,11 @@ class QLearner:
         learning_rate = np.float32(learning_rate)
         n_steps = len(batches["actions"])
         per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
+        if n_steps <= per_call:  # one call (every round of a per-step setting): no splitting
+            self.state, loss, td_errors = self._train_round(
+                self.state, backend.feed(batches), learning_rate, np.float32(target_tau))
+            loss, td_errors = backend.to_numpy((loss, td_errors))
+            return float(loss), td_errors
         losses, td_errors = [], []
         for start in range(0, n_steps, per_call):
             chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
