@@ -291,10 +291,11 @@ def _simplify(graph: torch.fx.GraphModule) -> None:
 
 # Matrix products of at least this many multiply-adds run through oneDNN instead of MKL. On this
 # machine's AMD CPU MKL's sgemm ran at about a third of XLA's speed (a 1024x256 by 256x256
-# product: 1.35 ms against 0.36 ms), oneDNN at 0.6 ms (64x256 by 256x256: 88, 50 and 41 us); for
-# small products oneDNN's fixed cost (about 10 us) loses. A fixed rule, not a timing, so that a
-# graph computes the same in every run. Results differ from MKL's by summation order (~5e-7).
-ONEDNN_MIN_MACS = 1 << 20
+# product: 1.35 ms against 0.36 ms), oneDNN at 0.6 ms (64x256 by 256x256: 88, 50 and 41 us;
+# 1024x256 by 256x2: MKL 223 us, oneDNN 68); below about 500k multiply-adds oneDNN's fixed cost
+# (about 10 us) loses. A fixed rule, not a timing, so that a graph computes the same in every
+# run. Results differ from MKL's by summation order (~5e-7).
+ONEDNN_MIN_MACS = 1 << 19
 
 
 def _define_onednn_mm():
