@@ -145,7 +145,7 @@ class _Slice:
     def value(self):
         """The array as its own tensor, cut out of the buffer on first use (both are immutable)."""
         if self._value is None:
-            self._value = tf.reshape(self.buffer[self.start:self.stop], self.shape)
+            _cut_slices([self])
         return self._value
 
     def __repr__(self):

@@ -303,6 +303,8 @@ def _define_onednn_mm():
     own: TorchScript cannot record oneDNN's op directly (it takes a list of optional scalars)."""
     if not torch.backends.mkldnn.is_available():
         return None
+    if hasattr(torch.ops.kerasrl, "onednn_mm"):  # this module imported a second time
+        return torch.ops.kerasrl.onednn_mm.default
     library = torch.library.Library("kerasrl", "DEF")
     library.define("onednn_mm(Tensor a, Tensor b) -> Tensor")
     linear = torch.ops.mkldnn._linear_pointwise.default
