@@ -45,6 +45,12 @@ def fruit_squares(obs):
     return {tuple(int(i) for i in sq) for sq in np.argwhere(obs[..., 1] > 0)}
 
 
+def test_rewards_are_the_documented_ones():
+    """docs/snake.md: +10 for a fruit, -10 for a death, -0.2 for any other step."""
+    assert (FRUIT_REWARD, DEATH_REWARD) == (10.0, -10.0)
+    assert STEP_REWARD == pytest.approx(-0.2, abs=1e-7)
+
+
 # Moves ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("heading", ["right", "up", "left", "down"])
 @pytest.mark.parametrize("action", [STRAIGHT, LEFT, RIGHT])
@@ -59,7 +65,7 @@ def test_turns_and_straight_from_every_heading(heading, action):
     assert head_of(obs) == (4 + d_row, 4 + d_column)
     assert snake_squares(obs) == {(4 + d_row, 4 + d_column), head}  # the tail moved up
     assert obs[head][0] == 1.0
-    assert reward == pytest.approx(STEP_REWARD)
+    assert reward == pytest.approx(-0.2)
     assert not terminated and not truncated
     assert info == {"fruits_eaten": 0}
 
@@ -75,7 +81,7 @@ def test_heading_persists_over_several_turns():
 def test_eating_grows_keeps_tail_and_respawns_fruit():
     game = make_game([(2, 2), (2, 1), (2, 0)], "right", [(2, 3)], height=5, width=5)
     obs, reward, terminated, truncated, info = game.step(STRAIGHT)
-    assert reward == FRUIT_REWARD
+    assert reward == 10.0
     assert not terminated and not truncated
     assert info == {"fruits_eaten": 1}
     assert snake_squares(obs) == {(2, 3), (2, 2), (2, 1), (2, 0)}
@@ -124,7 +130,7 @@ def test_wall_death_on_each_side(body, heading):
     game = make_game(body, heading, [(0, 0)] if body[0] != (0, 0) else [(4, 4)], height=5, width=5)
     before = game._observation()
     obs, reward, terminated, truncated, info = game.step(STRAIGHT)
-    assert reward == DEATH_REWARD and terminated and not truncated
+    assert reward == -10.0 and terminated and not truncated
     np.testing.assert_array_equal(obs, before)  # the reference does not move a dead snake
     assert info == {"fruits_eaten": 0}
 
@@ -133,7 +139,7 @@ def test_moving_onto_the_current_tail_square_dies():
     # A 2x2 loop: head (0, 0) going up, tail (0, 1); turning right heads onto the tail.
     game = make_game([(0, 0), (1, 0), (1, 1), (0, 1)], "up", [(3, 3)], height=4, width=4)
     obs, reward, terminated, truncated, _ = game.step(RIGHT)
-    assert reward == DEATH_REWARD and terminated and not truncated
+    assert reward == -10.0 and terminated and not truncated
 
 
 def test_body_death():
@@ -141,7 +147,7 @@ def test_body_death():
     body = [(1, 1), (2, 1), (2, 2), (2, 3), (1, 3), (1, 2), (0, 2)]
     game = make_game(body, "up", [(4, 4)], height=5, width=5)
     obs, reward, terminated, truncated, _ = game.step(RIGHT)
-    assert reward == DEATH_REWARD and terminated and not truncated
+    assert reward == -10.0 and terminated and not truncated
 
 
 # Observation and rewards ------------------------------------------------------------------------
@@ -193,9 +199,9 @@ def test_truncation_after_steps_without_fruit_and_eating_resets_the_count():
     game = make_game([(2, 0), (3, 0)], "up", [(0, 0)], height=9, width=9, max_steps_without_fruit=3)
     # Head (2, 0) going up: (1, 0), then the fruit at (0, 0).
     _, reward, terminated, truncated, _ = game.step(STRAIGHT)
-    assert reward == pytest.approx(STEP_REWARD) and not terminated and not truncated
+    assert reward == pytest.approx(-0.2) and not terminated and not truncated
     _, reward, terminated, truncated, info = game.step(STRAIGHT)
-    assert reward == FRUIT_REWARD and not truncated and info["fruits_eaten"] == 1
+    assert reward == 10.0 and not truncated and info["fruits_eaten"] == 1
     game._fruits = [(8, 8)]  # out of the way
     for step in range(3):
         _, reward, terminated, truncated, _ = game.step(RIGHT if step == 0 else STRAIGHT)
@@ -215,13 +221,13 @@ def test_no_truncation_by_default():
 def test_full_board_terminates_with_fruit_reward():
     game = make_game([(0, 1), (0, 0)], "right", [(0, 2)], height=1, width=3)
     obs, reward, terminated, truncated, info = game.step(STRAIGHT)
-    assert reward == FRUIT_REWARD and terminated and not truncated
+    assert reward == 10.0 and terminated and not truncated
     assert info == {"fruits_eaten": 1}
     assert snake_squares(obs) == {(0, 0), (0, 1), (0, 2)} and not fruit_squares(obs)
 
     game = make_game([(1, 0), (0, 0), (0, 1)], "down", [(1, 1)], height=2, width=2)
     obs, reward, terminated, truncated, _ = game.step(LEFT)
-    assert reward == FRUIT_REWARD and terminated and not truncated
+    assert reward == 10.0 and terminated and not truncated
     assert obs[..., 0].sum() == 2 + 3
 
 
@@ -232,7 +238,7 @@ def test_full_board_happens_in_play_on_a_1x3_board():
         game.reset(seed=seed)
         _, reward, terminated, _, _ = game.step(STRAIGHT)
         outcomes.add((reward, terminated))
-    assert outcomes == {(FRUIT_REWARD, True), (DEATH_REWARD, True)}
+    assert outcomes == {(10.0, True), (-10.0, True)}
 
 
 # Bad input --------------------------------------------------------------------------------------
@@ -370,9 +376,9 @@ def test_vector_env_equals_independent_single_games(mode):
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} config {config} step {t}")
             _assert_infos_equal(out_v[4], out_s[4])
             rewards, terminated, truncated = out_s[1], out_s[2], out_s[3]
-            seen["deaths"] += int(np.sum(rewards == DEATH_REWARD))
-            seen["fruits"] += int(np.sum(rewards == FRUIT_REWARD))
-            seen["full_boards"] += int(np.sum((rewards == FRUIT_REWARD) & terminated))
+            seen["deaths"] += int(np.sum(rewards == -10.0))
+            seen["fruits"] += int(np.sum(rewards == 10.0))
+            seen["full_boards"] += int(np.sum((rewards == 10.0) & terminated))
             seen["truncations"] += int(np.sum(truncated))
             seen["resets"] += int(np.sum(terminated | truncated))
             total_steps += n_games
