@@ -1,4 +1,4 @@
-"""The PyTorch backend's traced graphs (kerasrl/backend/torch.py) against eager execution.
+"""The PyTorch backend's traced graphs (kerasrl/backend/torch_fast.py) against eager execution.
 
 On PyTorch the tests run here. On the other backends one test runs this file under PyTorch in a
 subprocess, so that the default (JAX) run covers the PyTorch backend too.
@@ -25,6 +25,7 @@ else:
     import kerasrl
     from kerasrl import backend
     from kerasrl.backend import torch as torch_backend
+    from kerasrl.backend import torch_fast
     from kerasrl.agents.base import variable_values
     from kerasrl.optim import Adam
 
@@ -40,7 +41,7 @@ else:
 
     def n_graphs(compiled):
         """How many signatures of `compiled` run as traced graphs (not eagerly)."""
-        return sum(g is not torch_backend._EAGER for g in compiled.graphs.values())
+        return sum(g is not torch_fast._EAGER for g in compiled.graphs.values())
 
     def assert_trees_equal(a, b):
         a, b = backend.to_numpy(a), backend.to_numpy(b)
@@ -77,9 +78,9 @@ else:
                                       eager.learner.q_values(obs[:1]))
         # The rounds and acting ran as graphs (later calls of a signature reuse them).
         compiled = [v for v in vars(traced.learner).values()
-                    if isinstance(v, torch_backend._Traced)]
+                    if isinstance(v, torch_fast.Traced)]
         assert compiled and sum(n_graphs(c) for c in compiled) >= 4
-        assert not any(isinstance(v, torch_backend._Traced) for v in vars(eager.learner).values())
+        assert not any(isinstance(v, torch_fast.Traced) for v in vars(eager.learner).values())
 
     def conv_bn_model():
         inputs = keras.Input((6, 6, 2))
@@ -195,9 +196,9 @@ else:
         out = compiled(backend.feed(np.ones((3, 2), np.float32)), np.float32(-1.0), 4.0)
         np.testing.assert_array_equal(backend.to_numpy(out["y"]), np.full((3, 2), 3.0))
         assert len(calls) == n_first_calls  # new scalar values reuse the graph
-        for n in range(4, 4 + 2 * torch_backend.CACHE_SIZE):
+        for n in range(4, 4 + 2 * torch_fast.CACHE_SIZE):
             compiled(backend.feed(np.ones((n, 2), np.float32)), np.float32(1.0), 0.0)
-        assert len(compiled.graphs) == torch_backend.CACHE_SIZE
+        assert len(compiled.graphs) == torch_fast.CACHE_SIZE
 
     def test_policy_sees_new_weights_of_its_model():
         agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(8,))
@@ -229,13 +230,13 @@ else:
         x = backend.feed(np.linspace(-2, 2, 6, dtype=np.float32))
         y = backend.feed(np.arange(6, dtype=np.float32))
         expected = backend.to_numpy(f(x, y)["z"])
-        monkeypatch.setattr(torch_backend, "MAX_SCRIPTED_OPS", 0)  # every graph is "long"
+        monkeypatch.setattr(torch_fast, "MAX_SCRIPTED_OPS", 0)  # every graph is "long"
         as_python = backend.compile(f)
         for _ in range(2):
             np.testing.assert_array_equal(backend.to_numpy(as_python(x, y)["z"]), expected)
         (graph,) = as_python.graphs.values()
         assert isinstance(graph.run, torch.fx.GraphModule)
-        monkeypatch.setattr(torch_backend, "MAX_OPS", 1)  # too long to trace at all
+        monkeypatch.setattr(torch_fast, "MAX_OPS", 1)  # too long to trace at all
         eager = backend.compile(f)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # not an error: no warning

@@ -16,6 +16,15 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
   (PyTorch), else None and `kerasrl.optim` runs its `keras.ops` version (which XLA fuses).
 
 Everything else in kerasrl is written once with `keras.ops` and numpy.
+
+Fast paths on private framework APIs. Where a private API measurably pays, it lives in one module
+per backend: `torch_fast` (graphs traced with make_fx and replayed by TorchScript, oneDNN matrix
+products) and `tensorflow_fast` (calling traced functions through `ConcreteFunction._call_flat`,
+shapes through `EagerTensor._shape_tuple`). Each is guarded: when a private API is missing, raises
+or computes something else (a framework upgrade), kerasrl uses the public path instead (eager
+PyTorch or a slower graph; TensorFlow's public calls), with one RuntimeWarning naming what failed,
+and the same results. Set the environment variable `KERASRL_FAST_PATHS=0` (before the backend is
+first used) to take the public paths only; JAX has no fast paths.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 
 SUPPORTED = ("jax", "tensorflow", "torch")
 # The extra that installs each backend's framework, for error messages.
@@ -108,6 +118,28 @@ COMPILED_LOOPS = NAME != "torch"
 # set before TensorFlow is imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+_FELL_BACK: set[str] = set()  # fast paths that failed and were warned about
+
+
+def fast_paths() -> bool:
+    """Whether the backends may take their fast paths on private framework APIs: yes unless the
+    environment variable KERASRL_FAST_PATHS is 0 (or false, no, off)."""
+    return os.environ.get("KERASRL_FAST_PATHS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def fall_back(what: str, error: BaseException, instead: str) -> None:
+    """Warn, once per `what`, that the fast path through `what` failed with `error` and that
+    `instead` happens (its public fallback)."""
+    if what in _FELL_BACK:
+        return
+    _FELL_BACK.add(what)
+    warnings.warn(
+        f"kerasrl: the fast path through {what} failed ({type(error).__name__}: "
+        f"{str(error).strip()[:300]}), so {instead}; results are the same. This PyTorch or "
+        f"TensorFlow release may have changed a private API; KERASRL_FAST_PATHS=0 takes the "
+        f"public paths without trying.", RuntimeWarning, stacklevel=3)
+
+
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
@@ -134,6 +166,8 @@ __all__ = [
     "SUPPORTED",
     "BackendError",
     "check_backend_name",
+    "fall_back",
+    "fast_paths",
     "installed_backends",
     "select_backend",
     "use",

@@ -11,6 +11,10 @@ Measured on a 2-core CPU (4-64-64-2 MLP): XLA (`jit_compile=True`) against plain
 37 us to act at batch 1 and about 220 against 300 us for a DQN step at batch 32; state kept in
 `tf.Variable`s cost as much as passing it in and out (each variable assigned ~2.5 us), and
 variables gave acting no gain over tensors. Hence XLA everywhere and packed tensors, not variables.
+
+The direct call and the signature's shapes go through private TensorFlow APIs; they live in
+`kerasrl.backend.tensorflow_fast`, guarded, with TensorFlow's public calls as the fallback
+(KERASRL_FAST_PATHS=0 takes those only).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import keras
 import numpy as np
 import optree
 import tensorflow as tf
+
+from kerasrl.backend import tensorflow_fast
 
 _EagerTensor = type(tf.constant(0.0))
 
@@ -66,6 +72,7 @@ class _Compiled:
         # How to rebuild each leaf inside the trace: an input or a constant. With the dtypes and
         # shapes of the inputs, the recipes are the signature traces are kept by.
         inputs, examples, recipes = [], [], []
+        shape_tuple = tensorflow_fast.shape_tuple
         for leaf in leaves:
             if type(leaf) is _Slice:
                 # Its own tensor, not the whole packed buffer: an XLA call copies its inputs,
@@ -81,18 +88,22 @@ class _Compiled:
                     recipes.append(("constant", type(leaf), leaf))
                     continue
                 leaf = _to_tensor(leaf)
-            recipes.append(("input", len(inputs), leaf.dtype, leaf._shape_tuple()))
+            recipes.append(("input", len(inputs), leaf.dtype, shape_tuple(leaf)))
             inputs.append(leaf)
             examples.append(leaf)
         signature = (structure, tuple(recipes))
         traced = self._traced.get(signature)
         if traced is None:
-            traced = self._traced[signature] = self._trace(structure, recipes, examples)
+            concrete, output_structure = self._trace(structure, recipes, examples)
+            function, outputs = tensorflow_fast.first_call(concrete, inputs)
+            self._traced[signature] = function, output_structure
+            return optree.tree_unflatten(output_structure, outputs)
         function, output_structure = traced
         return optree.tree_unflatten(output_structure, function(inputs))
 
     def _trace(self, structure, recipes, examples):
-        """A function of the flat input list, and the structure of its outputs."""
+        """The traced (concrete) function of the flat input list, and the structure of its
+        outputs."""
         output_structure = []
 
         def flat_fn(*tensors):
@@ -108,13 +119,7 @@ class _Compiled:
 
         concrete = tf.function(flat_fn, jit_compile=self._jit_compile).get_concrete_function(*examples)
         self.tracing_count += 1
-        # `_call_flat` skips the argument checks of `concrete(*inputs)` (about 20 us a call);
-        # it is private, so fall back to the public call if a TensorFlow release drops it.
-        call_flat = getattr(concrete, "_call_flat", None)
-        if call_flat is not None:
-            captured = concrete.captured_inputs
-            return (lambda inputs: call_flat(inputs, captured)), output_structure[-1]
-        return (lambda inputs: concrete(*inputs)), output_structure[-1]
+        return concrete, output_structure[-1]
 
 
 class _Slice:
@@ -160,7 +165,8 @@ def _cut_slices(slices) -> None:
     for piece in slices:
         view = views.get(id(piece.buffer))
         if view is None:
-            view = views[id(piece.buffer)] = piece.buffer._numpy()
+            # np.asarray shares the tensor's memory (EagerTensor.__array__), as `.numpy()` does not.
+            view = views[id(piece.buffer)] = np.asarray(piece.buffer)
         piece._value = tf.constant(view[piece.start:piece.stop].reshape(piece.shape))
 
 

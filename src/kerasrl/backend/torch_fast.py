@@ -1,0 +1,511 @@
+"""PyTorch's fast path: compiled functions traced into graphs of aten ops and replayed.
+
+This is the one module of kerasrl that uses private PyTorch APIs; `kerasrl.backend.torch` imports
+it, and everything here has a public fallback (see the list below).
+
+Eager PyTorch pays for Keras's Python on every op: a DQN gradient step through Keras layers took
+about 2 ms, acting on one observation about 350 us. `torch.compile` costs 13 to 33 s of
+compilation here. So a compiled function instead records, the first time it sees a signature (the
+nesting, shapes and dtypes of its arguments), the aten ops that it runs, with
+`torch.fx.experimental.proxy_tensor.make_fx`. That tracer sits below autograd, so it also records
+the backward ops of `torch.autograd.grad` inside `value_and_grad` (as AOTAutograd does), and
+below Keras, whose Python then runs only once. The graph is then replayed by TorchScript's C++
+interpreter (about 1 us per op, against 4 us for the FX graph's Python). Later calls run only the
+graph: the same kernels in the same order, so results are bit-identical to eager execution, with
+one exception: large matrix products run through oneDNN instead of MKL (see ONEDNN_MIN_MACS), which
+differs by float summation order.
+
+What a trace would get wrong runs eagerly instead, with one warning per function: a function that
+reads a tensor's value into Python (data-dependent control flow; Keras's seeded random ops, whose
+seed would be frozen into the graph), or that fails to trace. Unseeded random ops (Keras's default
+dropout) draw from PyTorch's global generator in the graph too, so they are fresh every call.
+
+Private APIs, and what runs when one is missing or fails (checked once, on a tiny function, at
+first use; one RuntimeWarning names it; results stay the same):
+
+- `make_fx` (torch.fx.experimental) and `TorchDispatchMode` (torch.utils._python_dispatch), to
+  trace and to count ops: without them compiled functions run eagerly (public PyTorch).
+- `torch._guards.TracingContext` with a `torch._subclasses.FakeTensorMode`: make_fx traces 3x
+  faster with one; without it make_fx makes its own.
+- TorchScript replay (`torch.jit.trace` of an FX graph, run with
+  `torch._C._get_graph_executor_optimize` off): without it graphs run as the FX graph's Python code.
+- `torch.ops.mkldnn._linear_pointwise`, registered as `kerasrl::onednn_mm`: without it large
+  matrix products stay on `aten.mm`.
+- op schemas (`torch._ops.OpOverload._schema`), to merge repeated ops safely: without them graphs
+  run as traced, unsimplified.
+- a graph that fails when first run: that signature runs eagerly.
+
+`KERASRL_FAST_PATHS=0` turns all of it off: `kerasrl.backend.torch.compile` then runs functions
+eagerly and this module is not used.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+
+import keras
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+
+from kerasrl.backend import fall_back
+from kerasrl.backend.torch import _flatten, _unflatten
+
+# Each private import on its own, so that one missing costs only its own fast path.
+_IMPORT_ERRORS: dict[str, Exception] = {}
+try:
+    from torch.fx.experimental.proxy_tensor import make_fx
+except Exception as _error:  # noqa: BLE001 -- a PyTorch without it: compiled functions run eagerly
+    make_fx = None
+    _IMPORT_ERRORS["make_fx"] = _error
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode
+except Exception as _error:  # noqa: BLE001
+    TorchDispatchMode = None
+    _IMPORT_ERRORS["TorchDispatchMode"] = _error
+try:
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+except Exception as _error:  # noqa: BLE001
+    TracingContext = tracing = FakeTensorMode = None
+    _IMPORT_ERRORS["TracingContext"] = _error
+try:
+    from torch._ops import OpOverload
+except Exception as _error:  # noqa: BLE001
+    OpOverload = None
+    _IMPORT_ERRORS["OpOverload"] = _error
+
+# Signatures kept per compiled function: acting at batch 1 and at n_envs, a training round with
+# and without a target sync, a last shorter chunk, need a handful.
+CACHE_SIZE = 8
+# Calls of more aten ops than this run eagerly: tracing costs about 0.3 ms per op (a 16-step DQN
+# round is about 3,500 ops; PPO's default update, 320 minibatches in one call, about 100,000).
+MAX_OPS = 20_000
+# Graphs of more ops than this run as FX's Python code rather than TorchScript, whose trace time
+# grows faster than linearly (0.5 s at 3,000 ops, 5 s at 13,000).
+MAX_SCRIPTED_OPS = 8_000
+
+# Ops that do nothing when no gradient is recorded.
+_NO_OPS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+_EAGER = object()  # cache entry of a signature that runs eagerly
+
+
+# -- what works with this PyTorch ------------------------------------------------------------------
+class Support:
+    """Which parts of the fast path work with the installed PyTorch (see `support`)."""
+
+    def __init__(self, context: bool, script: bool):
+        self.context = context  # make_fx inside a TracingContext with a FakeTensorMode
+        self.script = script  # TorchScript replay
+
+
+_support = None  # a Support, False when graphs cannot be traced, None before the first check
+
+
+def support():
+    """The `Support` of this PyTorch, checked on first use; None when nothing can be traced."""
+    global _support
+    if _support is None:
+        _support = _check_support()
+    return _support or None
+
+
+def _probe_fn(x):
+    return (torch.relu(x * 2.0) + 1.0,)
+
+
+def _check_support():
+    """Trace and replay a two-op function through each private API in turn; give up on each
+    that is missing, raises, or computes something else (one warning each)."""
+    x = torch.linspace(-1.0, 1.0, 5)
+    expected = _probe_fn(x)[0]
+    try:
+        if make_fx is None or TorchDispatchMode is None:
+            raise (_IMPORT_ERRORS.get("make_fx") or _IMPORT_ERRORS.get("TorchDispatchMode")
+                   or ImportError("make_fx or TorchDispatchMode is missing"))
+        with _OpCounter() as counter:
+            _probe_fn(x)
+        if counter.n_ops < 3:
+            raise RuntimeError(f"counted {counter.n_ops} ops of 3")
+        plain = make_fx(_probe_fn, tracing_mode="real")(x)
+        if not torch.equal(plain(x)[0], expected):
+            raise RuntimeError("the traced graph computed something else")
+    except Exception as error:  # noqa: BLE001
+        fall_back("make_fx (torch.fx.experimental.proxy_tensor) with TorchDispatchMode", error,
+                  "compiled functions run eagerly")
+        return False
+    try:
+        graph = _make_fx_in_context(_probe_fn, (x,))
+        if not torch.equal(graph(x)[0], expected):
+            raise RuntimeError("the traced graph computed something else")
+        context = True
+    except Exception as error:  # noqa: BLE001
+        fall_back("torch._guards.TracingContext with a FakeTensorMode", error,
+                  "make_fx traces without it (about 3x slower to trace)")
+        graph, context = plain, False
+    try:
+        optimize = torch._C._get_graph_executor_optimize(False)
+        torch._C._get_graph_executor_optimize(optimize)
+        if not isinstance(optimize, bool):
+            raise TypeError(f"it returned {optimize!r}, not a bool")
+        scripted = _script(graph, (x,))
+        if not torch.equal(_run_scripted(scripted.forward, (x,))[0], expected):
+            raise RuntimeError("the TorchScript graph computed something else")
+        script = True
+    except Exception as error:  # noqa: BLE001
+        fall_back("TorchScript replay (torch.jit.trace, torch._C._get_graph_executor_optimize)",
+                  error, "graphs run as FX's Python code (slower per op)")
+        script = False
+    return Support(context, script)
+
+
+def _make_fx_in_context(fn, tensors):
+    # make_fx (a real-tensor trace) makes a FakeTensorMode for every op's metadata unless a
+    # tracing context offers one: 3x slower.
+    if tracing is None or TracingContext is None or FakeTensorMode is None:
+        raise (_IMPORT_ERRORS.get("TracingContext")
+               or ImportError("TracingContext, tracing or FakeTensorMode is missing"))
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))), _TraceableOps():
+        return make_fx(fn, tracing_mode="real")(*tensors)
+
+
+def _script(graph, example_inputs):
+    with warnings.catch_warnings():  # TorchScript is deprecated, but the fastest here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.trace(graph, tuple(example_inputs), check_trace=False, strict=False)
+
+
+def _run_scripted(run, tensors):
+    # Without TorchScript's profiling and optimization passes: they cost seconds on a long
+    # graph, and on CPU (no fusion) the plain interpreter runs it as fast.
+    optimize = torch._C._get_graph_executor_optimize(False)
+    try:
+        return run(*tensors)
+    finally:
+        torch._C._get_graph_executor_optimize(optimize)
+
+
+# -- traced functions --------------------------------------------------------------------------------
+class Traced:
+    """The graphs of one function, by input signature (LRU), run without recording gradients
+    (they are taken inside, on purpose). The graphs never write to their inputs."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.graphs = collections.OrderedDict()
+        self.warned = False
+
+    def __call__(self, *args, **kwargs):
+        leaves = []
+        structure = _flatten((args, kwargs), leaves)
+        tensors, signature = [], [structure]
+        for leaf in leaves:
+            tensor = _as_input(leaf)
+            if tensor is not None:
+                tensors.append(tensor)
+                signature.append((tensor.shape, tensor.dtype))
+            elif leaf is None or isinstance(leaf, (bool, int, str)):
+                signature.append(leaf)  # a structural constant: counts, switches, names
+            else:
+                self._eager(f"an argument is a {type(leaf).__name__}, which is neither an array "
+                            f"nor a constant")
+                signature = None
+                break
+        with torch.no_grad():
+            if signature is None:
+                return self.fn(*args, **kwargs)
+            signature = tuple(signature)
+            graph = self.graphs.get(signature)
+            if graph is None:
+                graph, result = self._trace(structure, leaves, tensors)
+                if graph is not _EAGER:
+                    try:
+                        # The graph's own result, not the eager run's: they differ where the graph
+                        # uses other kernels (oneDNN), and a run resumed from a checkpoint must
+                        # compute every call as the uninterrupted run did.
+                        result = graph(tensors)
+                    except Exception as error:  # noqa: BLE001 -- the eager run just succeeded
+                        graph = self._eager(f"its traced graph failed when run "
+                                            f"({type(error).__name__}: {str(error).strip()[:300]})")
+                self.graphs[signature] = graph
+                if len(self.graphs) > CACHE_SIZE:
+                    self.graphs.popitem(last=False)
+                return result
+            self.graphs.move_to_end(signature)
+            if graph is _EAGER:
+                return self.fn(*args, **kwargs)
+            return graph(tensors)
+
+    def _trace(self, structure, leaves, tensors):
+        """`(graph, result)`: the graph of `fn` for these inputs, or _EAGER (with a warning when
+        a trace would be wrong), and the result of this call, run eagerly."""
+        where = [i for i, leaf in enumerate(leaves) if _as_input(leaf) is not None]
+        outputs = {}
+
+        def flat_fn(*inputs):
+            full = list(leaves)
+            for i, tensor in zip(where, inputs):
+                full[i] = tensor
+            args, kwargs = _unflatten(structure, iter(full))
+            outputs["result"] = result = self.fn(*args, **kwargs)
+            outputs["leaves"] = out_leaves = []
+            outputs["structure"] = _flatten(result, out_leaves)
+            return tuple(x for x in out_leaves if isinstance(x, torch.Tensor))
+
+        with _OpCounter() as counter:
+            flat_fn(*tensors)
+        result = outputs["result"]
+        if counter.n_ops > MAX_OPS:
+            return _EAGER, result  # not an error: as fast as before, only not faster
+        how = support()
+        if how is None:  # this PyTorch cannot trace (warned once, when that was found)
+            return _EAGER, result
+        try:
+            if how.context:
+                graph = _make_fx_in_context(flat_fn, tensors)
+            else:
+                with _TraceableOps():
+                    graph = make_fx(flat_fn, tracing_mode="real")(*tensors)
+        except Exception as error:  # noqa: BLE001 -- any failure to trace means: run eagerly
+            if "_local_scalar_dense" in str(error):
+                reason = ("it reads a tensor's value into Python (data-dependent control flow, "
+                          "or a seeded Keras random op), which a trace would freeze")
+            else:
+                reason = f"tracing failed ({type(error).__name__}: {str(error).strip()[:300]})"
+            return self._eager(reason), result
+        script = how.script and counter.n_ops <= MAX_SCRIPTED_OPS
+        return Graph(graph, outputs["structure"], outputs["leaves"], tensors, script), result
+
+    def _eager(self, reason: str):
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"kerasrl: {getattr(self.fn, '__qualname__', self.fn)} runs eagerly on "
+                          f"PyTorch, several times slower, because {reason}.", RuntimeWarning,
+                          stacklevel=4)
+        return _EAGER
+
+
+class Graph:
+    """A traced graph, run by TorchScript (or as FX's Python code when `script` is False or
+    TorchScript fails on it), with the outputs' nesting put back."""
+
+    def __init__(self, graph: torch.fx.GraphModule, out_structure, out_leaves, example_inputs,
+                 script: bool):
+        _simplify(graph)
+        _onednn_matmuls(graph)
+        self.fx = self.module = self.run = graph
+        self.scripted = False
+        if script:
+            try:
+                self.module = _script(graph, example_inputs)
+                self.run = self.module.forward  # skips nn.Module's call machinery
+                self.scripted = True
+            except Exception:  # noqa: BLE001 -- the FX graph gives the same results, only slower
+                pass
+        self.out_structure = out_structure
+        # Non-tensor outputs (None, Python numbers) are constants of the trace.
+        self.out_leaves = [None if isinstance(x, torch.Tensor) else x for x in out_leaves]
+        self.tensor_at = [i for i, x in enumerate(out_leaves) if isinstance(x, torch.Tensor)]
+
+    def __call__(self, tensors):
+        results = _run_scripted(self.run, tensors) if self.scripted else self.run(*tensors)
+        leaves = list(self.out_leaves)
+        for i, tensor in zip(self.tensor_at, results):
+            leaves[i] = tensor
+        return _unflatten(self.out_structure, iter(leaves))
+
+
+def _as_input(leaf):
+    """The tensor a leaf is passed to a graph as, or None if it is not an array.
+
+    Floats become 0-d float32 tensors (as Keras converts them) and numpy scalars 0-d tensors of
+    their dtype, so that a new learning rate does not mean a new trace. Python ints and bools stay
+    constants: they are shapes, counts and switches.
+    """
+    if isinstance(leaf, torch.Tensor):
+        return leaf
+    if isinstance(leaf, keras.Variable):
+        return leaf.value
+    if isinstance(leaf, np.ndarray):
+        return torch.from_numpy(leaf if leaf.flags.c_contiguous else leaf.copy())
+    if isinstance(leaf, np.generic):
+        return torch.from_numpy(np.asarray(leaf))
+    if isinstance(leaf, float):
+        return torch.tensor(leaf, dtype=torch.float32)
+    return None
+
+
+# -- graph rewriting ---------------------------------------------------------------------------------
+def _simplify(graph: torch.fx.GraphModule) -> None:
+    """Fewer ops to dispatch, same results: drop detach and alias (no-ops without autograd), ops
+    repeated on the same inputs (Keras recomputes `tau >= 1` for every weight), and dead code.
+
+    A repeat is merged only when it is pure and neither it nor the op it would reuse is written
+    to in place or returned (two outputs must not become one tensor). What is written to is read
+    from the op schemas; without them the graph is left as traced."""
+    nodes = graph.graph.nodes
+    try:
+        written = _written_nodes(nodes)
+    except Exception as error:  # noqa: BLE001 -- cannot tell what is safe to merge: merge nothing
+        fall_back("op schemas (torch._ops.OpOverload._schema)", error,
+                  "traced graphs run unsimplified")
+        return
+    returned = set(graph.graph.output_node().all_input_nodes)
+    first = {}
+    for node in list(nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in _NO_OPS:
+            node.replace_all_uses_with(node.args[0])
+            graph.graph.erase_node(node)
+            continue
+        if node.is_impure() or node in written or node in returned:
+            continue
+        key = (node.target, _hashable(node.args), _hashable(node.kwargs))
+        try:
+            earlier = first.setdefault(key, node)
+        except TypeError:  # an argument that cannot be compared
+            continue
+        if earlier is not node:
+            node.replace_all_uses_with(earlier)
+            graph.graph.erase_node(node)
+    graph.graph.eliminate_dead_code()  # keeps random and in-place ops
+    graph.recompile()
+
+
+def _written_nodes(nodes) -> set:
+    """The results, and the bases of views, that an in-place op of the graph writes to."""
+    written = set()
+    for node in nodes:
+        for tensor in _written_args(node):
+            while isinstance(tensor, torch.fx.Node):
+                written.add(tensor)
+                tensor = tensor.args[0] if _is_view(tensor) else None
+    return written
+
+
+def _schema(node):
+    if node.op == "call_function" and isinstance(node.target, OpOverload):
+        return node.target._schema
+    return None
+
+
+def _written_args(node):
+    """The arguments of `node` that it writes to in place."""
+    schema = _schema(node)
+    if schema is None or not schema.is_mutable:
+        return []
+    values = dict(zip((a.name for a in schema.arguments), node.args), **node.kwargs)
+    return [values.get(a.name) for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _is_view(node) -> bool:
+    """Whether `node`'s result shares memory with its first argument."""
+    schema = _schema(node)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
+                and node.args)
+
+
+def _hashable(args):
+    """`args` as a hashable key; numbers keep their type (`x + 1` is not `x + 1.0`)."""
+    if isinstance(args, (list, tuple)):
+        return type(args), tuple(_hashable(a) for a in args)
+    if isinstance(args, dict):
+        return dict, tuple((k, _hashable(v)) for k, v in args.items())
+    return type(args), args
+
+
+# Matrix products of at least this many multiply-adds run through oneDNN instead of MKL. On this
+# machine's AMD CPU MKL's sgemm ran at about a third of XLA's speed (a 1024x256 by 256x256
+# product: 1.35 ms against 0.36 ms), oneDNN at 0.6 ms (64x256 by 256x256: 88, 50 and 41 us;
+# 1024x256 by 256x2: MKL 223 us, oneDNN 68); below about 500k multiply-adds oneDNN's fixed cost
+# (about 10 us) loses. A fixed rule, not a timing, so that a graph computes the same in every
+# run. Results differ from MKL's by summation order (~5e-7).
+ONEDNN_MIN_MACS = 1 << 19
+
+_onednn = None  # the op, False when unavailable, None before the first large product
+
+
+def onednn_mm():
+    """`kerasrl::onednn_mm(a, b) = a @ b` through oneDNN's linear op, defined and checked on first
+    use; None when this PyTorch has no oneDNN or its op fails."""
+    global _onednn
+    if _onednn is None:
+        _onednn = _define_onednn_mm() or False
+    return _onednn or None
+
+
+def _define_onednn_mm():
+    # An op of its own: TorchScript cannot record oneDNN's op directly (it takes a list of
+    # optional scalars).
+    if not torch.backends.mkldnn.is_available():
+        return None  # a build without oneDNN: nothing failed
+    try:
+        if not hasattr(torch.ops.kerasrl, "onednn_mm"):  # once per process (the library lives on)
+            torch.library.define("kerasrl::onednn_mm", "(Tensor a, Tensor b) -> Tensor")
+            torch.library.impl("kerasrl::onednn_mm", "CPU", lambda a, b: (
+                torch.ops.mkldnn._linear_pointwise.default(a, b.t(), None, "none", [], "")))
+        op = torch.ops.kerasrl.onednn_mm.default
+        # Small integers: exact in float32 whatever the summation order.
+        a = (torch.arange(24, dtype=torch.float32) % 7).reshape(4, 6)
+        b = (torch.arange(18, dtype=torch.float32) % 5).reshape(6, 3)
+        if not torch.equal(op(a, b), a @ b):
+            raise RuntimeError("it computed a wrong product")
+        return op
+    except Exception as error:  # noqa: BLE001
+        fall_back("oneDNN matrix products (torch.ops.mkldnn._linear_pointwise)", error,
+                  "large matrix products stay on aten.mm (MKL)")
+        return None
+
+
+def _onednn_matmuls(graph: torch.fx.GraphModule) -> None:
+    """Large float32 `mm` nodes of a traced graph to `kerasrl::onednn_mm` (see ONEDNN_MIN_MACS)."""
+    changed = False
+    for node in graph.graph.nodes:
+        if node.target is not torch.ops.aten.mm.default:
+            continue
+        a, b = (arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None for arg in node.args)
+        if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.dtype == b.dtype == torch.float32
+                and a.shape[0] * a.shape[1] * b.shape[1] >= ONEDNN_MIN_MACS):
+            op = onednn_mm()
+            if op is None:
+                return
+            node.target = op
+            changed = True
+    if changed:
+        graph.recompile()
+
+
+# -- tracing helpers ---------------------------------------------------------------------------------
+class _TraceableOps(TorchFunctionMode):
+    """While tracing, ops whose PyTorch kernels read tensor values into Python (input checks that
+    a trace cannot keep) are replaced by equivalent ops that do not."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot:
+            return _one_hot(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _one_hot(tensor, num_classes=-1):
+    """`one_hot` without its range check (Expected SARSA's epsilon-greedy probabilities need it):
+    an index out of range gives a row of zeros instead of an error."""
+    if num_classes < 0:  # the width is the largest index: data-dependent, left to fail
+        return torch.nn.functional.one_hot(tensor, num_classes)
+    return (tensor.unsqueeze(-1) == torch.arange(num_classes, device=tensor.device)).long()
+
+
+class _OpCounter(TorchDispatchMode or object):
+    """Counts the aten ops a call runs (the size its trace would have)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n_ops += 1
+        return func(*args, **(kwargs or {}))
