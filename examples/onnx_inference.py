@@ -1,5 +1,6 @@
 """Run an exported kerasrl policy with onnxruntime and numpy only (no kerasrl, Keras or backend).
 
+    kerasrl train dqn --env CartPole-v1 --out runs/cartpole
     kerasrl export runs/cartpole --format onnx -o cartpole.onnx
     python examples/onnx_inference.py cartpole.onnx
 

@@ -1,0 +1,235 @@
+"""Every code block of README.md and docs/*.md runs as a test, and every script in examples/.
+
+Python blocks run in order, one namespace per document, in a temporary working directory of
+that document (they write runs/..., policy.onnx, ...). Bash blocks whose lines start with
+`kerasrl ` run line by line in the same directory, through the venv's `kerasrl` entry point
+(`python -m kerasrl.cli` without it); a `pip install ...` line in such a block is what the dev
+install already did and is not run, and any other command is refused (mark its block skipped).
+Examples in examples/ run the commands their docstring shows (`kerasrl ...`, `python examples/...`).
+
+Step counts are made small here, not in the docs, so that the docs read as a user would type
+them: `KERASRL_DOC_STEPS` (default 2000) caps the first argument (or `total_steps=`) of every
+`.fit(...)` call in a Python block, `--steps` of every `kerasrl train` (appended when a command,
+e.g. a preset, has none; `--resume` keeps the run's own total), and `--checkpoint-every` to half
+of it. Nothing else is changed.
+
+A block that cannot run here is skipped only by a visible marker in the markdown just above it,
+`<!-- skip: next "the reason" -->` (Sybil's skip directive); the reason is shown by pytest -ra.
+
+The examples of a document share state, so they run as one test each in document order; select a
+single one with -k only together with the ones before it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sybil import Document, Example
+from sybil.evaluators.python import pad
+from sybil.evaluators.skip import Skipper
+from sybil.parsers.markdown import CodeBlockParser, SkipParser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+STEPS = int(os.environ.get("KERASRL_DOC_STEPS", "2000"))
+COMMAND_TIMEOUT_S = 600
+
+# Scripts that promise to run without kerasrl, Keras or any backend: run with those imports refused.
+FRAMEWORK_FREE = {"onnx_inference.py"}
+FRAMEWORKS = ("kerasrl", "keras", "jax", "tensorflow", "torch")
+
+# The same thread settings as run.py: one thread per library on the 2-core machine.
+THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "KERASRL_TORCH_THREADS": "1",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1",
+}
+
+
+# -- Python blocks ---------------------------------------------------------------------------------
+class _CapFitSteps(ast.NodeTransformer):
+    """`x.fit(N, ...)` and `x.fit(total_steps=N, ...)` -> `x.fit(min(N, STEPS), ...)`."""
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "fit":
+            if node.args:
+                node.args[0] = _capped(node.args[0])
+            for keyword in node.keywords:
+                if keyword.arg == "total_steps":
+                    keyword.value = _capped(keyword.value)
+        return node
+
+
+def _capped(expr: ast.expr) -> ast.expr:
+    call = ast.Call(ast.Name("min", ast.Load()), [expr, ast.Constant(STEPS)], [])
+    return ast.copy_location(call, expr)
+
+
+def evaluate_python(example: Example) -> None:
+    """Run a Python block in its document's namespace, with `.fit` step counts capped."""
+    __tracebackhide__ = True
+    # Padded so that tracebacks give the block's line numbers in the markdown file.
+    source = pad(example.parsed, example.line + example.parsed.line_offset)
+    tree = ast.fix_missing_locations(_CapFitSteps().visit(ast.parse(source, example.path)))
+    exec(compile(tree, example.path, "exec", dont_inherit=True), example.namespace)
+    example.namespace.pop("__builtins__", None)
+
+
+# -- command blocks --------------------------------------------------------------------------------
+def command_lines(source: str) -> list[str]:
+    """The commands of a shell block: continuation lines joined, blank and comment lines dropped."""
+    joined = re.sub(r"\\\n", " ", source)
+    return [line.strip() for line in joined.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def capped_command(argv: list[str]) -> list[str]:
+    """A documented `kerasrl ...` command with its step counts made small (see the module doc)."""
+    argv = list(argv)
+    if argv[1:2] != ["train"]:
+        return argv
+    for i, token in enumerate(argv):
+        for flag, cap in (("--steps", STEPS), ("--checkpoint-every", max(1, STEPS // 2))):
+            if token == flag and i + 1 < len(argv):
+                argv[i + 1] = str(min(int(argv[i + 1]), cap))
+            elif token.startswith(flag + "="):
+                argv[i] = f"{flag}={min(int(token.split('=', 1)[1]), cap)}"
+    if "--resume" not in argv and not any(t == "--steps" or t.startswith("--steps=") for t in argv):
+        argv += ["--steps", str(STEPS)]
+    return argv
+
+
+def _kerasrl() -> list[str]:
+    entry_point = Path(sys.executable).with_name("kerasrl")
+    return [str(entry_point)] if entry_point.is_file() else [sys.executable, "-m", "kerasrl.cli"]
+
+
+def _run(argv: list[str], shown: str, cwd: Path) -> str:
+    """Run one command in `cwd`; its output, or an AssertionError with the end of it."""
+    env = {**os.environ, **THREAD_ENV}
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"`{shown}` did not end within {COMMAND_TIMEOUT_S} s "
+                             f"(ran {shlex.join(argv)} in {cwd})") from error
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip()
+        tail = "\n".join(output.splitlines()[-40:])
+        raise AssertionError(f"`{shown}` exited with {done.returncode} (ran {shlex.join(argv)} "
+                             f"in {cwd}):\n{tail}")
+    return done.stdout
+
+
+def run_command(line: str, cwd: Path) -> str:
+    """Run one documented command line: `kerasrl ...` (steps capped) or `python examples/...`."""
+    argv = shlex.split(line, comments=True)
+    if argv[0] == "kerasrl":
+        return _run(_kerasrl() + capped_command(argv)[1:], line, cwd)
+    if argv[0] in ("python", "python3") and argv[1:2] and argv[1].startswith("examples/"):
+        script = ROOT / argv[1]
+        if script.name in FRAMEWORK_FREE:  # prove it: importing any of them fails in that run
+            runner = (f"import runpy, sys; sys.modules.update(dict.fromkeys({FRAMEWORKS!r})); "
+                      f"sys.argv = {[str(script), *argv[2:]]!r}; "
+                      f"runpy.run_path({str(script)!r}, run_name='__main__')")
+            return _run([sys.executable, "-c", runner], line, cwd)
+        return _run([sys.executable, str(script), *argv[2:]], line, cwd)
+    raise ValueError(f"Cannot run `{line}` from a documented example here: only `kerasrl ...` and "
+                     f"`python examples/...` lines run. Put it in a block of its own, marked "
+                     f'<!-- skip: next "why" -->.')
+
+
+def evaluate_commands(example: Example) -> None:
+    """Run a shell block's `kerasrl` commands in order in the document's working directory."""
+    __tracebackhide__ = True
+    for line in command_lines(example.parsed):
+        if line.startswith("pip install "):
+            continue  # the dev extra installed everything the docs ask for
+        run_command(line, Path.cwd())
+
+
+class CommandBlockParser(CodeBlockParser):
+    """Shell blocks with at least one line that starts with `kerasrl `."""
+
+    def __init__(self):
+        super().__init__(language="bash", evaluator=evaluate_commands)
+
+    def __call__(self, document: Document):
+        for region in super().__call__(document):
+            if any(line.startswith("kerasrl ") for line in command_lines(region.parsed)):
+                yield region
+
+
+PARSERS = [CodeBlockParser(language="python", evaluator=evaluate_python), CommandBlockParser(),
+           SkipParser()]
+
+
+def _items():
+    """One test per code block, in document order; a skip directive goes with the block after it."""
+    for path in DOCUMENTS:
+        document = Document.parse(str(path), *PARSERS)
+        pending = []
+        for example in document.examples():
+            pending.append(example)
+            if not isinstance(example.region.evaluator, Skipper):
+                kind = "python" if example.region.evaluator is evaluate_python else "commands"
+                name = f"{path.relative_to(ROOT)}:{example.line}:{kind}"
+                yield pytest.param(path, pending, id=name)
+                pending = []
+
+
+@pytest.fixture(scope="module")
+def workdirs(tmp_path_factory):
+    """A working directory per document, kept for all of its blocks."""
+    made = {}
+
+    def workdir(path: Path) -> Path:
+        if path not in made:
+            made[path] = tmp_path_factory.mktemp(path.stem)
+        return made[path]
+
+    return workdir
+
+
+@pytest.mark.parametrize("path, examples", list(_items()))
+def test_documented_example(path, examples, workdirs, monkeypatch):
+    monkeypatch.chdir(workdirs(path))
+    for example in examples:
+        example.evaluate()
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_script(script, tmp_path):
+    """Each example runs as its docstring says, from training to the script itself."""
+    usage = [line for line in command_lines(ast.get_docstring(ast.parse(script.read_text())) or "")
+             if line.startswith(("kerasrl ", "python examples/", "python3 examples/"))]
+    assert any(line.split()[1] == f"examples/{script.name}" for line in usage
+               if line.startswith("python")), (
+        f"The docstring of examples/{script.name} shows no command that runs it.")
+    for line in usage:
+        output = run_command(line, tmp_path)
+    assert output.strip(), f"examples/{script.name} printed nothing"
+
+
+def test_every_command_block_is_collected():
+    """A fenced block of `kerasrl` commands in another language (or none) would never run."""
+    fence = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+    for path in DOCUMENTS:
+        for language, body in fence.findall(path.read_text()):
+            if any(line.startswith("kerasrl ") for line in command_lines(body)):
+                assert language == "bash", (
+                    f"{path.relative_to(ROOT)}: a ```{language} block of kerasrl commands is not "
+                    f"run as a test; make it ```bash:\n{body}")
