@@ -6,7 +6,7 @@ returns of the last `window` episodes that exist: before `window` episodes have 
 (no zero padding, unlike the tfjs `snake-dqn` example, whose average counts missing episodes as 0).
 
     from kerasrl.callbacks import CallbackList, SaveBest, StopAtMeanReturn
-    agent.fit(1_000_000, callback=CallbackList(SaveBest("runs/snake/best.keras"),
+    agent.fit(1_000_000, callback=CallbackList(SaveBest("runs/snake/best"),
                                                StopAtMeanReturn(100.0)))
 """
 
@@ -24,7 +24,11 @@ def _windowed_mean(history, window: int) -> float:
 
 
 class SaveBest:
-    """Save `agent.model` to `path` (a `.keras` file) whenever the windowed mean return improves.
+    """Save the agent's policy to `path` whenever the windowed mean return improves.
+
+    `path` is a policy folder (what `kerasrl.load_policy` and `kerasrl play`/`evaluate`/`export`
+    read, on any backend; a model Keras cannot serialize is saved as weights), or a `.keras` file
+    (the Keras model alone).
 
     The mean is over the last `window` episodes and is first taken once `window` episodes have
     ended, so that a lucky first few episodes do not set a bar the real average must then beat.
@@ -33,15 +37,13 @@ class SaveBest:
     Attributes:
         best: the best windowed mean return so far (-inf before the first save).
         best_step: the env step of the last save (None before it).
-        saves: how many times the model was written.
+        saves: how many times the policy was written.
     """
 
     def __init__(self, path, window: int = 100, verbose: bool = False):
         if window < 1:
             raise ValueError(f"SaveBest: window must be at least 1 episode, got {window}.")
         self.path = Path(path)
-        if self.path.suffix != ".keras":
-            raise ValueError(f"SaveBest: path must end in .keras (a Keras model file), got {str(path)!r}.")
         self.window = int(window)
         self.verbose = verbose
         self.best = -math.inf
@@ -55,7 +57,10 @@ class SaveBest:
         self.best = mean
         self.best_step = agent.num_timesteps
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        agent.model.save(self.path)
+        if self.path.suffix == ".keras":
+            agent.model.save(self.path)
+        else:
+            agent.policy.save(self.path)
         self.saves += 1
         if self.verbose:
             print(f"step {agent.num_timesteps}: mean return of the last {self.window} episodes "

@@ -372,19 +372,15 @@ def save_checkpoint(agent, path, *, total_steps: int | None = None) -> Path:
     arrays, meta = agent.state_dict()
     env_state, env_arrays, reason = capture_env_state(agent.env)
     policy = agent.policy
-    models = policy.models()
-    for model in models.values():
-        check_serializable(model)
     with atomic_folder(path) as tmp:
-        for name, model in models.items():
-            model.save(tmp / f"{name}.keras")
+        formats = _save_models(policy.models(), tmp, weights_only=False)
         write_json(tmp / "config.json", {
             "algorithm": agent.algorithm,
             "config": agent.config.to_dict(),
             "env": agent.env_name,
             "env_is_id": isinstance(agent.env_spec, str),
         })
-        write_json(tmp / "policy.json", policy_header(policy, weights_only=False))
+        write_json(tmp / "policy.json", policy_header(policy, formats))
         np.savez(tmp / "training_state.npz", **arrays, **env_arrays)
         write_json(tmp / "state.json", {
             "agent": meta,
@@ -401,12 +397,13 @@ def save_checkpoint(agent, path, *, total_steps: int | None = None) -> Path:
 CHECKPOINT_FILES = ("config.json", "policy.json", "training_state.npz", "state.json")
 
 
-def load_checkpoint(path, agent_class=None, env=None):
+def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
     """The agent saved in the checkpoint folder `path`, ready to `fit` on from where it stopped.
 
     `agent_class` (e.g. kerasrl.DQN) must match the saved algorithm; None takes it from the
     checkpoint. `env` replaces the saved env id (required when the agent was made from an env
-    object or a function rather than an id).
+    object or a function rather than an id). `model_factory(observation_space, action_space)`
+    builds the models that were saved as weights only (classes Keras could not serialize).
     """
     from kerasrl.agents.base import AGENTS
 
@@ -430,14 +427,16 @@ def load_checkpoint(path, agent_class=None, env=None):
                 f"({config.get('env')!r}), which is not stored: pass env= to load it.")
         env = config["env"]
     header = read_json(path / "policy.json")
-    names = [f"{name}.keras" for name in header.get("models", ["model"])]
-    verify_files(path, manifest, names)
     state = read_json(path / "state.json")
     arrays = read_npz(path / "training_state.npz")
-    models = {name[:-len(".keras")]: load_keras_model(path / name) for name in names}
+    models = _load_models(path, header, manifest, space_from_json(header["observation_space"]),
+                          space_from_json(header["action_space"]), model_factory,
+                          f"{saved_class.__name__}.load")
     model = models.pop("model")
-    agent = saved_class(env, model=model, **models,
-                        config=saved_class.config_class.from_dict(config["config"]))
+    with warnings.catch_warnings():  # the models came from model_factory: the caller knows
+        warnings.filterwarnings("ignore", message=".*will be saved as weights only")
+        agent = saved_class(env, model=model, **models,
+                            config=saved_class.config_class.from_dict(config["config"]))
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}
     env_arrays = {k: v for k, v in arrays.items() if k.startswith("env/")}
     agent.load_state_dict(agent_arrays, state["agent"])
@@ -501,40 +500,110 @@ def space_from_json(value: dict[str, Any]) -> gym.Space:
     raise CheckpointError(f"Unknown space type {kind!r} in policy.json.")
 
 
-def check_serializable(model) -> None:
-    """Raise at save time, with the fix, if `model` could not be loaded back safely."""
+def serialization_problem(model) -> str | None:
+    """Why a saved copy of `model` could not be loaded back safely, or None if it can.
+
+    kerasrl loads `.keras` files with safe_mode=True: no Lambda layers, and every class that is not
+    Keras's own must be registered with Keras and have a JSON-ready get_config().
+    """
     import keras
 
     for layer in model._flatten_layers(include_self=True, recursive=True):
         cls = type(layer)
         if isinstance(layer, keras.layers.Lambda):
-            raise CheckpointError(
-                f"Layer {layer.name!r} is a Lambda layer: its Python code cannot be loaded safely "
-                f"(kerasrl loads with safe_mode=True), so the saved policy could not be read "
-                f"back. Write it as a layer class decorated with "
-                f"@keras.saving.register_keras_serializable(package=...), or save weights only: "
-                f"policy.save(path, weights_only=True) and load_policy(path, model_factory=...).")
+            return (f"layer {layer.name!r} is a Lambda layer, whose Python code kerasrl never "
+                    f"loads (safe_mode=True); write it as a layer class decorated with "
+                    f"@keras.saving.register_keras_serializable()")
         if cls.__module__.split(".")[0] == "keras":
             continue
         name = keras.saving.get_registered_name(cls)
         if keras.saving.get_registered_object(name) is not cls:
-            raise CheckpointError(
-                f"{cls.__module__}.{cls.__qualname__} (layer or model {layer.name!r}) is not "
-                f"registered with Keras, so a saved copy could not be loaded. Decorate the class "
-                f"with @keras.saving.register_keras_serializable(package=\"your_package\") and "
-                f"give it a get_config() returning its constructor arguments (import its module "
-                f"before loading). Or save weights only: policy.save(path, weights_only=True) and "
-                f"kerasrl.load_policy(path, model_factory=a function (observation_space, "
-                f"action_space) -> model).")
+            return (f"{cls.__module__}.{cls.__qualname__} (layer or model {layer.name!r}) is not "
+                    f"registered with Keras; decorate the class with "
+                    f"@keras.saving.register_keras_serializable(package=\"your_package\") (and "
+                    f"import its module before loading)")
         try:
             config = layer.get_config()
             json.dumps(config, default=_keras_json_default)
         except (NotImplementedError, TypeError) as error:
+            return (f"{cls.__qualname__} (layer or model {layer.name!r}) has no usable "
+                    f"get_config() ({type(error).__name__}: {error}); define get_config() "
+                    f"returning its constructor arguments as JSON data")
+    return None
+
+
+def weights_only_note(model, problem: str) -> str:
+    """What a user reads when `model` is saved as weights only: why, and how to load it."""
+    cls = type(model)
+    return (f"{cls.__module__}.{cls.__qualname__} will be saved as weights only ({problem}). "
+            f"Loading needs the model: kerasrl.load_policy(path, model_factory=f) or "
+            f"Agent.load(path, model_factory=f), with f(observation_space, action_space) -> a new "
+            f"{cls.__qualname__}.")
+
+
+def _save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, str]:
+    """Write each model as `<name>.keras`, or as `<name>.weights.h5` when asked or when Keras could
+    not load it back; returns {name: "keras" | "weights"}."""
+    formats = {}
+    for name, model in models.items():
+        problem = None if weights_only else serialization_problem(model)
+        if weights_only or problem is not None:
+            model.save_weights(folder / f"{name}.weights.h5")
+            formats[name] = "weights"
+        else:
+            model.save(folder / f"{name}.keras")
+            formats[name] = "keras"
+    return formats
+
+
+def model_files(header: dict[str, Any]) -> dict[str, str]:
+    """{model name: file name} of a policy.json header (format 1 folders written either way)."""
+    names = list(header.get("models", ["model"]))
+    formats = header.get("model_formats")
+    if not isinstance(formats, dict):  # written before per-model formats: all one way
+        formats = {name: "weights" if header.get("weights_only") else "keras" for name in names}
+    return {name: f"{name}.weights.h5" if formats.get(name) == "weights" else f"{name}.keras"
+            for name in names}
+
+
+def _load_models(path: Path, header: dict[str, Any], manifest, observation_space, action_space,
+                 model_factory, what: str) -> dict:
+    """The models of a policy or checkpoint folder: `.keras` files loaded safely, weights files
+    into the models that `model_factory` builds."""
+    from kerasrl.networks import dummy_observation
+
+    files = model_files(header)
+    verify_files(path, manifest, files.values())
+    models = {name: load_keras_model(path / file)
+              for name, file in files.items() if file.endswith(".keras")}
+    weight_names = [name for name, file in files.items() if not file.endswith(".keras")]
+    if weight_names:
+        classes = header.get("model_classes", {})
+        if model_factory is None:
+            described = ", ".join(f"{name} ({classes[name]})" if name in classes else name
+                                  for name in weight_names)
             raise CheckpointError(
-                f"{cls.__qualname__} (layer or model {layer.name!r}) has no usable get_config() "
-                f"({type(error).__name__}: {error}). Define get_config() returning its "
-                f"constructor arguments as JSON data, or save weights only "
-                f"(policy.save(path, weights_only=True)).") from None
+                f"{path} holds the weights only of {described}: Keras could not save the whole "
+                f"model. Pass model_factory=, a function (observation_space, action_space) -> a "
+                f"new keras.Model of the same architecture (a dict of models by name for "
+                f"{', '.join(files)}), to {what}. To save whole models next time, register the "
+                f"class with @keras.saving.register_keras_serializable().")
+        built = model_factory(observation_space, action_space)
+        built = built if isinstance(built, dict) else {"model": built}
+        for name in weight_names:
+            if name not in built:
+                raise CheckpointError(f"model_factory returned no model named {name!r} (it "
+                                      f"returned {', '.join(built) or 'none'}).")
+            model = built[name]
+            model(dummy_observation(observation_space, batch_size=1), training=False)
+            try:
+                model.load_weights(path / files[name])
+            except ValueError as error:
+                raise CheckpointError(
+                    f"The weights in {path / files[name]} do not fit the model that "
+                    f"model_factory built ({type(model).__name__}): {error}") from None
+            models[name] = model
+    return models
 
 
 def _keras_json_default(value):
@@ -543,13 +612,18 @@ def _keras_json_default(value):
     return keras.saving.serialize_keras_object(value)
 
 
-def policy_header(policy, *, weights_only: bool) -> dict[str, Any]:
-    """policy.json: the policy's type, spaces, model names and config."""
+def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
+    """policy.json: the policy's type, spaces, models (each saved whole or as weights, and its
+    class) and config."""
     from kerasrl import backend
 
+    models = policy.models()
     return {"type": policy.policy_type, "observation_space": space_to_json(policy.observation_space),
             "action_space": space_to_json(policy.action_space),
-            "models": sorted(policy.models()), "weights_only": weights_only,
+            "models": sorted(models), "model_formats": formats,
+            "weights_only": all(f == "weights" for f in formats.values()),
+            "model_classes": {name: f"{type(m).__module__}.{type(m).__qualname__}"
+                              for name, m in models.items()},
             "config": policy.get_config(), "backend": backend.NAME}
 
 
@@ -560,17 +634,14 @@ def save_policy(policy, path, *, weights_only: bool = False) -> Path:
     path = Path(path)
     if not policy.policy_type:
         raise CheckpointError(f"{type(policy).__name__} has no policy_type: it cannot be saved.")
-    models = policy.models()
-    if not weights_only:
-        for model in models.values():
-            check_serializable(model)
     with atomic_folder(path) as tmp:
-        for name, model in models.items():
-            if weights_only:
-                model.save_weights(tmp / f"{name}.weights.h5")
-            else:
-                model.save(tmp / f"{name}.keras")
-        write_json(tmp / "policy.json", policy_header(policy, weights_only=weights_only))
+        formats = _save_models(policy.models(), tmp, weights_only)
+        write_json(tmp / "policy.json", policy_header(policy, formats))
+    if not weights_only:
+        for name, model in policy.models().items():
+            problem = serialization_problem(model) if formats[name] == "weights" else None
+            if problem is not None:
+                warnings.warn(weights_only_note(model, problem), stacklevel=3)
         write_manifest(tmp, {"format": POLICY_FORMAT, "backend": backend.NAME})
     return path
 
@@ -583,7 +654,6 @@ def load_policy(path, *, model_factory=None):
     dict of models, by name, for policies with several).
     """
     from kerasrl import backend
-    from kerasrl.networks import dummy_observation
     from kerasrl.policies import POLICY_TYPES
 
     backend.configure_threads()
@@ -600,24 +670,8 @@ def load_policy(path, *, model_factory=None):
                               f"{', '.join(sorted(POLICY_TYPES))}).")
     observation_space = space_from_json(header["observation_space"])
     action_space = space_from_json(header["action_space"])
-    names = list(header.get("models", ["model"]))
-    models = {}
-    if header.get("weights_only"):
-        if model_factory is None:
-            raise CheckpointError(
-                f"{path} holds weights only: pass model_factory=, a function (observation_space, "
-                f"action_space) -> keras.Model that builds the same architecture.")
-        verify_files(path, manifest, [f"{name}.weights.h5" for name in names])
-        built = model_factory(observation_space, action_space)
-        built = built if isinstance(built, dict) else {"model": built}
-        for name in names:
-            model = built[name]
-            model(dummy_observation(observation_space, batch_size=1), training=False)
-            model.load_weights(path / f"{name}.weights.h5")
-            models[name] = model
-    else:
-        verify_files(path, manifest, [f"{name}.keras" for name in names])
-        models = {name: load_keras_model(path / f"{name}.keras") for name in names}
+    models = _load_models(path, header, manifest, observation_space, action_space, model_factory,
+                          "kerasrl.load_policy")
     return cls.from_saved(models, observation_space, action_space, header.get("config", {}))
 
 

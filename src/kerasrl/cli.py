@@ -6,7 +6,9 @@
                       [--engine ray --workers N [--address ADDR]]
     kerasrl train --preset cartpole-dqn
     kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
-    kerasrl play RUN_OR_MODEL [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
+    kerasrl evaluate RUN [--episodes 20]
+    kerasrl export RUN --format onnx -o policy.onnx
+    kerasrl play RUN [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
 
 The backend is chosen from --backend before Keras is imported, so this module imports agents only
 inside the commands.
@@ -121,8 +123,8 @@ def cmd_train(args) -> int:
               checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
               engine=args.engine, workers=args.workers, address=args.address)
     train_time = time.perf_counter() - start
+    final = save_final_checkpoint(agent, out, steps, args.keep_last)
     steps = agent.num_timesteps  # fewer than asked if --stop-at-return stopped the run
-    agent.model.save(out / "model.keras")
     if stopper is not None:
         if stopper.reached_step is not None:
             print(f"Mean return of the last {stopper.window} episodes reached "
@@ -149,8 +151,23 @@ def cmd_train(args) -> int:
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
           f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
-    print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}")
+    print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
+          f"final checkpoint {final}")
     return 0
+
+
+def save_final_checkpoint(agent, out: Path, total_steps: int, keep_last: int | None) -> Path:
+    """The run's last checkpoint, `RUN/checkpoints/ckpt-<step>` (unless --checkpoint-every just
+    wrote it): what `evaluate`, `export`, `play`, `train --resume`, `kerasrl.load_policy` and
+    `Agent.load` read from a run folder."""
+    from kerasrl.checkpoint import MANIFEST, checkpoint_path, prune_checkpoints, save_checkpoint
+
+    directory = out / "checkpoints"
+    path = checkpoint_path(directory, agent.num_timesteps)
+    if not (path / MANIFEST).is_file():
+        save_checkpoint(agent, path, total_steps=total_steps)
+    prune_checkpoints(directory, keep_last)
+    return path
 
 
 SNAKE_EVAL_STEPS_WITHOUT_FRUIT = 100
@@ -162,7 +179,7 @@ def _train_callbacks(args, out: Path):
     """The fit callback of --save-best and --stop-at-return (None without them), and the two parts."""
     from kerasrl.callbacks import CallbackList, SaveBest, StopAtMeanReturn
 
-    save_best = SaveBest(out / "best.keras", window=args.window) if args.save_best else None
+    save_best = SaveBest(out / "best", window=args.window) if args.save_best else None
     stopper = (StopAtMeanReturn(args.stop_at_return, window=args.window)
                if args.stop_at_return is not None else None)
     if save_best is None and stopper is None:
@@ -170,74 +187,120 @@ def _train_callbacks(args, out: Path):
     return CallbackList(save_best, stopper), save_best, stopper
 
 
-def resolve_model_path(run_or_model) -> Path:
-    """A `.keras` file, or a run folder's best.keras (else its model.keras)."""
-    path = Path(run_or_model)
-    if path.is_dir():
-        for name in ("best.keras", "model.keras"):
-            if (path / name).is_file():
-                return path / name
-        raise ValueError(f"{path} holds neither best.keras nor model.keras: is it a kerasrl run folder?")
-    if not path.is_file():
-        raise ValueError(f"No such run folder or model file: {path}")
-    if path.suffix != ".keras":
-        raise ValueError(f"{path} is not a .keras model file.")
-    return path
+def load_policy_source(source, model_factory=None, prefer_best: bool = False):
+    """(policy, where it came from) for a run folder, checkpoint, policy folder or `.keras` file.
+
+    A run folder gives its newest checkpoint's policy, or with `prefer_best` its `best/` policy
+    (written by --save-best) when there is one. A `.keras` file is read as a Q-network; its env
+    comes from --env.
+    """
+    import kerasrl
+
+    path = Path(source)
+    if path.suffix == ".keras":
+        if not path.is_file():
+            raise ValueError(f"No such model file: {path}")
+        return None, path
+    if not path.exists():
+        raise ValueError(f"No such run, checkpoint or policy folder: {path}")
+    if prefer_best and (path / "best").is_dir():
+        path = path / "best"
+    factory = _import_factory(model_factory) if model_factory else None
+    return kerasrl.load_policy(path, model_factory=factory), path
+
+
+def _import_factory(text: str):
+    """`module:function` (from --model-factory) as the function."""
+    import importlib
+
+    module, _, name = text.partition(":")
+    if not module or not name:
+        raise ValueError(f"--model-factory expects module:function, got {text!r}.")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"--model-factory {text!r} could not be imported: {error}") from None
+
+
+def env_action(action, action_space):
+    """One env's action from a policy's output: an int for Discrete, an array for Box."""
+    import gymnasium as gym
+    import numpy as np
+
+    if isinstance(action_space, gym.spaces.Discrete):
+        return int(np.asarray(action).item())
+    return np.asarray(action, dtype=action_space.dtype).reshape(action_space.shape)
+
+
+def _text_env(env_id: str, kwargs: dict):
+    """`env_id` made to render as text, or a clear error naming what `play` can show."""
+    import gymnasium as gym
+
+    try:
+        env = gym.make(env_id, **kwargs)
+    except gym.error.Error as error:
+        raise ValueError(f"Cannot make {env_id!r} to play in: {error}. Pass --env with a "
+                         f"registered Gymnasium id.") from error
+    modes = list(env.metadata.get("render_modes", []))
+    env.close()
+    if "ansi" not in modes:
+        raise ValueError(
+            f"{env_id} cannot draw itself as text (its render modes: {', '.join(modes) or 'none'}), "
+            f"and `kerasrl play` shows games in the terminal: it plays envs with the 'ansi' render "
+            f"mode, such as kerasrl/Snake-v0. For {env_id}, `kerasrl evaluate RUN` reports the "
+            f"returns.")
+    return gym.make(env_id, render_mode="ansi", **kwargs)
 
 
 def cmd_play(args) -> int:
     if args.backend:
         backend.use(args.backend)
-    path = resolve_model_path(args.run_or_model)
-    env_id = args.env
-    run_dir = path.parent
-    if env_id is None and (run_dir / "config.json").is_file():
-        env_id = json.loads((run_dir / "config.json").read_text()).get("env")
-    env_id = env_id or "kerasrl/Snake-v0"
     if args.episodes < 1 or args.max_steps < 1 or args.fps < 0:
         raise ValueError("--episodes and --max-steps must be at least 1, --fps not negative.")
+    policy, path = load_policy_source(args.run_or_model, args.model_factory, prefer_best=True)
+    env_id, env_kwargs = args.env, {}
+    if env_id is None:
+        env_id, env_kwargs = _saved_env(path)
+    if env_id is None:
+        raise ValueError(f"No env id is saved with {path}: pass --env.")
+    env = _text_env(env_id, env_kwargs if args.env is None else {})
+    if policy is None:  # a .keras file: a Q-network for this env
+        from kerasrl.checkpoint import load_keras_model
+        from kerasrl.policies import QPolicy
 
-    import gymnasium as gym
-    import keras
+        policy = QPolicy(load_keras_model(path), env.observation_space, env.action_space)
+
     import numpy as np
 
-    from kerasrl.policies import QPolicy
-
-    model = keras.saving.load_model(path, safe_mode=True)
-    try:
-        env = gym.make(env_id, render_mode="ansi")
-    except gym.error.Error as error:
-        raise ValueError(f"Cannot make {env_id!r} to play in: {error}. Pass --env with a "
-                         f"registered Gymnasium id that renders as text.") from error
-    policy = QPolicy(model, env.observation_space, env.action_space)
     live = sys.stdout.isatty()
     delay = 1.0 / args.fps if args.fps > 0 and live else 0.0
     print(f"Playing {path} on {env_id}, backend {backend.NAME}", flush=True)
+
+    def show(header: str) -> None:
+        if live:
+            sys.stdout.write("\x1b[2J\x1b[H")  # clear the screen, cursor home
+        print(f"{header}\n{env.render()}", flush=True)
+
     try:
         for episode in range(args.episodes):
             obs, info = env.reset(seed=args.seed + episode)
             episode_return, steps, ended = 0.0, 0, "step limit"
             while True:
-                frame = env.render()
-                header = f"episode {episode + 1}/{args.episodes}  step {steps}  return {episode_return:.1f}"
-                if live:
-                    sys.stdout.write("\x1b[2J\x1b[H")  # clear the screen, cursor home
-                print(f"{header}\n{frame}", flush=True)
+                show(f"episode {episode + 1}/{args.episodes}  step {steps}  return "
+                     f"{episode_return:.1f}")
                 if delay:
                     time.sleep(delay)
                 if steps >= args.max_steps:
                     break
-                action = int(policy.predict(np.asarray(obs, dtype=np.float32)))
+                action = env_action(policy.predict(np.asarray(obs, dtype=np.float32)),
+                                    env.action_space)
                 obs, reward, terminated, truncated, info = env.step(action)
                 episode_return += float(reward)
                 steps += 1
                 if terminated or truncated:
                     ended = "terminated" if terminated else "truncated"
-                    frame = env.render()
-                    if live:
-                        sys.stdout.write("\x1b[2J\x1b[H")
-                    print(f"episode {episode + 1}/{args.episodes}  step {steps}  return "
-                          f"{episode_return:.1f}\n{frame}", flush=True)
+                    show(f"episode {episode + 1}/{args.episodes}  step {steps}  return "
+                         f"{episode_return:.1f}")
                     break
             fruits = info.get("fruits_eaten")
             fruit_text = f", fruits {int(fruits)}" if fruits is not None else ""
@@ -246,6 +309,11 @@ def cmd_play(args) -> int:
     finally:
         env.close()
     return 0
+
+
+MODEL_FACTORY_HELP = ("for a run whose model was saved as weights only (a class not registered "
+                      "with Keras): a function (observation_space, action_space) -> keras.Model "
+                      "that builds it, e.g. my_models:make_q_network")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -293,12 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-last", type=int, metavar="K", help="keep the newest K checkpoints")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run from its newest checkpoint, to its saved total steps")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION",
+                   help="with --resume: " + MODEL_FACTORY_HELP)
     p.set_defaults(run=cmd_train)
 
-    p = commands.add_parser("play", help="Watch a trained Q-network play, in the terminal.")
-    p.add_argument("run_or_model", metavar="RUN_OR_MODEL",
-                   help="a run folder (its best.keras, else model.keras) or a .keras file")
-    p.add_argument("--env", help="Gymnasium id (default: the run's env, else kerasrl/Snake-v0)")
+    p = commands.add_parser("play", help="Watch a trained policy play, in the terminal.")
+    p.add_argument("run_or_model", metavar="RUN_OR_POLICY",
+                   help="a run folder (its best/ policy, else its newest checkpoint), a "
+                        "checkpoint, a policy folder, or a Q-network's .keras file (with --env)")
+    p.add_argument("--env", help="Gymnasium id that renders as text (default: the run's env)")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.add_argument("--episodes", type=int, default=1)
     p.add_argument("--fps", type=float, default=5.0,
@@ -314,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", help="Gymnasium id (default: the one saved with the run)")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
     p.set_defaults(run=cmd_evaluate)
 
     p = commands.add_parser("export", help="Export a saved policy to ONNX or a TF SavedModel, checked against it.")
@@ -323,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-values", action="store_true",
                    help="add the Q-values (or logits) as a second output")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
     p.set_defaults(run=cmd_export)
     return parser
 
@@ -334,7 +408,8 @@ def _resume_training(args) -> int:
 
     run = Path(args.resume)
     path = find_checkpoint(run)
-    agent = kerasrl.Agent.load(path)
+    factory = _import_factory(args.model_factory) if args.model_factory else None
+    agent = kerasrl.Agent.load(path, model_factory=factory)
     steps = args.steps or agent._fit_total_steps
     if not steps and (run / "config.json").is_file():
         steps = read_json(run / "config.json").get("total_steps")
@@ -343,7 +418,7 @@ def _resume_training(args) -> int:
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=run,
               checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
-    agent.model.save(run / "model.keras")
+    save_final_checkpoint(agent, run, steps, args.keep_last)
     result = agent.evaluate(episodes=args.eval_episodes)
     (run / "evaluation.json").write_text(json.dumps(result, indent=2))
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
@@ -351,19 +426,20 @@ def _resume_training(args) -> int:
     return 0
 
 
-def _saved_env(path: Path) -> str | None:
-    """The env id saved with a checkpoint, or in a run folder's config.json."""
-    from kerasrl.checkpoint import find_checkpoint, read_json, read_manifest
+def _saved_env(path: Path) -> tuple[str | None, dict]:
+    """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
+    (e.g. Snake's step limit without a fruit), from a run folder's config.json or a manifest."""
+    from kerasrl.checkpoint import CheckpointError, find_checkpoint, read_json, read_manifest
 
-    for folder in (path, path.parent, path.parent.parent):
-        if (folder / "config.json").is_file() and folder != path:
-            env = read_json(folder / "config.json").get("env")
-            if env:
-                return env
+    path = Path(path)
+    for folder in (path, path.parent, path.parent.parent):  # a run, its checkpoint or best/
+        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+        if "eval_env_kwargs" in config and isinstance(config.get("env"), str):  # `train` wrote it
+            return config["env"], dict(config["eval_env_kwargs"] or {})
     try:
-        return read_manifest(find_checkpoint(path)).get("env")
-    except ValueError:
-        return None
+        return read_manifest(find_checkpoint(path)).get("env"), {}
+    except CheckpointError:
+        return None, {}
 
 
 def cmd_evaluate(args) -> int:
@@ -372,24 +448,23 @@ def cmd_evaluate(args) -> int:
     import gymnasium as gym
     import numpy as np
 
-    import kerasrl
-
-    path = Path(args.source)
-    policy = kerasrl.load_policy(path)
-    env_id = args.env or _saved_env(path)
-    if env_id is None:
-        raise ValueError(f"No env id is saved with {path}: pass --env.")
     if args.episodes < 1:
         raise ValueError("--episodes must be at least 1.")
-    env = gym.make(env_id)
+    policy, path = load_policy_source(args.source, args.model_factory)
+    if policy is None:
+        raise ValueError(f"{path} is a model file: evaluate a run, checkpoint or policy folder.")
+    env_id, env_kwargs = (args.env, {}) if args.env else _saved_env(path)
+    if env_id is None:
+        raise ValueError(f"No env id is saved with {path}: pass --env.")
+    env = gym.make(env_id, **env_kwargs)
     returns, lengths = [], []
     try:
         for episode in range(args.episodes):
             obs, _ = env.reset(seed=args.seed + episode)
             total, steps, done = 0.0, 0, False
             while not done:
-                obs, reward, terminated, truncated, _ = env.step(
-                    np.asarray(policy.predict(np.asarray(obs, np.float32))).item())
+                action = env_action(policy.predict(np.asarray(obs, np.float32)), env.action_space)
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total, steps, done = total + float(reward), steps + 1, terminated or truncated
             returns.append(total)
             lengths.append(steps)
@@ -406,10 +481,11 @@ def cmd_evaluate(args) -> int:
 def cmd_export(args) -> int:
     if args.backend:
         backend.use(args.backend)
-    import kerasrl
     from kerasrl.export import ExportError, compare_export
 
-    policy = kerasrl.load_policy(Path(args.source))
+    policy, path = load_policy_source(args.source, args.model_factory)
+    if policy is None:
+        raise ValueError(f"{path} is a model file: export a run, checkpoint or policy folder.")
     try:
         out = policy.export(args.output, format=args.format, include_values=args.include_values)
         figures = compare_export(policy, out, args.format, n=1000)
@@ -427,7 +503,10 @@ def main(argv=None) -> int:
         return args.run(args)
     except (backend.BackendError, ValueError, TypeError, KeyError, FloatingPointError,
             ImportError) as error:
-        print(f"kerasrl: error: {error}", file=sys.stderr)
+        message = str(error)
+        if "model_factory=" in message:
+            message += " On the command line: --model-factory module:function."
+        print(f"kerasrl: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -119,6 +119,55 @@ def default_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(
     return mlp(observation_space.shape, n_outputs, hidden_sizes)
 
 
+def stateless_apply(model: keras.Model, params, non_trainable, inputs, training: bool):
+    """`model(inputs, training=training)` with the weights `params` and `non_trainable`, without
+    side effects. Returns (outputs, the new non-trainable values (batch-norm statistics, dropout
+    seed state)).
+
+    Keras's `stateless_call` hands `training=` straight to `call()`, which raises for a model
+    written `def call(self, inputs)`. Going through `Layer.__call__` inside a `StatelessScope`
+    passes `training` only to a `call()` that accepts it, and still puts nested layers (Dropout,
+    BatchNormalization) in the right mode when the model's own `call()` does not take it.
+    """
+    mapping = list(zip(model.trainable_variables, params))
+    mapping += list(zip(model.non_trainable_variables, non_trainable))
+    with keras.StatelessScope(state_mapping=mapping) as scope:
+        outputs = model(inputs, training=training)
+    return outputs, [scope.get_current_value(v) for v in model.non_trainable_variables]
+
+
+def check_drivable(model: keras.Model, observation_space: gym.Space, role: str = "model") -> None:
+    """Raise, naming the model's class and the fix, if kerasrl cannot drive `model`.
+
+    kerasrl calls a model functionally (its weights passed in, in training and in inference mode)
+    and inside compiled functions; a `call()` that reads tensor values in Python cannot be
+    compiled. Checked here, when the agent is made, not at the first action or update.
+    """
+    name = type(model).__name__
+    batch = dummy_observation(observation_space, batch_size=2)
+    params = [v.value for v in model.trainable_variables]
+    states = [v.value for v in model.non_trainable_variables]
+    for training in (False, True):
+        try:
+            stateless_apply(model, params, states, batch, training)
+        except Exception as error:  # the user's model, any error: say where it came from
+            raise ValueError(
+                f"The {role} ({name}) fails when called with training={training} on a batch of "
+                f"shape {batch.shape}: {type(error).__name__}: {str(error).strip()[:500]}. "
+                f"kerasrl calls it as model(observations, training=...); its call() may take "
+                f"`training` or not, but must not change its weights or layers while called."
+            ) from error
+    try:
+        model(keras.KerasTensor((None, *observation_space.shape), dtype="float32"), training=False)
+    except Exception as error:
+        raise ValueError(
+            f"The {role} ({name}) cannot be traced symbolically, so it cannot run inside a "
+            f"compiled step: {type(error).__name__}: {str(error).strip()[:300]}. Its call() "
+            f"probably reads tensor values in Python (an `if` on a tensor, .numpy(), float(x)): "
+            f"write such choices with keras.ops.where or keras.ops.cond."
+        ) from error
+
+
 def dummy_observation(observation_space: gym.Space, batch_size: int = 1) -> np.ndarray:
     """A zero batch with the space's shape, as float32 (the dtype every model receives)."""
     return np.zeros((batch_size, *observation_space.shape), dtype=np.float32)
@@ -175,7 +224,8 @@ def build_model(
             f"{tuple(observation_space.shape)}. Make its last layer Dense({n_outputs})."
         )
     if not model.trainable_variables:
-        raise ValueError(f"The {role} has no trainable weights.")
+        raise ValueError(f"The {role} ({type(model).__name__}) has no trainable weights.")
+    check_drivable(model, observation_space, role)
     model._kerasrl_owned = True
     return model
 

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 from kerasrl import backend
+from kerasrl.networks import stateless_apply
 
 
 def forward_fn(model: keras.Model):
@@ -21,7 +22,7 @@ def forward_fn(model: keras.Model):
     """
 
     def forward(params, non_trainable, observations):
-        outputs, _ = model.stateless_call(params, non_trainable, observations, training=False)
+        outputs, _ = stateless_apply(model, params, non_trainable, observations, False)
         return outputs
 
     return backend.compile(forward)
@@ -32,7 +33,7 @@ def greedy_fn(model: keras.Model):
     mode: acting from Q-values in one call, without moving the Q-values out."""
 
     def greedy(params, non_trainable, observations):
-        outputs, _ = model.stateless_call(params, non_trainable, observations, training=False)
+        outputs, _ = stateless_apply(model, params, non_trainable, observations, False)
         return keras.ops.cast(keras.ops.argmax(outputs, axis=-1), "int32")
 
     return backend.compile(greedy)

@@ -154,11 +154,12 @@ def test_cli_train_save_best_then_play(tmp_path, capsys):
                      "--out", str(run), "--no-progress", "--eval-episodes", "2", "--save-best",
                      "--window", "3", "--set", "learning_starts=100", "--set", "buffer_size=1000"])
     assert code == 0
-    assert (run / "model.keras").is_file() and (run / "best.keras").is_file()
+    assert (run / "best" / "manifest.json").is_file()  # a policy folder
+    assert list((run / "checkpoints").glob("ckpt-*/manifest.json"))  # the final checkpoint
     capsys.readouterr()
     assert cli.main(["play", str(run), "--episodes", "2", "--max-steps", "20", "--fps", "0"]) == 0
     out = capsys.readouterr().out
-    assert "best.keras" in out and SMALL_SNAKE in out
+    assert f"Playing {run / 'best'} on {SMALL_SNAKE}" in out
     assert "\x1b[2J" not in out  # not a terminal: plain frames
     assert out.count("H") >= 4  # several frames, each with the head
     assert "Episode 1: return" in out and "Episode 2: return" in out and "fruits" in out
@@ -166,5 +167,6 @@ def test_cli_train_save_best_then_play(tmp_path, capsys):
 
 def test_cli_play_errors(tmp_path, capsys):
     assert cli.main(["play", str(tmp_path)]) == 2
-    assert "neither best.keras nor model.keras" in capsys.readouterr().err
+    assert "No complete checkpoint" in capsys.readouterr().err
     assert cli.main(["play", str(tmp_path / "missing.keras")]) == 2
+    assert "No such model file" in capsys.readouterr().err

@@ -64,6 +64,7 @@ class Agent:
         self._episode_returns = np.zeros(config.n_envs)
         self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
         self._build(model)
+        self._warn_weights_only()
 
     # -- to implement -------------------------------------------------------------------------
     def _build(self, model) -> None:
@@ -79,6 +80,15 @@ class Agent:
     def _sync_model(self) -> None:
         """Write the learner's current weights into the Keras model(s)."""
         raise NotImplementedError
+
+    def _warn_weights_only(self) -> None:
+        """Say now, not at the first checkpoint, when a model can be saved as weights only."""
+        from kerasrl.checkpoint import serialization_problem, weights_only_note
+
+        for model in self.policy.models().values():
+            problem = serialization_problem(model)
+            if problem is not None:
+                warnings.warn(weights_only_note(model, problem), stacklevel=3)
 
     # -- public API ---------------------------------------------------------------------------
     def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
@@ -170,15 +180,18 @@ class Agent:
         return save_checkpoint(self, path, total_steps=getattr(self, "_fit_total_steps", None))
 
     @classmethod
-    def load(cls, path, env=None) -> Agent:
+    def load(cls, path, env=None, *, model_factory=None) -> Agent:
         """The agent saved in `path` (a checkpoint folder, or a run folder: its newest checkpoint).
 
         `env` defaults to the saved env id; `fit(total_steps)` then continues where it stopped.
+        `model_factory(observation_space, action_space) -> keras.Model` builds the model again
+        when the checkpoint holds its weights only (a class not registered with Keras).
         Nothing is unpickled: see docs/checkpoints.md.
         """
         from kerasrl.checkpoint import find_checkpoint, load_checkpoint
 
-        return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env)
+        return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
+                               model_factory=model_factory)
 
     def predict(self, observations, deterministic: bool = True) -> np.ndarray:
         """Actions for a batch of observations (or one), as numpy."""

@@ -36,7 +36,7 @@ from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, normalize_advantages, ppo_loss)
-from kerasrl.networks import build_model, dummy_observation
+from kerasrl.networks import build_model, check_drivable, dummy_observation, stateless_apply
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
                               sample_gaussian)
@@ -166,7 +166,9 @@ class PPO(Agent):
                 f"A shared actor-critic model must output [policy (batch, {self.n_outputs}), "
                 f"value (batch, 1)] for this environment; it outputs {shapes} for a batch of 2.")
         if not model.trainable_variables:
-            raise ValueError("The actor-critic model has no trainable weights.")
+            raise ValueError(f"The actor-critic model ({type(model).__name__}) has no trainable "
+                             f"weights.")
+        check_drivable(model, self.observation_space, "actor-critic model")
         model._kerasrl_owned = True
         return model
 
@@ -218,16 +220,16 @@ class PPO(Agent):
         """`(policy outputs (B, n_outputs), values (B,), new non-trainable weights)`."""
         actor_params, actor_states = params[:self.n_actor], non_trainable[:self.n_actor_states]
         if self.shared:
-            (policy, values), actor_states = self.actor.stateless_call(
-                actor_params, actor_states, observations, training=training)
+            (policy, values), actor_states = stateless_apply(
+                self.actor, actor_params, actor_states, observations, training)
             critic_states = []
         else:
-            policy, actor_states = self.actor.stateless_call(
-                actor_params, actor_states, observations, training=training)
+            policy, actor_states = stateless_apply(
+                self.actor, actor_params, actor_states, observations, training)
             n_critic = len(self.critic.trainable_variables)
-            values, critic_states = self.critic.stateless_call(
-                params[self.n_actor:self.n_actor + n_critic], non_trainable[self.n_actor_states:],
-                observations, training=training)
+            values, critic_states = stateless_apply(
+                self.critic, params[self.n_actor:self.n_actor + n_critic],
+                non_trainable[self.n_actor_states:], observations, training)
         return policy, ops.reshape(values, (-1,)), list(actor_states) + list(critic_states)
 
     # -- the compiled update -------------------------------------------------------------------

@@ -5,7 +5,7 @@ backend tensors, and runs a whole training round (target sync when due, TD targe
 gradients, Adam, for every gradient step) as one compiled call. Agents differ only in the TD target
 they pass in: a five-line function of the target network's next-state Q-values and the batch.
 
-The target network is a second set of weights for the same model, used through `stateless_call`
+The target network is a second set of weights for the same model, used through `networks.stateless_apply`
 and never differentiated.
 """
 
@@ -23,7 +23,7 @@ from kerasrl import backend
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
 from kerasrl.backend import to_tensors
 from kerasrl.losses import select, td_loss
-from kerasrl.networks import build_model, default_network
+from kerasrl.networks import build_model, default_network, stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
 from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn, greedy_fn
 
@@ -103,18 +103,18 @@ class QLearner:
     def _targets(self, state, batch):
         """TD targets from the target weights, in inference mode."""
         next_obs = batch["next_observations"]
-        next_q_target, _ = self.model.stateless_call(
-            state["target_params"], state["target_non_trainable"], next_obs, training=False)
+        next_q_target, _ = stateless_apply(
+            self.model, state["target_params"], state["target_non_trainable"], next_obs, False)
         next_q_online = None
         if self.needs_online_next:
-            next_q_online, _ = self.model.stateless_call(
-                state["params"], state["non_trainable"], next_obs, training=False)
+            next_q_online, _ = stateless_apply(
+                self.model, state["params"], state["non_trainable"], next_obs, False)
         return self.target_fn(next_q_target, next_q_online, batch)
 
     def _loss(self, params, non_trainable, batch, targets):
         """The TD loss of the online weights in training mode (batch norm, dropout active)."""
-        q, non_trainable = self.model.stateless_call(
-            params, non_trainable, batch["observations"], training=True)
+        q, non_trainable = stateless_apply(
+            self.model, params, non_trainable, batch["observations"], True)
         loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"], self.loss)
         return loss, (non_trainable, td_errors)
 
