@@ -104,11 +104,18 @@ def run_updates(case: str):
     return {"losses": np.array(losses), **{f"w{i}": w for i, w in enumerate(weights)}}
 
 
+WARMUP = 100  # random warm-up steps of the end-to-end run (learning_starts)
+
+
 def run_actions():
-    """A short end-to-end run: the actions of the first 1,000 env steps."""
+    """A short end-to-end run: the actions of the first 1,000 env steps, and at every step after
+    the random warm-up the action the network chose (its argmax, before epsilon-greedy
+    exploration may replace it) and whether exploration kept it."""
     import gymnasium as gym
 
-    taken = []
+    import kerasrl.agents.dqn as dqn_module
+
+    taken, greedy, kept = [], [], []
 
     class Record(gym.Wrapper):
         def step(self, action):
@@ -119,11 +126,33 @@ def run_actions():
     model(np.zeros((1, 4), np.float32))
     init_weights(model, seed=3)
     agent = kerasrl.DQN(lambda: Record(gym.make("CartPole-v1")), model=model, seed=0,
-                        learning_rate=1e-3, learning_starts=100, train_freq=1, batch_size=32,
-                        target_update_interval=50, exploration_fraction=0.5,
+                        learning_rate=1e-3, learning_starts=WARMUP, train_freq=1, batch_size=32,
+                        target_update_interval=50, exploration_fraction=0.3,
                         exploration_final_eps=0.05)
-    agent.fit(1000, progress=False)
-    return {"actions": np.array(taken), "losses": agent.history.losses}
+    act_greedy = agent._act_greedy
+
+    def record_greedy(observations):
+        actions = act_greedy(observations)
+        greedy.append(np.array(actions).reshape(-1)[0])
+        return actions
+
+    explore = dqn_module.epsilon_greedy
+
+    def record_kept(greedy_actions, n_actions, epsilon, rng):
+        # The same draw as epsilon_greedy's first one, on a copy of the generator.
+        probe = np.random.Generator(type(rng.bit_generator)())
+        probe.bit_generator.state = rng.bit_generator.state
+        kept.append(bool(probe.random(np.shape(greedy_actions)).reshape(-1)[0] >= epsilon))
+        return explore(greedy_actions, n_actions, epsilon, rng)
+
+    agent._act_greedy = record_greedy
+    dqn_module.epsilon_greedy = record_kept
+    try:
+        agent.fit(1000, progress=False)
+    finally:
+        dqn_module.epsilon_greedy = explore
+    return {"actions": np.array(taken), "greedy": np.array(greedy, np.int64),
+            "kept": np.array(kept), "losses": agent.history.losses}
 
 
 if __name__ == "__main__":

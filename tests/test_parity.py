@@ -1,7 +1,10 @@
 """The backends agree, step for step: the same weights and batches give the same learning.
 
 Each backend runs in its own process (tests/parity_worker.py); this test compares their results.
-Tolerances are relative, in float32 (a prototype here agreed within 3e-7 for an MLP).
+The tolerance is the one README.md and BENCHMARKS.md publish: 200 updates agree within 1e-5
+(relative) on every loss and every weight, for the MLPs and for the conv + batch-norm network
+(convolution kernels and batch-norm statistics included). Measured: within 2.3e-7 (MLP) and
+1.4e-6 (conv + batch norm).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import pytest
 from backend_processes import BACKENDS, parity_results, relative_difference
 
 WORKER = Path(__file__).with_name("parity_worker.py")
-
+TOLERANCE = 1e-5
 
 CASES = ("mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_dueling", "conv_bn",
          "actions")
@@ -25,47 +28,57 @@ def results(tmp_path_factory):
     return parity_results(WORKER, tmp_path_factory.mktemp("parity"), CASES)
 
 
+def weight_difference(run, reference, key) -> float:
+    """Largest difference of one weight tensor, relative to the tensor's largest magnitude."""
+    scale = np.max(np.abs(reference[key])) + 1e-6
+    return float(np.max(np.abs(run[key] - reference[key])) / scale)
+
+
 @pytest.mark.parametrize(
-    "case", ["mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_dueling"])
-def test_mlp_dqn_updates_agree_within_1e_5(results, case):
+    "case", ["mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_dueling", "conv_bn"])
+def test_200_updates_agree_within_1e_5(results, case):
     runs = results(case)
     reference = runs["jax"]
     assert len(reference["losses"]) == 200
     # The loss moved a lot over the run, so agreement is not trivial.
     assert np.ptp(reference["losses"]) > 0.1 * np.abs(reference["losses"]).mean()
+    weight_keys = [k for k in reference if k.startswith("w")]
+    if case == "conv_bn":
+        # Every weight is compared: both conv kernels (4-d), batch norm's scale, offset and
+        # moving statistics, and the dense layers.
+        assert sum(reference[k].ndim == 4 for k in weight_keys) == 2, weight_keys
+        assert len(weight_keys) == 2 * 2 + 4 + 2 * 2
     for other in BACKENDS[1:]:
         run = runs[other]
-        assert relative_difference(run["losses"], reference["losses"]) < 1e-5, other
-        weight_keys = [k for k in reference if k.startswith("w")]
+        worst = relative_difference(run["losses"], reference["losses"])
+        assert worst < TOLERANCE, (other, worst)
+        assert sorted(k for k in run if k.startswith("w")) == sorted(weight_keys)
         for key in weight_keys:
-            scale = np.max(np.abs(reference[key])) + 1e-6
-            assert np.max(np.abs(run[key] - reference[key])) / scale < 1e-5, (other, key)
+            assert run[key].shape == reference[key].shape, (other, key)
+            assert weight_difference(run, reference, key) < TOLERANCE, (other, key)
 
 
-def test_conv_batchnorm_updates_agree_then_learn_alike(results):
-    runs = results("conv_bn")
-    reference = runs["jax"]["losses"]
-    for other in BACKENDS[1:]:
-        losses = runs[other]["losses"]
-        # Summation order differs between backends and is amplified by training: the first 20
-        # updates agree closely, later ones only statistically.
-        assert relative_difference(losses[:20], reference[:20]) < 1e-4, other
-        late, late_ref = losses[-50:].mean(), reference[-50:].mean()
-        assert abs(late - late_ref) / late_ref < 0.05, (other, late, late_ref)
-    for backend in BACKENDS:
-        losses = runs[backend]["losses"]
-        assert losses[-50:].mean() < losses[:10].mean(), f"{backend} did not learn"
-
-
-def test_end_to_end_actions_agree_for_1000_steps(results):
+def test_end_to_end_the_network_chooses_the_same_actions_for_1000_steps(results):
+    """DQN on CartPole for 1,000 steps: after the 100 random warm-up steps, the network's choice
+    (its argmax) at every one of the 900 steps is the same on every backend, and so is every
+    action taken. Warm-up and exploration draws are numpy's and equal by construction, so they are
+    not what this counts."""
     runs = results("actions")
-    reference = runs["jax"]["actions"]
-    assert len(reference) == 1000
-    assert len(set(reference.tolist())) == 2
+    reference = runs["jax"]
+    assert len(reference["actions"]) == 1000
+    greedy, kept = reference["greedy"], reference["kept"]
+    assert len(greedy) == len(kept) == 900  # one network choice per step after the warm-up
+    # Most steps act on the network's choice, and it chooses both actions often.
+    assert kept.sum() >= 700, kept.sum()
+    assert min(np.bincount(greedy[kept], minlength=2)) >= 100, np.bincount(greedy[kept])
+    np.testing.assert_array_equal(reference["actions"][100:][kept], greedy[kept])
     for other in BACKENDS[1:]:
-        actions = runs[other]["actions"]
-        mismatch = np.flatnonzero(actions != reference)
-        assert mismatch.size == 0, f"{other} first differs at step {mismatch[:1]}"
-        assert relative_difference(runs[other]["losses"], runs["jax"]["losses"]) < 1e-4
-
-
+        run = runs[other]
+        mismatch = np.flatnonzero(run["greedy"] != greedy)
+        assert mismatch.size == 0, f"{other}: the network first chooses differently at step " \
+                                   f"{100 + mismatch[:1]}"
+        np.testing.assert_array_equal(run["kept"], kept)
+        np.testing.assert_array_equal(run["actions"], reference["actions"])
+        # 900 updates, more than the 200 the 1e-5 figure is published for: measured 1.1e-5
+        # (PyTorch), on losses as small as 0.03.
+        assert relative_difference(run["losses"], reference["losses"]) < 1e-4, other

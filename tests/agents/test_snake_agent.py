@@ -43,7 +43,14 @@ def _random_policy_return(episodes: int, seed: int) -> float:
 
 
 def test_short_learning_run_beats_random():
-    """A few seconds of vectorized DQN on 5x5 Snake eats fruits that a random policy does not."""
+    """Vectorized DQN on 5x5 Snake eats fruits that a random policy does not.
+
+    Measured over seeds 0-7 (JAX, this machine): mean return 24.6, 25.1, 27.4, 29.2,
+    30.5, 40.2, 44.1, 44.5 at 60,000 steps (fruits 3.8 to 6.1 a game), against -9.4 for random
+    play and a bar of about 0.6: the weakest seed clears it by 24, three standard deviations of
+    the spread between seeds (a machine whose float sums differ runs, in effect, another seed).
+    At 30,000 steps seed 0 ended at -0.87 here and on another machine, under the bar.
+    """
     random_return = _random_policy_return(200, seed=123)
     agent = kerasrl.DQN(
         SMALL_SNAKE, model=model_builder("snake_small"), seed=0, n_envs=16,
@@ -60,7 +67,7 @@ def test_short_learning_run_beats_random():
     assert result["mean_fruits_eaten"] > 1.0, result
 
 
-TRAIN_STEPS = 30_000
+TRAIN_STEPS = 60_000
 MARGIN = 10.0  # one fruit a game more than random play, at least
 
 
