@@ -300,10 +300,19 @@ def test_cli_train_checkpoints_resume_evaluate_export(tmp_path, capsys):
     assert main(args) == 0
     assert [s for s, _ in list_checkpoints(run / "checkpoints")] == [40, 60]
     shutil.rmtree(run / "checkpoints" / "ckpt-000000060")
+    before = kerasrl.DQN.load(run)  # the newest checkpoint left: step 40
+    assert before.num_timesteps == 40
+    capsys.readouterr()
     assert main(["train", "--resume", str(run), "--no-progress", "--eval-episodes", "1",
                  "--checkpoint-every", "20"]) == 0
-    assert "from " in capsys.readouterr().out
-    assert kerasrl.DQN.load(run).num_timesteps == 60
+    assert "at step 40 of 60" in capsys.readouterr().out
+    after = kerasrl.DQN.load(run)
+    assert after.num_timesteps == 60
+    # Continued, not restarted: the episodes before step 40 are the saved ones, and later ones
+    # were added after them.
+    n = len(before.history.episodes)
+    assert after.history.episodes[:n] == before.history.episodes
+    assert all(e["step"] > 40 for e in after.history.episodes[n:])
     assert main(["evaluate", str(run), "--episodes", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 2
     assert main(["export", str(run), "--format", "onnx", "-o", str(tmp_path / "p.onnx")]) == 0

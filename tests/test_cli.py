@@ -55,7 +55,7 @@ def test_train_writes_the_run_folder(tmp_path):
 
     events = [p for p in out.rglob("events.out.tfevents.*") if p.is_file()]
     assert events, sorted(str(p.relative_to(out)) for p in out.rglob("*"))
-    assert (out / "model.keras").stat().st_size > 0
+    assert (out / "checkpoints" / "ckpt-000001500" / "manifest.json").is_file()
 
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["episodes"] == 2
@@ -83,3 +83,118 @@ def test_backend_flag_is_honoured(tmp_path):
     assert json.loads((out / "config.json").read_text())["backend"] == "torch"
     assert json.loads((out / "evaluation.json").read_text())["backend"] == "torch"
     assert "backend torch" in result.stdout
+
+
+# -- the documented flows, in this process (main() as the entry point calls it) -------------------
+def run_main(capsys, *args):
+    from kerasrl.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.backend
+def test_readme_sequence_train_then_evaluate_export_load(tmp_path, capsys, monkeypatch):
+    """README: train --out runs/cartpole (no --checkpoint-every), then evaluate, export, play,
+    kerasrl.load_policy and Agent.load all read the run folder."""
+    import numpy as np
+
+    import kerasrl
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(capsys, "train", "dqn", "--env", "CartPole-v1", "--steps", 600,
+                              "--seed", 0, "--n-envs", 1, "--out", "runs/cartpole",
+                              "--set", "learning_starts=200", "--set", "double_q=True",
+                              "--no-progress", "--eval-episodes", 2)
+    assert code == 0, err
+    code, out, err = run_main(capsys, "evaluate", "runs/cartpole", "--episodes", 3)
+    assert code == 0, err
+    assert json.loads(out)["episodes"] == 3
+    code, out, err = run_main(capsys, "export", "runs/cartpole", "--format", "onnx", "-o",
+                              "cartpole.onnx")
+    assert code == 0, err
+    assert "actions_differing': 0" in out and Path("cartpole.onnx").is_file()
+    agent = kerasrl.DQN.load("runs/cartpole")
+    assert agent.num_timesteps == 600
+    policy = kerasrl.load_policy("runs/cartpole")
+    obs = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
+    np.testing.assert_array_equal(policy.predict(obs), agent.predict(obs))
+    # CartPole cannot draw itself as text: play says so and names what works.
+    code, out, err = run_main(capsys, "play", "runs/cartpole")
+    assert code == 2
+    assert "cannot draw itself as text" in err and "kerasrl/Snake-v0" in err
+    assert "Traceback" not in err
+    agent.close()
+
+
+def test_train_ppo_continuous_then_evaluate_and_export(tmp_path, capsys):
+    run = tmp_path / "pendulum"
+    code, out, err = run_main(capsys, "train", "ppo", "--env", "Pendulum-v1", "--steps", 256,
+                              "--set", "n_steps=128", "--set", "batch_size=64", "--out", run,
+                              "--no-progress", "--eval-episodes", 1)
+    assert code == 0, err
+    code, out, err = run_main(capsys, "evaluate", run, "--episodes", 1)
+    assert code == 0, err  # a Box action reaches the env as an array, not a Python scalar
+    result = json.loads(out)
+    assert result["env"] == "Pendulum-v1" and result["mean_length"] == 200
+    code, out, err = run_main(capsys, "export", run, "-o", tmp_path / "pendulum.onnx")
+    assert code == 0, err
+    assert "max_action_diff" in out
+
+
+def test_preset_with_overrides_and_stop_at_return(tmp_path, capsys):
+    run = tmp_path / "preset"
+    code, out, err = run_main(capsys, "train", "--preset", "cartpole-ppo", "--steps", 2048,
+                              "--set", "n_steps=64", "--out", run, "--no-progress",
+                              "--eval-episodes", 1, "--stop-at-return", 0, "--window", 2)
+    assert code == 0, err
+    config = json.loads((run / "config.json").read_text())
+    from kerasrl.presets import get_preset
+
+    preset = get_preset("cartpole-ppo")
+    assert config["algorithm"] == "ppo" and config["env"] == preset.env
+    assert config["config"]["n_steps"] == 64  # --set wins over the preset
+    for name, value in preset.config.items():
+        if name != "n_steps":
+            assert config["config"][name] == (list(value) if isinstance(value, tuple) else value)
+    # Any mean return is >= 0 on CartPole: the run stops once 2 episodes have ended.
+    assert "reached 0 at step" in out
+    steps = int(out.split("reached 0 at step")[1].split(":")[0])
+    assert steps < 2048
+    assert (run / "checkpoints" / f"ckpt-{steps:09d}" / "manifest.json").is_file()
+
+
+def test_weights_only_run_loads_with_model_factory(tmp_path, capsys, monkeypatch):
+    """A run of a model Keras cannot serialize: the CLI says what it needs, --model-factory gives it."""
+    import warnings
+
+    import kerasrl
+
+    (tmp_path / "my_models.py").write_text(
+        "import keras\n"
+        "class QNet(keras.Model):\n"
+        "    def __init__(self, n=2, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.a = keras.layers.Dense(16, activation='relu')\n"
+        "        self.b = keras.layers.Dense(n)\n"
+        "    def call(self, inputs):\n"
+        "        return self.b(self.a(inputs))\n"
+        "def make(observation_space, action_space):\n"
+        "    return QNet(int(action_space.n))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_models
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = kerasrl.DQN("CartPole-v1", model=my_models.QNet(), learning_starts=50)
+    agent.fit(100, progress=False)
+    agent.save(tmp_path / "ckpt")
+    code, out, err = run_main(capsys, "evaluate", tmp_path / "ckpt", "--episodes", 1)
+    assert code == 2 and "--model-factory module:function" in err and "QNet" in err
+    code, out, err = run_main(capsys, "evaluate", tmp_path / "ckpt", "--episodes", 1,
+                              "--model-factory", "my_models:make")
+    assert code == 0, err
+    assert json.loads(out)["episodes"] == 1
+    agent.close()
