@@ -1,19 +1,24 @@
 """The TensorFlow backend's compiled calls (kerasrl/backend/tensorflow.py) against plain execution.
 
 `compile` calls traced functions directly, and with `donate_state` keeps the state packed in one
-buffer per dtype between calls. These tests check that this changes nothing a caller can see. On
+buffer per dtype between calls. These tests check that this changes nothing a caller can see, and
+that the private TensorFlow APIs it calls through (kerasrl/backend/tensorflow_fast.py) fall back to
+the public ones, with the same results, when they fail or KERASRL_FAST_PATHS=0. On
 TensorFlow they run here; on the other backends one test runs this file under TensorFlow in a
 subprocess, so that the default run covers the TensorFlow backend too.
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-from backend_processes import assert_backend_tests_pass
+from backend_processes import assert_backend_tests_pass, run_under_backend
 
 if keras.backend.backend() != "tensorflow":
 
@@ -168,3 +173,167 @@ else:
             np.testing.assert_allclose(backend.to_numpy(q), backend.to_numpy(q_ref), rtol=1e-5, atol=1e-6)
         assert_trees_close(state, backend.to_numpy(expected))
         assert learner._train_round.tracing_count == 1
+
+    # -- fast paths on private TensorFlow APIs (kerasrl/backend/tensorflow_fast.py) -----------------
+    from kerasrl.backend import tensorflow_fast
+
+    def broken_for_kerasrl(original):
+        """`original`, except that a call from kerasrl raises: a private API changed in a new
+        TensorFlow, while TensorFlow's own uses of it (inside public calls) keep working."""
+
+        def method(*args, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("kerasrl."):
+                raise AttributeError("simulated: not in this TensorFlow release")
+            return original(*args, **kwargs)
+
+        return method
+
+    def kerasrl_warnings(record):
+        return [str(w.message) for w in record if str(w.message).startswith("kerasrl:")]
+
+    def dqn_rounds(monkeypatch):
+        """Training rounds and acting of a fresh DQN learner, compiled as the module state says,
+        from one fixed start, against `tf.function` on the same state: (results, reference)."""
+        agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16, 16), double_q=True)
+        learner = agent.learner
+        reference = tf.function(learner._train_rounds, jit_compile=True)
+        state = learner.state
+        expected = backend.to_tensors(backend.to_numpy(state))
+        rng = np.random.default_rng(5)
+        got, want = [], []
+        for n_steps, tau in [(2, 1.0), (2, 0.0), (2, 0.5)]:  # one signature: one XLA compile
+            chunk = dqn_batches(rng, n_steps)
+            state, loss, td = learner._train_round(state, backend.feed(chunk), np.float32(1e-3),
+                                                   np.float32(tau))
+            expected, loss_ref, td_ref = reference(expected, backend.feed(chunk), np.float32(1e-3),
+                                                   np.float32(tau))
+            got.append((loss, td))
+            want.append((loss_ref, td_ref))
+        obs = backend.feed(rng.standard_normal((3, 4)).astype(np.float32))
+        got.append(learner._forward(state["params"], state["non_trainable"], obs))
+        want.append(learner._forward(expected["params"], expected["non_trainable"], obs))
+        got.append(state)
+        want.append(expected)
+        return backend.to_numpy(got), backend.to_numpy(want)
+
+    def dqn_batches(rng, n_steps, batch_size=8):
+        return {
+            "observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
+            "actions": rng.integers(0, 2, (n_steps, batch_size)).astype(np.int32),
+            "rewards": rng.standard_normal((n_steps, batch_size)).astype(np.float32),
+            "next_observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
+            "discounts": np.full((n_steps, batch_size), 0.99, np.float32),
+            "weights": np.ones((n_steps, batch_size), np.float32),
+        }
+
+    def assert_close(got, want):
+        for a, b in zip(keras.tree.flatten(got), keras.tree.flatten(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+    def compiled_functions(learner):
+        """The `_Compiled` functions of a learner (a packed-state one holds its own)."""
+        found = []
+        for value in vars(learner).values():
+            value = getattr(value, "_step", value)
+            if isinstance(value, tensorflow_backend._Compiled):
+                found.append(value)
+        return found
+
+    from kerasrl.backend import tensorflow as tensorflow_backend
+
+    def test_a_failing_call_flat_falls_back_to_the_public_call_with_one_warning(monkeypatch):
+        from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
+
+        monkeypatch.setattr(backend, "_FELL_BACK", set())
+        monkeypatch.setattr(tensorflow_fast, "CALL_FLAT", True)
+        monkeypatch.setattr(ConcreteFunction, "_call_flat",
+                            broken_for_kerasrl(ConcreteFunction._call_flat))
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            got, want = dqn_rounds(monkeypatch)
+        assert_close(got, want)
+        (message,) = kerasrl_warnings(record)  # one, for all the functions and signatures
+        assert "ConcreteFunction._call_flat" in message and "AttributeError" in message
+        assert tensorflow_fast.CALL_FLAT is False
+        # New traces go straight to the public call.
+        forward = backend.compile(lambda x: x * 2.0)
+        np.testing.assert_array_equal(np.asarray(forward(np.ones(3, np.float32))), [2.0, 2.0, 2.0])
+        assert all(f.__name__ == "public" for f, _ in forward._traced.values())
+
+    @pytest.mark.parametrize("failure", ["raises", "returns a list"])
+    def test_a_failing_shape_tuple_falls_back_to_tensor_shape_with_one_warning(monkeypatch, failure):
+        original = tensorflow_fast._EagerTensor._shape_tuple
+        broken = (broken_for_kerasrl(original) if failure == "raises"
+                  else lambda tensor: list(original(tensor)))
+        monkeypatch.setattr(backend, "_FELL_BACK", set())
+        monkeypatch.setattr(tensorflow_fast._EagerTensor, "_shape_tuple", broken)
+        with pytest.warns(RuntimeWarning, match="EagerTensor._shape_tuple") as record:
+            shape_tuple = tensorflow_fast.choose_shape_tuple()
+        assert len(kerasrl_warnings(record)) == 1
+        assert shape_tuple is tensorflow_fast._public_shape_tuple
+        monkeypatch.setattr(tensorflow_fast, "shape_tuple", shape_tuple)
+        got, want = dqn_rounds(monkeypatch)
+        assert_close(got, want)
+
+    def test_fast_paths_off_in_process_takes_the_public_paths_without_warnings(monkeypatch):
+        monkeypatch.setenv("KERASRL_FAST_PATHS", "0")
+        monkeypatch.setattr(backend, "_FELL_BACK", set())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            assert tensorflow_fast.choose_shape_tuple() is tensorflow_fast._public_shape_tuple
+            monkeypatch.setattr(tensorflow_fast, "shape_tuple", tensorflow_fast.choose_shape_tuple())
+            got, want = dqn_rounds(monkeypatch)
+        assert_close(got, want)
+        forward = backend.compile(lambda x: x + 1.0)
+        forward(np.ones(2, np.float32))
+        assert all(f.__name__ == "public" for f, _ in forward._traced.values())
+
+    def test_fast_paths_off_gives_the_results_of_the_fast_paths(monkeypatch, tmp_path):
+        """A DQN learner's training rounds and acting, in one process with the fast paths and in
+        another with KERASRL_FAST_PATHS=0, from the same start: within the parity tolerance."""
+        runs = {}
+        for mode in ("1", "0"):
+            monkeypatch.setenv("KERASRL_FAST_PATHS", mode)
+            run_under_backend("tensorflow", __file__, tmp_path / f"fast-{mode}.npz",
+                              tmp_path / "start.npz")
+            runs[mode] = dict(np.load(tmp_path / f"fast-{mode}.npz"))
+        fast, public = runs["1"], runs["0"]
+        assert fast.pop("fast_paths_used").all() and not public.pop("fast_paths_used").any()
+        assert sorted(fast) == sorted(public)
+        for key in fast:
+            if fast[key].dtype.kind == "f":
+                # As the parity tests measure weights: relative to the array's largest magnitude.
+                scale = np.max(np.abs(fast[key])) + 1e-6
+                assert np.max(np.abs(public[key] - fast[key])) / scale <= 1e-5, key
+            else:
+                np.testing.assert_array_equal(public[key], fast[key], err_msg=key)
+
+    def fast_paths_used(learner) -> list[bool]:
+        """For each compiled function of `learner`, whether it calls through `_call_flat`, and
+        whether shapes are read through `_shape_tuple`."""
+        calls = [f.__name__ != "public" for c in compiled_functions(learner)
+                 for f, _ in c._traced.values()]
+        return [*calls, tensorflow_fast.shape_tuple is not tensorflow_fast._public_shape_tuple]
+
+    def dqn_worker(out: Path, start: Path) -> None:
+        """Run in a fresh process by the test above: a DQN learner's training rounds and acting
+        from the state in `start` (written there by the first run), results to `out`."""
+        learner = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(64, 64), double_q=True).learner
+        if start.exists():
+            with np.load(start) as arrays:
+                learner.load_arrays(dict(arrays))
+        else:
+            np.savez(start, **learner.arrays())
+        rng = np.random.default_rng(0)
+        results = {}
+        for i, (n_steps, tau) in enumerate([(2, 1.0), (2, 0.0), (2, 0.5)]):  # one signature
+            loss, td = learner.train(dqn_batches(rng, n_steps, 32), 1e-3 * (i + 1), tau)
+            results[f"loss{i}"], results[f"td{i}"] = np.float32(loss), td
+        obs = rng.standard_normal((5, 4)).astype(np.float32)
+        results.update(q=learner.q_values(obs),
+                       actions=learner.greedy_actions(obs), **learner.arrays())
+        results["fast_paths_used"] = np.array(fast_paths_used(learner))
+        np.savez(out, **results)
+
+    if __name__ == "__main__":
+        dqn_worker(Path(sys.argv[1]), Path(sys.argv[2]))

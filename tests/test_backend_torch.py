@@ -1,18 +1,23 @@
 """The PyTorch backend's traced graphs (kerasrl/backend/torch_fast.py) against eager execution.
 
+The private PyTorch APIs behind the graphs fall back to public ones (eager PyTorch, or a slower
+graph) with one warning and the same results when they fail, or with KERASRL_FAST_PATHS=0.
+
 On PyTorch the tests run here. On the other backends one test runs this file under PyTorch in a
 subprocess, so that the default (JAX) run covers the PyTorch backend too.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-from backend_processes import assert_backend_tests_pass
+from backend_processes import assert_backend_tests_pass, run_under_backend
 
 if keras.backend.backend() != "torch":
 
@@ -300,3 +305,187 @@ else:
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
             assert not np.array_equal(a, backend.to_numpy(p))  # an update happened
         assert backend.adam_moments_step is torch_backend.adam_moments_step
+
+    # -- fast paths on private PyTorch APIs fall back to public ones (torch_fast.py) -------------
+    def kerasrl_warnings(record):
+        return [str(w.message) for w in record if str(w.message).startswith("kerasrl:")]
+
+    def train_and_act(agent, start):
+        """Two training rounds and acting of `agent`'s learner from the state `start`."""
+        learner = agent.learner
+        learner.load_arrays(start)
+        rng = np.random.default_rng(0)
+        results = [learner.train(dqn_batches(rng, 2, 16), 1e-3 * (i + 1), tau)
+                   for i, tau in enumerate((1.0, 0.5))]
+        obs = rng.standard_normal((3, 4)).astype(np.float32)
+        results += [learner.q_values(obs), learner.greedy_actions(obs), learner.arrays()]
+        return results
+
+    @pytest.fixture
+    def fresh_fast_paths(monkeypatch):
+        """The fast paths checked again from scratch in this test (warnings included), and put
+        back as they were afterwards."""
+        monkeypatch.setattr(backend, "_FELL_BACK", set())
+        monkeypatch.setattr(torch_fast, "_support", None)
+        monkeypatch.setattr(torch_fast, "_onednn", None)
+
+    @pytest.fixture(scope="module")
+    def eager_dqn():
+        """An eager DQN (the public path) and its results from its own start."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("KERASRL_TORCH_TRACE", "0")
+            agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16,), double_q=True)
+        start = agent.learner.arrays()
+        return start, train_and_act(agent, start)
+
+    def assert_dqn_matches_eager(eager_dqn):
+        """A DQN built now (compiled as the module state says) computes what eager PyTorch does,
+        within the parity tolerance; returns its learner's traced functions."""
+        start, expected = eager_dqn
+        agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16,), double_q=True)
+        got = train_and_act(agent, start)
+        for a, b in zip(keras.tree.flatten(got), keras.tree.flatten(expected), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+        return [v for v in vars(agent.learner).values() if isinstance(v, torch_fast.Traced)]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated: changed in this PyTorch release")
+
+    @pytest.mark.parametrize("failure", ["missing", "raises"])
+    def test_without_make_fx_compiled_functions_run_eagerly_with_one_warning(
+            monkeypatch, fresh_fast_paths, eager_dqn, failure):
+        monkeypatch.setattr(torch_fast, "make_fx", None if failure == "missing" else broken)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            traced = assert_dqn_matches_eager(eager_dqn)
+            backend.compile(lambda x: x + 1.0)(backend.feed(np.ones(2, np.float32)))
+        (message,) = kerasrl_warnings(record)
+        assert "make_fx" in message and "run eagerly" in message
+        assert traced == []
+
+    def test_without_a_tracing_context_make_fx_traces_alone_with_one_warning(
+            monkeypatch, fresh_fast_paths, eager_dqn):
+        monkeypatch.setattr(torch_fast, "TracingContext", None)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            traced = assert_dqn_matches_eager(eager_dqn)
+        (message,) = kerasrl_warnings(record)
+        assert "TracingContext" in message
+        assert sum(n_graphs(t) for t in traced) >= 3  # still graphs: the rounds and acting
+
+    @pytest.mark.parametrize("failure", ["torch.jit.trace", "_get_graph_executor_optimize"])
+    def test_without_torchscript_graphs_run_as_fx_code_with_one_warning(
+            monkeypatch, fresh_fast_paths, eager_dqn, failure):
+        if failure == "torch.jit.trace":
+            monkeypatch.setattr(torch.jit, "trace", broken)
+        else:
+            monkeypatch.delattr(torch._C, "_get_graph_executor_optimize")
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            traced = assert_dqn_matches_eager(eager_dqn)
+        (message,) = kerasrl_warnings(record)
+        assert "TorchScript" in message
+        graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
+        assert len(graphs) >= 3
+        assert all(not g.scripted and isinstance(g.run, torch.fx.GraphModule) for g in graphs)
+
+    def test_without_op_schemas_graphs_run_unsimplified_with_one_warning(
+            monkeypatch, fresh_fast_paths, eager_dqn):
+        monkeypatch.setattr(torch_fast, "OpOverload", None)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            traced = assert_dqn_matches_eager(eager_dqn)
+        (message,) = kerasrl_warnings(record)
+        assert "op schemas" in message
+        graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
+        # Left as traced: the gradient step's detach ops (dropped when simplified) are there.
+        assert any(node.target is torch.ops.aten.detach.default
+                   for g in graphs for node in g.fx.graph.nodes)
+
+    def test_a_graph_that_fails_when_run_falls_back_to_eager(monkeypatch, eager_dqn):
+        monkeypatch.setattr(torch_fast.Graph, "__call__", broken)
+        with pytest.warns(RuntimeWarning, match="traced graph failed when run"):
+            traced = assert_dqn_matches_eager(eager_dqn)
+        assert traced and sum(n_graphs(t) for t in traced) == 0
+
+    def test_without_onednn_large_products_stay_on_mkl_with_one_warning(
+            monkeypatch, fresh_fast_paths):
+        class Gone:
+            @property
+            def default(self):
+                raise AttributeError("simulated: _linear_pointwise is not in this PyTorch")
+
+        torch.ops.mkldnn._linear_pointwise  # noqa: B018 -- resolve it, so that it can be patched
+        monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", Gone())
+        rng = np.random.default_rng(0)
+        w = backend.feed(rng.standard_normal((256, 256)).astype(np.float32) / 16)
+        x = backend.feed(rng.standard_normal((64, 256)).astype(np.float32))
+        traced, eager = compile_both(lambda w, x: keras.ops.relu(keras.ops.matmul(x, w)),
+                                     monkeypatch)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                assert_trees_equal(traced(w, x), eager(w, x))  # the same kernels: bit for bit
+        (message,) = kerasrl_warnings(record)
+        assert "_linear_pointwise" in message and "aten.mm" in message
+        (graph,) = traced.graphs.values()
+        targets = [node.target for node in graph.fx.graph.nodes]
+        assert torch.ops.aten.mm.default in targets and torch_fast.onednn_mm() is None
+
+    def test_fast_paths_off_in_process_compiles_eagerly_without_warnings(monkeypatch, eager_dqn):
+        monkeypatch.setenv("KERASRL_FAST_PATHS", "0")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            assert assert_dqn_matches_eager(eager_dqn) == []
+
+    def fast_paths_used(learner) -> list[bool]:
+        """Whether the learner's compiled functions run as graphs (TorchScript) and its large
+        products through oneDNN."""
+        traced = [v for v in vars(learner).values() if isinstance(v, torch_fast.Traced)]
+        graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
+        onednn = any(node.target is torch_fast.onednn_mm() for g in graphs
+                     for node in g.fx.graph.nodes)
+        return [bool(traced), bool(graphs), bool(graphs) and all(g.scripted for g in graphs), onednn]
+
+    def test_fast_paths_off_gives_the_results_of_the_fast_paths(monkeypatch, tmp_path):
+        """A DQN learner's training rounds and acting (256x256 layers: products through oneDNN),
+        in one process with the fast paths and in another with KERASRL_FAST_PATHS=0 (eager
+        PyTorch), from the same start: within the parity tolerance."""
+        runs = {}
+        for mode in ("1", "0"):
+            monkeypatch.setenv("KERASRL_FAST_PATHS", mode)
+            run_under_backend("torch", __file__, tmp_path / f"fast-{mode}.npz", tmp_path / "start.npz")
+            runs[mode] = dict(np.load(tmp_path / f"fast-{mode}.npz"))
+        fast, public = runs["1"], runs["0"]
+        assert fast.pop("fast_paths_used").all() and not public.pop("fast_paths_used").any()
+        assert sorted(fast) == sorted(public)
+        for key in fast:
+            if fast[key].dtype.kind == "f":
+                # As the parity tests measure weights: relative to the array's largest magnitude.
+                scale = np.max(np.abs(fast[key])) + 1e-6
+                assert np.max(np.abs(public[key] - fast[key])) / scale <= 1e-5, key
+            else:
+                np.testing.assert_array_equal(public[key], fast[key], err_msg=key)
+
+    def dqn_worker(out: Path, start: Path) -> None:
+        """Run in a fresh process by the test above: a DQN learner's training rounds and acting
+        from the state in `start` (written there by the first run), results to `out`."""
+        learner = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(256, 256), double_q=True).learner
+        if start.exists():
+            with np.load(start) as arrays:
+                learner.load_arrays(dict(arrays))
+        else:
+            np.savez(start, **learner.arrays())
+        rng = np.random.default_rng(0)
+        results = {}
+        for i, (n_steps, tau) in enumerate([(2, 1.0), (2, 0.0), (2, 0.5)]):  # one signature
+            loss, td = learner.train(dqn_batches(rng, n_steps, 64), 1e-3 * (i + 1), tau)
+            results[f"loss{i}"], results[f"td{i}"] = np.float32(loss), td
+        obs = rng.standard_normal((5, 4)).astype(np.float32)
+        results.update(q=learner.q_values(obs),
+                       actions=learner.greedy_actions(obs), **learner.arrays())
+        results["fast_paths_used"] = np.array(fast_paths_used(learner))
+        np.savez(out, **results)
+
+    if __name__ == "__main__":
+        dqn_worker(Path(sys.argv[1]), Path(sys.argv[2]))
