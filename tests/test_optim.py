@@ -72,6 +72,33 @@ def test_update_does_not_modify_its_inputs():
     assert not np.allclose(to_np(new_params[0]), before[0])
 
 
+def test_adam_state_through_numpy_and_back_keeps_a_0d_count(tmp_path):
+    """As a checkpoint saves and restores it (numpy in an .npz file, then `to_tensors`): the step
+    count stays 0-d and the updates go on exactly as without the round trip. (PyTorch's
+    `to_tensors` once returned it with shape (1,).)"""
+    from kerasrl import backend as kb
+
+    rng = np.random.default_rng(5)
+    shapes = [(3, 2), (2,)]
+    adam = optim.Adam()
+    step = kb.compile(lambda g, s, p: adam.update(g, s, p, LR))
+    params = kb.to_tensors(random_grads(rng, shapes))
+    state = adam.init(params)
+    for _ in range(3):
+        params, state, _ = step(kb.to_tensors(random_grads(rng, shapes)), state, params)
+    np.savez(tmp_path / "opt.npz", **{"count": kb.to_numpy(state)["count"]})
+    with np.load(tmp_path / "opt.npz") as saved:
+        assert saved["count"].shape == ()
+        restored = kb.to_tensors({**kb.to_numpy(state), "count": saved["count"]})
+    assert tuple(restored["count"].shape) == ()
+    grads = kb.to_tensors(random_grads(rng, shapes))
+    params_r, state_r, _ = step(grads, restored, kb.to_tensors(kb.to_numpy(params)))
+    params_c, state_c, _ = step(grads, state, params)
+    assert tuple(state_r["count"].shape) == () and int(to_np(state_r["count"])) == 4
+    for a, b in zip(kb.to_numpy([params_r, state_r]), kb.to_numpy([params_c, state_c])):
+        keras.tree.map_structure(np.testing.assert_array_equal, a, b)
+
+
 def test_max_grad_norm_clips_to_the_global_norm():
     rng = np.random.default_rng(2)
     shapes = [(4, 8), (8,), (8, 3), (3,)]
