@@ -1,5 +1,8 @@
 """Exports reproduce the policy: ONNX on every backend, SavedModel on JAX and TensorFlow (and a
-clear error on PyTorch); DQN (MLP, subclassed, batch norm + dropout) and PPO policies."""
+clear error on PyTorch); DQN (MLP, subclassed, batch norm + dropout, the default CNN on uint8
+images, the Snake conv net) and PPO policies (discrete, and Gaussian with observation statistics),
+from Python and from `kerasrl export`. The published tolerance is 1e-5 on values, no action
+differing (docs/checkpoints.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import pytest
 import kerasrl
 from kerasrl import backend
 from kerasrl.export import ExportError, compare_export
+from image_env import QuadrantEnv
 from test_policy_io import SPACES, TwoHeads, built
 
 pytestmark = pytest.mark.backend
@@ -57,6 +61,92 @@ def test_ppo_policy_exports_match(tmp_path, fmt):
     assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
 
 
+class Target(gym.Env):
+    """Continuous actions in [-2, 2]^2; observations far from zero mean and unit scale, so that
+    the observation statistics matter."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return (5.0 + 3.0 * self.np_random.standard_normal(3)).astype(np.float32)
+
+    def step(self, action):
+        self._t += 1
+        return self._obs(), -float(np.sum(np.square(action))), False, self._t >= 16, {}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_continuous_ppo_policy_exports_match(tmp_path, fmt):
+    """Gaussian PPO: normalization by the saved statistics, the mean, the clip to the bounds."""
+    agent = kerasrl.PPO(Target, seed=0, n_envs=2, n_steps=32, batch_size=32, n_epochs=1,
+                        normalize_observations=True, log_std_init=-0.3)
+    agent.fit(total_steps=128, progress=False)
+    policy = agent.policy
+    assert abs(policy.obs_rms.mean.mean() - 5.0) < 1.0  # the statistics are not the identity
+    path = policy.export(tmp_path / ("ppo.onnx" if fmt == "onnx" else "ppo"), format=fmt,
+                         include_values=True)
+    figures = compare_export(policy, path, fmt, n=1000)
+    assert figures["max_action_diff"] <= 1e-5 and figures["max_value_diff"] <= 1e-5, figures
+    # Some of the 1000 observations are clipped to the bounds by the exported graph too.
+    from kerasrl.export import run_export, sample_observations
+
+    obs = sample_observations(policy.observation_space, 1000, seed=1) * 50.0
+    actions = run_export(path, fmt, obs)[0].reshape(1000, 2)
+    np.testing.assert_allclose(actions, policy.predict(obs), atol=1e-5)
+
+
+def cnn_policies():
+    """The default CNN on uint8 images (with its 1/255 scaling) and the Snake conv net."""
+    image = kerasrl.DQN(QuadrantEnv, seed=0, learning_starts=32, buffer_size=200, batch_size=8,
+                        train_freq=4)
+    image.fit(total_steps=96, progress=False)
+    snake = kerasrl.DQN("kerasrl/Snake-v0", seed=0, learning_starts=32, buffer_size=200,
+                        batch_size=8, train_freq=4,
+                        model=kerasrl.networks.model_builder("snake_small"))
+    snake.fit(total_steps=96, progress=False)
+    return {"default_cnn_uint8": image.policy, "snake_small": snake.policy}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cnn_policy_exports_match(tmp_path, fmt):
+    for name, policy in cnn_policies().items():
+        assert any("Conv" in type(layer).__name__ for layer in policy.model.layers), name
+        suffix = ".onnx" if fmt == "onnx" else ""
+        path = policy.export(tmp_path / f"{name}{suffix}", format=fmt, include_values=True)
+        figures = compare_export(policy, path, fmt, n=1000)
+        assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5, name
+
+
+def test_cli_export_saved_model(tmp_path, capsys):
+    """`kerasrl export RUN --format saved_model -o DIR`: from JAX and TensorFlow a SavedModel that
+    TensorFlow serves with the policy's actions; from PyTorch an error that names the way."""
+    from kerasrl.cli import main
+
+    agent = kerasrl.DQN("CartPole-v1", seed=0, learning_starts=20, buffer_size=100, batch_size=8)
+    agent.fit(total_steps=40, progress=False)
+    agent.save(tmp_path / "run")
+    out = tmp_path / "saved_model"
+    code = main(["export", str(tmp_path / "run"), "--format", "saved_model", "-o", str(out),
+                 "--include-values"])
+    captured = capsys.readouterr()
+    if backend.NAME == "torch":
+        assert code == 1 and "KERAS_BACKEND=jax" in captured.err, captured.err
+        return
+    assert code == 0, captured.err[-2000:]
+    assert (out / "saved_model.pb").is_file()
+    assert "'actions_differing': 0" in captured.out, captured.out
+    figures = compare_export(agent.policy, out, "saved_model", n=1000)
+    assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
+
+
 def test_saved_model_works_or_says_what_works(tmp_path):
     """SavedModel export works from JAX and TensorFlow; from PyTorch it names the way that works."""
     policy = q_policies()["mlp"]
@@ -78,14 +168,25 @@ def test_a_wrong_export_is_refused(tmp_path):
         compare_export(policy, path, "onnx")
 
 
+FRAMEWORKS = ("keras", "kerasrl", "jax", "tensorflow", "torch")
+
+
 def test_onnx_example_runs_with_numpy_and_onnxruntime_only(tmp_path):
+    """examples/onnx_inference.py in a fresh process: it reproduces the policy's actions, and
+    neither Keras, kerasrl nor any backend was imported to do it."""
     policy = q_policies()["mlp"]
     path = policy.export(tmp_path / "cartpole.onnx")
     example = Path(__file__).parents[1] / "examples" / "onnx_inference.py"
-    proc = subprocess.run([sys.executable, str(example), str(path)], capture_output=True,
-                          text=True, timeout=120)
+    code = (f"import runpy, sys\n"
+            f"sys.argv = [{str(example)!r}, {str(path)!r}]\n"
+            f"runpy.run_path({str(example)!r}, run_name='__main__')\n"
+            f"print('imported=' + ','.join(sorted(m for m in sys.modules "
+            f"if m.split('.')[0] in {FRAMEWORKS!r})))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    obs = np.asarray(eval(proc.stdout.splitlines()[0].split("=", 1)[1]), np.float32)  # noqa: S307
-    actions = [int(a) for a in proc.stdout.splitlines()[1].split("=", 1)[1].split(",")]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "imported=", lines[-1]
+    obs = np.asarray(eval(lines[0].split("=", 1)[1]), np.float32)  # noqa: S307
+    actions = [int(a) for a in lines[1].split("=", 1)[1].split(",")]
     np.testing.assert_array_equal(actions, policy.predict(obs))
-    assert "keras" not in proc.stdout

@@ -65,6 +65,32 @@ def test_any_keras_model_is_a_q_network(kind):
         assert agent.model is model  # the agent owns the user's one copy and trains it
 
 
+def test_default_network_is_a_cnn_for_image_observations():
+    """Without model=, image-like observations (H, W, C) get the default CNN, with the 1/255
+    scaling inside the network for uint8 images (so saved and exported policies take raw pixels);
+    float images are not rescaled, and vector observations get the MLP."""
+    from image_env import QuadrantEnv
+
+    def kinds(agent):
+        return [type(layer).__name__ for layer in agent.model.layers]
+
+    pixels = kerasrl.DQN(QuadrantEnv, seed=0, learning_starts=32, buffer_size=200, batch_size=8,
+                         train_freq=4)
+    assert kinds(pixels)[1:4] == ["Rescaling", "Conv2D", "Conv2D"], kinds(pixels)
+    rescaling = pixels.model.layers[1]
+    assert rescaling.scale == pytest.approx(1 / 255)
+    assert pixels.buffer.observations.dtype == np.uint8  # stored as the env gives them
+    pixels.fit(total_steps=96, progress=False)
+    obs = np.stack([QuadrantEnv()._obs() for _ in range(2)])
+    np.testing.assert_allclose(pixels.policy.q_values(obs), keras.ops.convert_to_numpy(
+        pixels.model(obs.astype(np.float32))), rtol=1e-5, atol=1e-6)
+
+    floats = kerasrl.DQN(lambda: QuadrantEnv(np.float32), seed=0)
+    assert "Rescaling" not in kinds(floats) and kinds(floats).count("Conv2D") == 2
+    vectors = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0)
+    assert "Conv2D" not in kinds(vectors) and "Dense" in kinds(vectors)
+
+
 def test_target_starts_equal_and_hard_sync_copies():
     agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, learning_starts=50, train_freq=1,
                         target_update_interval=10_000, batch_size=8)

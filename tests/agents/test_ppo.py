@@ -259,6 +259,19 @@ def test_target_kl_stops_the_epochs_early():
     assert 1 <= update["gradient_steps"] < 20
 
 
+def test_nan_loss_stops_training_naming_the_update():
+    class NaNReward(IdentityEnv):
+        def step(self, action):
+            obs, _, term, trunc, info = super().step(action)
+            return obs, float("nan"), term, trunc, info
+
+    agent = kerasrl.PPO(lambda: NaNReward(), seed=0, n_envs=2, n_steps=8, batch_size=8,
+                        n_epochs=2)
+    with pytest.raises(FloatingPointError, match=r"PPO loss became nan at update 4 "):
+        agent.fit(100, progress=False)
+    assert agent.num_timesteps == 16  # stopped after the first rollout's update
+
+
 # -- errors -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("options, message", [
     (dict(log_std_init=-1.0), "log_std_init"),

@@ -64,15 +64,38 @@ def test_continuous_actions_are_refused():
         kerasrl.SARSA("Pendulum-v1")
 
 
-def test_soft_target_updates_track_the_online_weights():
-    agent = kerasrl.SARSA(lambda: IdentityEnv(4, 20), seed=0, n_envs=2, n_steps=2, tau=0.1,
-                          target_update_interval=2, learning_rate=1e-3)
-    before = agent.target_weights
-    agent.fit(400, progress=False)
-    after, online = agent.target_weights, [np.asarray(w) for w in agent.model.get_weights()]
-    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(after, before))
-    lag = max(float(np.max(np.abs(a - o))) for a, o in zip(after, online))
-    assert moved > 0.0 and lag > 0.0  # it follows, a little behind
+@pytest.mark.parametrize("tau", [0.1, 1.0])
+def test_target_sync_is_polyak_averaging_with_tau(tau):
+    """Each round first moves the target by the syncs due, tau * online + (1 - tau) * target per
+    sync: a soft update is NOT a hard copy, and tau=1 is one."""
+    # n_envs 2, interval 2: a sync is due every vector step; a round is 2 vector steps, so each
+    # round applies 2 syncs with the online weights unchanged in between: 1 - (1 - tau)^2.
+    agent = kerasrl.SARSA(lambda: IdentityEnv(4, 20), seed=0, n_envs=2, n_steps=2, tau=tau,
+                          target_update_interval=2, learning_rate=1e-2)
+    agent.fit(400, stop_at=40, progress=False)  # 10 rounds: online and target now differ
+    online = [np.asarray(w) for w in agent.model.get_weights()]
+    target = agent.target_weights
+    assert max(float(np.max(np.abs(o - t))) for o, t in zip(online, target)) > 1e-4
+    agent.fit(400, stop_at=44, progress=False)  # exactly one more round
+    effective = 1 - (1 - tau) ** 2
+    for after, o, t in zip(agent.target_weights, online, target):
+        np.testing.assert_allclose(after, effective * o + (1 - effective) * t, rtol=1e-5,
+                                   atol=1e-7)
+    if tau < 1:  # a hard copy would have landed on the online weights
+        lag = max(float(np.max(np.abs(a - o))) for a, o in zip(agent.target_weights, online))
+        assert lag > 1e-5
+
+
+def test_nan_loss_stops_training_naming_the_update():
+    class NaNReward(IdentityEnv):
+        def step(self, action):
+            obs, _, term, trunc, info = super().step(action)
+            return obs, float("nan"), term, trunc, info
+
+    agent = kerasrl.SARSA(lambda: NaNReward(), seed=0, n_envs=2, n_steps=4)
+    with pytest.raises(FloatingPointError, match=r"SARSA loss became nan at update 1 "):
+        agent.fit(100, progress=False)
+    assert agent.num_timesteps == 8  # stopped at the first round
 
 
 @pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
