@@ -2,26 +2,36 @@
 """The two commands of the README, for a fresh machine with only Python 3.11 and pip.
 
     python3 run.py demo    install everything into .venv, train DQN on CartPole-v1, print the evaluation
-    python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend)
+    python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend),
+                           then (when given no pytest arguments) the two CI steps below
     python3 run.py slow    the slow tier: learning runs to real thresholds
     python3 run.py bench   install the benchmark peers (Stable-Baselines3, SBX) and run the benchmarks
 
-Installation is skipped when pyproject.toml and constraints.txt have not changed since the last one.
+The CI steps that `run.py test` ends with, each also a command of its own:
+
+    python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0 (the public
+                                   framework APIs only, as after a fast path fails)
+    python3 run.py lowest          install the lowest versions pyproject.toml allows (constraints-lowest.txt)
+                                   into .venv-lowest and run a smoke subset on every backend there
+
+Installation is skipped when pyproject.toml and the constraints file have not changed since the last one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
+import time
+import tomllib
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-PYTHON = BIN / "python"
+LOWEST_VENV = ROOT / ".venv-lowest"
 BACKENDS = ("jax", "tensorflow", "torch")
 
 # Small networks on a 2-core machine: one thread per library (PyTorch ran 15x slower at its default).
@@ -37,35 +47,175 @@ THREAD_ENV = {
     "KERAS_HOME": str(ROOT / ".keras_home"),
 }
 
+# The fast-paths-off step: the tests that show the public-API paths give the same numbers and
+# still learn. The parity tests run every backend in its own process, so one run covers all three;
+# the learning checks run on the two backends that have fast paths.
+PARITY_TESTS = ("tests/test_parity.py", "tests/test_ppo_parity.py")
+LEARNING_TESTS = ("tests/agents/test_dqn.py", "tests/agents/test_sarsa.py", "tests/agents/test_ppo.py")
+LEARNING_SELECTION = "learns and not any_keras_model"
+
+# The lowest-versions step: a smoke subset of what differs most between library versions
+# (keras.ops, Adam against Keras's, Keras saving and loading, Gymnasium's vector API, the
+# TensorFlow private fast paths, short DQN/SARSA/PPO learning and exact resume), a few minutes.
+LOWEST_TESTS = ("tests/test_losses.py", "tests/test_optim.py", "tests/envs",
+                "tests/agents/test_dqn.py", "tests/agents/test_ppo.py", "tests/agents/test_sarsa.py",
+                "tests/test_policy_io.py")
+LOWEST_SELECTION = ("not any_keras_model and not every_backend and not export and not onnx")
+# Installed in .venv-lowest besides kerasrl[all]: the test runner, at the dev extra's floors.
+LOWEST_TEST_TOOLS = ("pytest", "pytest-timeout")
+# The requirements of pyproject.toml whose floors .venv-lowest installs.
+LOWEST_EXTRAS = ("jax", "tensorflow", "torch")
+
+
+def venv_python(folder: Path) -> Path:
+    return folder / ("Scripts" if os.name == "nt" else "bin") / "python"
+
+
+PYTHON = venv_python(VENV)
+BIN = PYTHON.parent
+
 
 def run(*cmd, env=None) -> int:
     print("+", " ".join(map(str, cmd)), flush=True)
     return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
 
 
-def install(extras: str = "dev") -> None:
-    """Create .venv and install kerasrl with `extras`, pinned by constraints.txt (torch==2.13.0)."""
+def step(title: str, start: float, failed: int) -> int:
+    print(f"== {title}: {'FAILED' if failed else 'passed'} in {time.monotonic() - start:.0f} s",
+          flush=True)
+    return failed
+
+
+def install_into(folder: Path, constraints: str, requirements: list[str], stamp_name: str,
+                 pip_options: tuple[str, ...] = ()) -> None:
+    """Create `folder` and install `requirements` pinned by `constraints`, unless done already."""
     digest = hashlib.sha256()
-    for name in ("pyproject.toml", "constraints.txt"):
+    for name in ("pyproject.toml", constraints):
         digest.update((ROOT / name).read_bytes())
-    digest.update(extras.encode())
-    stamp = VENV / f".installed-{extras}"
+    digest.update(" ".join([*requirements, *pip_options]).encode())
+    stamp = folder / f".installed-{stamp_name}"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
-    if not PYTHON.exists():
-        print(f"Creating {VENV}", flush=True)
-        venv.create(VENV, with_pip=True)
-    code = run(PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-               "-c", "constraints.txt", "-e", f".[{extras}]")
+    python = venv_python(folder)
+    if not python.exists():
+        print(f"Creating {folder}", flush=True)
+        venv.create(folder, with_pip=True)
+    code = run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *pip_options,
+               "-c", constraints, *requirements)
     if code:
-        sys.exit(f"Installation failed (exit {code}).")
+        sys.exit(f"Installation into {folder.name} failed (exit {code}).")
     stamp.write_text(digest.hexdigest())
 
 
-def test_env(backend: str) -> dict[str, str]:
-    env = {**os.environ, **THREAD_ENV, "KERAS_BACKEND": backend}
+def install(extras: str = "dev") -> None:
+    """Create .venv and install kerasrl with `extras`, pinned by constraints.txt (torch==2.13.0)."""
+    install_into(VENV, "constraints.txt", ["-e", f".[{extras}]"], extras)
+
+
+# ---------------------------------------------------------------------------------------------
+# Floors: constraints-lowest.txt pins exactly the floors that pyproject.toml declares.
+
+def _version(text: str) -> tuple:
+    """A release number for comparison: "2.16" == "2.16.0"."""
+    parts = [int(p) for p in text.split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """{name: version} of a constraints file of `name==version` lines."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[_normal(name)] = version.strip()
+    return pins
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def declared_floors(pyproject: Path) -> tuple[dict[str, str], list[str]]:
+    """{name: floor} of kerasrl's dependencies, its backend extras and its test runner (the dev
+    extra's pytest and pytest-timeout), and the problems found while reading them."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    extras = project["optional-dependencies"]
+    requirements = list(project["dependencies"])
+    for extra in LOWEST_EXTRAS:
+        requirements += extras[extra]
+    requirements += [r for r in extras["dev"]
+                     if _normal(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) in LOWEST_TEST_TOOLS]
+    floors, problems = {}, []
+    for requirement in requirements:
+        match = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*>=\s*([0-9][0-9.]*)\s*(;.*)?$", requirement)
+        if not match:
+            problems.append(f"pyproject.toml: {requirement!r} has no plain `>=` floor")
+            continue
+        name, floor = _normal(match[1]), match[2]
+        if name in floors and _version(floors[name]) != _version(floor):
+            problems.append(f"pyproject.toml: {name} has two floors, {floors[name]} and {floor}")
+        floors[name] = floor
+    # One floor for TensorFlow: tensorflow-cpu on Linux x86-64 (installed here), tensorflow elsewhere.
+    if "tensorflow" in floors and _version(floors.pop("tensorflow")) != _version(
+            floors.get("tensorflow-cpu", "0")):
+        problems.append("pyproject.toml: the tensorflow and tensorflow-cpu floors differ")
+    return floors, problems
+
+
+def floor_problems(pyproject: Path = ROOT / "pyproject.toml",
+                   lowest: Path = ROOT / "constraints-lowest.txt",
+                   constraints: Path = ROOT / "constraints.txt") -> list[str]:
+    """Where constraints-lowest.txt and pyproject.toml's floors disagree (empty when they agree).
+
+    Every floor is pinned at exactly its version, with two exceptions: torch is this repository's
+    one build (constraints.txt, never another: an unpinned torch is a multi-GB CUDA download) and
+    must be at or above its floor; jaxlib is pinned at jax's version."""
+    floors, problems = declared_floors(pyproject)
+    pins = _pins(lowest)
+    repository_torch = _pins(constraints).get("torch")
+    for name, floor in floors.items():
+        pin = pins.get(name)
+        if pin is None:
+            problems.append(f"{lowest.name} does not pin {name} (pyproject.toml: >={floor})")
+        elif name == "torch":
+            if pin != repository_torch:
+                problems.append(f"{lowest.name} pins torch=={pin}, {constraints.name} "
+                                f"torch=={repository_torch}: they must be the same build")
+            if _version(pin) < _version(floor):
+                problems.append(f"{lowest.name} pins torch=={pin}, below its floor {floor}")
+        elif _version(pin) != _version(floor):
+            problems.append(f"{lowest.name} pins {name}=={pin}, pyproject.toml's floor is {floor}")
+    if "jaxlib" in pins and pins["jaxlib"] != pins.get("jax"):
+        problems.append(f"{lowest.name}: jaxlib=={pins['jaxlib']} is not jax's version")
+    for name in pins.keys() - floors.keys() - {"jaxlib"}:
+        problems.append(f"{lowest.name} pins {name}, which pyproject.toml's floors do not name")
+    return problems
+
+
+def install_lowest() -> None:
+    """Create .venv-lowest with the lowest versions pyproject.toml allows (constraints-lowest.txt)."""
+    problems = floor_problems()
+    if problems:
+        sys.exit("constraints-lowest.txt and pyproject.toml disagree:\n  " + "\n  ".join(problems))
+    # Wheels only: old releases would otherwise build from source for minutes, or fail to.
+    install_into(LOWEST_VENV, "constraints-lowest.txt",
+                 ["-e", ".[" + ",".join(LOWEST_EXTRAS) + "]", *LOWEST_TEST_TOOLS], "lowest",
+                 ("--only-binary=:all:",))
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_env(backend: str, **extra: str) -> dict[str, str]:
+    env = {**os.environ, **THREAD_ENV, "KERAS_BACKEND": backend, **extra}
     env.pop("PYTHONPATH", None)
     return env
+
+
+def pytest_command(python: Path = PYTHON) -> list:
+    return [python, "-m", "pytest", "-p", "no:cacheprovider"]
 
 
 def demo() -> int:
@@ -76,24 +226,59 @@ def demo() -> int:
 
 def test(extra_args: list[str]) -> int:
     """The fast tier: everything once on the default backend (JAX), then every backend-dependent
-    test (marker `backend`) on TensorFlow and PyTorch too."""
+    test (marker `backend`) on TensorFlow and PyTorch too. Without pytest arguments (as CI runs
+    it), then the fast-paths-off and lowest-versions steps."""
     install()
-    pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", *extra_args]
-    failed = run(*pytest, env=test_env("jax"))
+    start = time.monotonic()
+    pytest = pytest_command()
+    failed = run(*pytest, *extra_args, env=test_env("jax"))
     for name in BACKENDS[1:]:
-        failed |= run(*pytest, "-m", "backend and not slow", env=test_env(name))
+        failed |= run(*pytest, *extra_args, "-m", "backend and not slow", env=test_env(name))
+    failed = step("fast tier on every backend", start, failed)
+    if not extra_args:
+        failed |= no_fast_paths([])
+        failed |= lowest([])
     print("All test runs passed." if not failed else "Some test runs FAILED.", flush=True)
     return 1 if failed else 0
+
+
+def no_fast_paths(extra_args: list[str]) -> int:
+    """The parity tests and the short learning checks with KERASRL_FAST_PATHS=0: every private
+    framework API off (TorchScript replay, make_fx and the oneDNN op on PyTorch; `_call_flat` and
+    `_numpy` on TensorFlow), so the public fallback is known to give the same results."""
+    install()
+    start = time.monotonic()
+    pytest = pytest_command()
+    off = {"KERASRL_FAST_PATHS": "0"}
+    failed = run(*pytest, *extra_args, *PARITY_TESTS, env=test_env("jax", **off))
+    for name in BACKENDS[1:]:
+        failed |= run(*pytest, *extra_args, "-m", "backend and not slow", "-k", LEARNING_SELECTION,
+                      *LEARNING_TESTS, env=test_env(name, **off))
+    return step("fast paths off (KERASRL_FAST_PATHS=0)", start, failed)
+
+
+def lowest(extra_args: list[str]) -> int:
+    """The smoke subset on every backend in .venv-lowest (the lowest versions pyproject.toml allows)."""
+    start = time.monotonic()
+    install_lowest()
+    print(f"== .venv-lowest ready in {time.monotonic() - start:.0f} s", flush=True)
+    pytest = pytest_command(venv_python(LOWEST_VENV))
+    selection = ("-k", LOWEST_SELECTION, *LOWEST_TESTS) if not extra_args else ()
+    failed = run(*pytest, *extra_args, *selection, env=test_env("jax"))
+    for name in BACKENDS[1:]:
+        failed |= run(*pytest, *extra_args, "-m", "backend and not slow", *selection,
+                      env=test_env(name))
+    return step("lowest versions (constraints-lowest.txt)", start, failed)
 
 
 def slow(extra_args: list[str]) -> int:
     """The slow tier: every slow test on the default backend, the backend-dependent ones on
     TensorFlow and PyTorch too."""
     install()
-    pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", *extra_args]
-    failed = run(*pytest, "-m", "slow", env=test_env("jax"))
+    pytest = pytest_command()
+    failed = run(*pytest, *extra_args, "-m", "slow", env=test_env("jax"))
     for name in BACKENDS[1:]:
-        failed |= run(*pytest, "-m", "slow and backend", env=test_env(name))
+        failed |= run(*pytest, *extra_args, "-m", "slow and backend", env=test_env(name))
     return 1 if failed else 0
 
 
@@ -102,8 +287,12 @@ def bench(extra_args: list[str]) -> int:
     return run(PYTHON, "benchmarks/run_all.py", *extra_args, env={**os.environ, **THREAD_ENV})
 
 
+COMMANDS = {"test": test, "slow": slow, "bench": bench, "no-fast-paths": no_fast_paths,
+            "lowest": lowest}
+
+
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test", "slow", "bench", "install"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "install", *COMMANDS):
         print(__doc__)
         return 2
     command, rest = sys.argv[1], sys.argv[2:]
@@ -112,7 +301,7 @@ def main() -> int:
         return 0
     if command == "demo":
         return demo()
-    return {"test": test, "slow": slow, "bench": bench}[command](rest)
+    return COMMANDS[command](rest)
 
 
 if __name__ == "__main__":
