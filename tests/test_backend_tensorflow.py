@@ -175,6 +175,7 @@ else:
         assert learner._train_round.tracing_count == 1
 
     # -- fast paths on private TensorFlow APIs (kerasrl/backend/tensorflow_fast.py) -----------------
+    from kerasrl.backend import tensorflow as tensorflow_backend
     from kerasrl.backend import tensorflow_fast
 
     def broken_for_kerasrl(original):
@@ -191,30 +192,37 @@ else:
     def kerasrl_warnings(record):
         return [str(w.message) for w in record if str(w.message).startswith("kerasrl:")]
 
-    def dqn_rounds(monkeypatch):
-        """Training rounds and acting of a fresh DQN learner, compiled as the module state says,
-        from one fixed start, against `tf.function` on the same state: (results, reference)."""
-        agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16, 16), double_q=True)
-        learner = agent.learner
-        reference = tf.function(learner._train_rounds, jit_compile=True)
-        state = learner.state
-        expected = backend.to_tensors(backend.to_numpy(state))
+    def dqn_rounds(learner, state):
+        """Three training rounds of `learner` from `state` (tensors), then acting: as numpy."""
         rng = np.random.default_rng(5)
-        got, want = [], []
-        for n_steps, tau in [(2, 1.0), (2, 0.0), (2, 0.5)]:  # one signature: one XLA compile
-            chunk = dqn_batches(rng, n_steps)
-            state, loss, td = learner._train_round(state, backend.feed(chunk), np.float32(1e-3),
-                                                   np.float32(tau))
-            expected, loss_ref, td_ref = reference(expected, backend.feed(chunk), np.float32(1e-3),
-                                                   np.float32(tau))
-            got.append((loss, td))
-            want.append((loss_ref, td_ref))
+        results = []
+        for tau in (1.0, 0.0, 0.5):  # one signature: one XLA compile
+            state, loss, td = learner._train_round(state, backend.feed(dqn_batches(rng, 2)),
+                                                   np.float32(1e-3), np.float32(tau))
+            results.append((loss, td))
         obs = backend.feed(rng.standard_normal((3, 4)).astype(np.float32))
-        got.append(learner._forward(state["params"], state["non_trainable"], obs))
-        want.append(learner._forward(expected["params"], expected["non_trainable"], obs))
-        got.append(state)
-        want.append(expected)
-        return backend.to_numpy(got), backend.to_numpy(want)
+        results += [learner._forward(state["params"], state["non_trainable"], obs), state]
+        return backend.to_numpy(results)
+
+    def new_learner():
+        return kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16, 16), double_q=True).learner
+
+    @pytest.fixture(scope="module")
+    def plain_dqn_rounds():
+        """A DQN learner's start state, and its rounds and acting through a plain
+        `tf.function` (TensorFlow's public call) and eager acting: the public path."""
+        learner = new_learner()
+        start = backend.to_numpy(learner.state)
+        learner._train_round = tf.function(learner._train_rounds, jit_compile=True)
+        learner._forward = learner._forward._fn
+        return start, dqn_rounds(learner, backend.to_tensors(start))
+
+    def assert_dqn_rounds_match_plain(plain_dqn_rounds):
+        """A DQN learner compiled as the module state says computes what the public path does."""
+        start, expected = plain_dqn_rounds
+        got = dqn_rounds(new_learner(), backend.to_tensors(start))
+        for a, b in zip(keras.tree.flatten(got), keras.tree.flatten(expected), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
     def dqn_batches(rng, n_steps, batch_size=8):
         return {
@@ -226,10 +234,6 @@ else:
             "weights": np.ones((n_steps, batch_size), np.float32),
         }
 
-    def assert_close(got, want):
-        for a, b in zip(keras.tree.flatten(got), keras.tree.flatten(want), strict=True):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
-
     def compiled_functions(learner):
         """The `_Compiled` functions of a learner (a packed-state one holds its own)."""
         found = []
@@ -239,9 +243,8 @@ else:
                 found.append(value)
         return found
 
-    from kerasrl.backend import tensorflow as tensorflow_backend
-
-    def test_a_failing_call_flat_falls_back_to_the_public_call_with_one_warning(monkeypatch):
+    def test_a_failing_call_flat_falls_back_to_the_public_call_with_one_warning(
+            monkeypatch, plain_dqn_rounds):
         from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
 
         monkeypatch.setattr(backend, "_FELL_BACK", set())
@@ -250,8 +253,7 @@ else:
                             broken_for_kerasrl(ConcreteFunction._call_flat))
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
-            got, want = dqn_rounds(monkeypatch)
-        assert_close(got, want)
+            assert_dqn_rounds_match_plain(plain_dqn_rounds)
         (message,) = kerasrl_warnings(record)  # one, for all the functions and signatures
         assert "ConcreteFunction._call_flat" in message and "AttributeError" in message
         assert tensorflow_fast.CALL_FLAT is False
@@ -261,7 +263,8 @@ else:
         assert all(f.__name__ == "public" for f, _ in forward._traced.values())
 
     @pytest.mark.parametrize("failure", ["raises", "returns a list"])
-    def test_a_failing_shape_tuple_falls_back_to_tensor_shape_with_one_warning(monkeypatch, failure):
+    def test_a_failing_shape_tuple_falls_back_to_tensor_shape_with_one_warning(
+            monkeypatch, plain_dqn_rounds, failure):
         original = tensorflow_fast._EagerTensor._shape_tuple
         broken = (broken_for_kerasrl(original) if failure == "raises"
                   else lambda tensor: list(original(tensor)))
@@ -272,18 +275,17 @@ else:
         assert len(kerasrl_warnings(record)) == 1
         assert shape_tuple is tensorflow_fast._public_shape_tuple
         monkeypatch.setattr(tensorflow_fast, "shape_tuple", shape_tuple)
-        got, want = dqn_rounds(monkeypatch)
-        assert_close(got, want)
+        assert_dqn_rounds_match_plain(plain_dqn_rounds)
 
-    def test_fast_paths_off_in_process_takes_the_public_paths_without_warnings(monkeypatch):
+    def test_fast_paths_off_in_process_takes_the_public_paths_without_warnings(
+            monkeypatch, plain_dqn_rounds):
         monkeypatch.setenv("KERASRL_FAST_PATHS", "0")
         monkeypatch.setattr(backend, "_FELL_BACK", set())
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             assert tensorflow_fast.choose_shape_tuple() is tensorflow_fast._public_shape_tuple
             monkeypatch.setattr(tensorflow_fast, "shape_tuple", tensorflow_fast.choose_shape_tuple())
-            got, want = dqn_rounds(monkeypatch)
-        assert_close(got, want)
+            assert_dqn_rounds_match_plain(plain_dqn_rounds)
         forward = backend.compile(lambda x: x + 1.0)
         forward(np.ones(2, np.float32))
         assert all(f.__name__ == "public" for f, _ in forward._traced.values())
