@@ -14,6 +14,8 @@ import keras
 import numpy as np
 from keras import layers
 
+from kerasrl import backend
+
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
     """A Dense layer initialised as PyTorch's `nn.Linear`: weights and biases uniform in
@@ -136,6 +138,12 @@ def stateless_apply(model: keras.Model, params, non_trainable, inputs, training:
     return outputs, [scope.get_current_value(v) for v in model.non_trainable_variables]
 
 
+def _error_text(error: BaseException, limit: int) -> str:
+    """An exception as one line (Keras wraps the user's error in lines and terminal colours)."""
+    text = " ".join(str(error).replace("\x1b[1m", "").replace("\x1b[0m", "").split())
+    return f"{type(error).__name__}: {text[:limit]}"
+
+
 def check_drivable(model: keras.Model, observation_space: gym.Space, role: str = "model") -> None:
     """Raise, naming the model's class and the fix, if kerasrl cannot drive `model`.
 
@@ -153,16 +161,17 @@ def check_drivable(model: keras.Model, observation_space: gym.Space, role: str =
         except Exception as error:  # the user's model, any error: say where it came from
             raise ValueError(
                 f"The {role} ({name}) fails when called with training={training} on a batch of "
-                f"shape {batch.shape}: {type(error).__name__}: {str(error).strip()[:500]}. "
+                f"shape {batch.shape}: {_error_text(error, 500)}. "
                 f"kerasrl calls it as model(observations, training=...); its call() may take "
                 f"`training` or not, but must not change its weights or layers while called."
             ) from error
     try:
-        model(keras.KerasTensor((None, *observation_space.shape), dtype="float32"), training=False)
+        backend.check_traceable(
+            lambda obs: stateless_apply(model, params, states, obs, False)[0], batch)
     except Exception as error:
         raise ValueError(
-            f"The {role} ({name}) cannot be traced symbolically, so it cannot run inside a "
-            f"compiled step: {type(error).__name__}: {str(error).strip()[:300]}. Its call() "
+            f"The {role} ({name}) cannot be traced, so it cannot run inside a compiled step: "
+            f"{_error_text(error, 300)}. Its call() "
             f"probably reads tensor values in Python (an `if` on a tensor, .numpy(), float(x)): "
             f"write such choices with keras.ops.where or keras.ops.cond."
         ) from error

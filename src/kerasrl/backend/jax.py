@@ -62,3 +62,9 @@ def to_numpy(tree):
     if isinstance(tree, jax.Array):  # one array (acting, every env step): skip the tree walk
         return np.asarray(tree)
     return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def check_traceable(fn, batch) -> None:
+    """Trace `fn(batch)` on shapes alone (nothing runs): raises where `fn` reads a tensor's value
+    in Python, which a compiled step cannot do."""
+    jax.eval_shape(fn, batch)

@@ -302,3 +302,9 @@ def feed(tree):
 def to_numpy(tree):
     """Tensors (any nesting of lists, tuples and dicts) to numpy."""
     return optree.tree_map(np.asarray, tree)
+
+
+def check_traceable(fn, batch) -> None:
+    """Trace `fn(batch)` into a graph (nothing runs): raises where `fn` reads a tensor's value in
+    Python, which a compiled step cannot do."""
+    tf.function(fn, autograph=False).get_concrete_function(tf.convert_to_tensor(batch))

@@ -154,3 +154,20 @@ def to_numpy(tree):
     return _tree_map(
         lambda x: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x), tree
     )
+
+
+def check_traceable(fn, batch) -> None:
+    """Raise where `fn(batch)` reads a tensor's value in Python: a traced step would keep the
+    branch taken while tracing for every later call.
+
+    `torch.func.vmap` refuses exactly that (data-dependent control flow, `.item()`, `.numpy()`);
+    other vmap limits (an op without a batching rule) say nothing about the model and pass.
+    """
+    try:
+        torch.func.vmap(lambda x: fn(x[None]), randomness="different")(
+            torch.from_numpy(np.asarray(batch)))
+    except RuntimeError as error:
+        message = str(error)
+        reads_values = ("data-dependent", ".item()", "numpy", "doesn't have storage")
+        if any(text in message for text in reads_values):
+            raise
