@@ -34,6 +34,12 @@ else:
 
     pytestmark = pytest.mark.backend
 
+    @pytest.fixture(autouse=True)
+    def fast_paths_on(monkeypatch):
+        """These tests are about the fast paths, also in a run with KERASRL_FAST_PATHS=0 (the
+        tests of that setting set it themselves)."""
+        monkeypatch.setenv("KERASRL_FAST_PATHS", "1")
+
     def step(state, batch, scale):
         """A pure update with float and int state, nested, and outputs besides the state."""
         w = [p * scale + ops.mean(batch["x"]) for p in state["params"]]

@@ -36,6 +36,12 @@ else:
 
     pytestmark = pytest.mark.backend
 
+    @pytest.fixture(autouse=True)
+    def fast_paths_on(monkeypatch):
+        """These tests are about the fast paths, also in a run with KERASRL_FAST_PATHS=0 (the
+        tests of that setting set it themselves)."""
+        monkeypatch.setenv("KERASRL_FAST_PATHS", "1")
+
     def compile_both(fn, monkeypatch):
         """`fn` compiled twice: traced, and eager (KERASRL_TORCH_TRACE=0)."""
         traced = backend.compile(fn)
