@@ -1,9 +1,11 @@
-"""Runs on one backend (KERAS_BACKEND) in a fresh process, for tests/test_checkpoint.py and
-tests/test_policy_io.py.
+"""Runs on one backend (KERAS_BACKEND) in a fresh process, for tests/test_checkpoint.py,
+tests/test_policy_io.py and tests/test_resume_processes.py.
 
     python checkpoint_worker.py first  OUT      whole runs, first halves + save, policies saved
     python checkpoint_worker.py second OUT      load in this fresh process, second halves; load
-                                                every backend's saved policy, record its outputs
+                                                every backend's saved policy, record its outputs;
+                                                load every other backend's checkpoint and run
+                                                its second half here
     python checkpoint_worker.py crash  RUN_DIR  train with frequent checkpoints, resuming from the
                                                 newest; prints "step N" after each one (killed by
                                                 the test)
@@ -11,6 +13,7 @@ tests/test_policy_io.py.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -28,8 +31,26 @@ CASES = {
 }
 BACKENDS = ("jax", "tensorflow", "torch")
 
+# PPO and the SARSA family, for tests/test_resume_processes.py. Each pauses inside a rollout or a
+# round (N is not a multiple of either), so the half-collected rollout is part of the state.
+AGENT_CASES = {
+    # Gaussian actions, observation and reward statistics
+    "ppo": dict(algorithm="PPO", env="Pendulum-v1", seed=5, n_envs=2, n_steps=48, batch_size=32,
+                n_epochs=2, normalize_observations=True, normalize_reward=True),
+    "sarsa": dict(algorithm="SARSA", env="CartPole-v1", seed=6, n_envs=2, n_steps=3,
+                  target_update_interval=40, tau=0.5),
+    "expected_sarsa": dict(algorithm="ExpectedSARSA", env="CartPole-v1", seed=7, n_envs=2,
+                           n_steps=3, exploration_fraction=0.5),
+}
+# Checkpoints that every other backend loads and continues.
+CROSS_CASES = ("cartpole", "ppo")
+
 
 def make_agent(case: str):
+    if case in AGENT_CASES:
+        kwargs = dict(AGENT_CASES[case])
+        agent_class = getattr(kerasrl, kwargs.pop("algorithm"))
+        return agent_class(kwargs.pop("env"), **kwargs)
     kwargs = dict(CASES[case])
     env = kwargs.pop("env")
     model = kwargs.pop("model", None)
@@ -47,8 +68,27 @@ def learner_arrays(agent) -> dict[str, np.ndarray]:
     return kept
 
 
+def full_state(agent) -> dict[str, np.ndarray]:
+    """Every array of the agent's training state, its losses, and its JSON state (RNG, counters,
+    episodes) as text."""
+    arrays, meta = agent.state_dict()
+    history = meta.pop("history")
+    return {**arrays, "losses": np.array(agent.history.losses, np.float64),
+            "episodes": np.array(json.dumps(history["episodes"], sort_keys=True)),
+            "meta": np.array(json.dumps(meta, sort_keys=True))}
+
+
 def policy_observations(space, n=1000) -> np.ndarray:
     return np.random.default_rng(123).uniform(-2, 2, size=(n, *space.shape)).astype(np.float32)
+
+
+def record_ppo_policy(policy, path: Path) -> None:
+    """What a Gaussian PPO policy holds (log std, observation statistics) and what it outputs on
+    1,000 fixed observations."""
+    obs = policy_observations(policy.observation_space)
+    np.savez(path, log_std=policy.log_std, mean=policy.obs_rms.mean, var=policy.obs_rms.var,
+             count=np.array(policy.obs_rms.count), actions=policy.predict(obs),
+             means=policy.distribution(obs), values=policy.values(obs))
 
 
 def first(out: Path) -> None:
@@ -62,6 +102,20 @@ def first(out: Path) -> None:
         half.save(out / f"ckpt-{case}-{name}")
         if case == "cartpole":  # the policy of the 3 x 3 cross-backend test
             whole.policy.save(out / f"policy-{name}")
+        if case in CROSS_CASES:
+            np.savez(out / f"whole-full-{case}-{name}.npz", **full_state(whole))
+    for case in AGENT_CASES:
+        whole = make_agent(case)
+        whole.fit(total_steps=2 * N, progress=False)
+        np.savez(out / f"whole-{case}-{name}.npz", **full_state(whole))
+        if case in CROSS_CASES:
+            np.savez(out / f"whole-full-{case}-{name}.npz", **full_state(whole))
+        half = make_agent(case)
+        half.fit(total_steps=2 * N, stop_at=N, progress=False)
+        half.save(out / f"ckpt-{case}-{name}")
+        if case == "ppo":  # a Gaussian policy with observation statistics, for the 3 x 3 test
+            whole.policy.save(out / f"ppo-policy-{name}")
+            record_ppo_policy(whole.policy, out / f"ppo-policy-{name}-saved.npz")
 
 
 def second(out: Path) -> None:
@@ -79,6 +133,26 @@ def second(out: Path) -> None:
         obs = policy_observations(policy.observation_space)
         np.savez(out / f"policy-{saved_on}-on-{name}.npz", actions=policy.predict(obs),
                  q=policy.q_values(obs))
+    for saved_on in BACKENDS:
+        path = out / f"ppo-policy-{saved_on}"
+        if path.exists():
+            record_ppo_policy(kerasrl.load_policy(path),
+                              out / f"ppo-policy-{saved_on}-on-{name}.npz")
+    for case in AGENT_CASES:
+        agent = kerasrl.Agent.load(out / f"ckpt-{case}-{name}")
+        assert agent.num_timesteps == N, agent.num_timesteps
+        agent.fit(total_steps=2 * N, progress=False)
+        np.savez(out / f"resumed-{case}-{name}.npz", **full_state(agent))
+    for saved_on in BACKENDS:
+        if saved_on == name:
+            continue
+        for case in CROSS_CASES:
+            path = out / f"ckpt-{case}-{saved_on}"
+            if path.exists():
+                agent = kerasrl.Agent.load(path)
+                assert agent.num_timesteps == N, agent.num_timesteps
+                agent.fit(total_steps=2 * N, progress=False)
+                np.savez(out / f"cross-{case}-{saved_on}-on-{name}.npz", **full_state(agent))
 
 
 def crash(run_dir: Path) -> None:

@@ -1,5 +1,6 @@
-"""Policies alone: saved on one backend and loaded on every other (3 x 3), subclassed models,
-the weights-only path, and load_policy from a checkpoint."""
+"""Policies alone: saved on one backend and loaded on every other (3 x 3: DQN, and Gaussian PPO
+with its observation statistics and log std), subclassed models, conv + batch-norm networks, the
+weights-only path, and load_policy from a checkpoint."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ import pytest
 
 import kerasrl
 from kerasrl.checkpoint import CheckpointError
-from test_checkpoint import BACKENDS, worker_runs  # noqa: F401  (the shared session fixture)
+from checkpoint_runs import BACKENDS, checkpoint_runs
+
+
+@pytest.fixture(scope="session")
+def worker_runs(tmp_path_factory):
+    """tests/checkpoint_worker.py's results (made once per session, see checkpoint_runs.py)."""
+    return checkpoint_runs(tmp_path_factory)
 
 
 @pytest.mark.parametrize("saved_on", BACKENDS)
-def test_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_on):  # noqa: F811
+def test_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_on):
     """1,000 fixed observations: identical actions, Q-values within 1e-5 (measured: 7.2e-7)."""
     reference = np.load(worker_runs / f"policy-{saved_on}-on-{saved_on}.npz")
     for loaded_on in BACKENDS:
@@ -22,6 +29,24 @@ def test_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_
         assert other["actions"].shape == (1000,)
         np.testing.assert_array_equal(other["actions"], reference["actions"])
         assert np.max(np.abs(other["q"] - reference["q"])) <= 1e-5, (saved_on, loaded_on)
+
+
+@pytest.mark.parametrize("saved_on", BACKENDS)
+def test_ppo_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_on):
+    """A Gaussian PPO policy with observation normalization, loaded by load_policy in a fresh
+    process on each backend: the same log std and statistics (exactly: they travel as JSON
+    float64), and on 1,000 fixed observations the same means, actions and values within 1e-5."""
+    saved = np.load(worker_runs / f"ppo-policy-{saved_on}-saved.npz")
+    assert saved["log_std"].shape == (1,) and saved["count"] > 300
+    assert np.max(np.abs(saved["mean"])) > 0.05 and not np.allclose(saved["var"], 1.0)
+    assert np.ptp(saved["actions"]) > 0.1  # the policy is not constant
+    for loaded_on in BACKENDS:
+        loaded = np.load(worker_runs / f"ppo-policy-{saved_on}-on-{loaded_on}.npz")
+        for key in ("log_std", "mean", "var", "count"):
+            np.testing.assert_array_equal(loaded[key], saved[key], err_msg=f"{key} {loaded_on}")
+        for key in ("means", "actions", "values"):
+            assert loaded[key].shape == saved[key].shape, (key, loaded_on)
+            assert np.max(np.abs(loaded[key] - saved[key])) <= 1e-5, (key, saved_on, loaded_on)
 
 
 SPACES = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
@@ -116,3 +141,44 @@ def test_ppo_checkpoint_and_policy_round_trip(tmp_path):
     np.testing.assert_array_equal(policy.predict(obs), agent.predict(obs))
     np.testing.assert_allclose(policy.distribution(obs), agent.policy.distribution(obs), atol=1e-6)
     resumed.fit(total_steps=96, progress=False)
+
+
+def conv_batchnorm_dropout(observation_space, action_space):
+    inputs = keras.Input(observation_space.shape)
+    x = keras.layers.Conv2D(8, 3, activation="relu")(inputs)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dropout(0.25)(keras.layers.Dense(16, activation="relu")(x))
+    return keras.Model(inputs, keras.layers.Dense(int(action_space.n))(x))
+
+
+@pytest.mark.backend
+def test_conv_batchnorm_policy_round_trips_with_its_statistics(tmp_path):
+    """A conv net with batch norm and dropout: after training, load_policy (from a policy folder
+    and from a checkpoint) gives the same weights, batch-norm moving statistics included, and the
+    same Q-values in inference mode."""
+    from image_env import QuadrantEnv
+
+    agent = kerasrl.DQN(lambda: QuadrantEnv(np.float32), model=conv_batchnorm_dropout, seed=0,
+                        learning_starts=32, buffer_size=300, batch_size=16, train_freq=2)
+    agent.fit(total_steps=200, progress=False)
+    policy = agent.policy
+    batch_norm = next(layer for layer in policy.model.layers
+                      if isinstance(layer, keras.layers.BatchNormalization))
+    moving_mean = keras.ops.convert_to_numpy(batch_norm.moving_mean)
+    assert np.max(np.abs(moving_mean)) > 1e-3  # training moved the statistics off their start
+    policy.save(tmp_path / "policy")
+    agent.save(tmp_path / "ckpt")
+    obs = np.random.default_rng(0).uniform(0, 1, (64, *policy.observation_space.shape))
+    obs = obs.astype(np.float32)
+    for path in (tmp_path / "policy", tmp_path / "ckpt"):
+        loaded = kerasrl.load_policy(path)
+        for a, b in zip(loaded.model.get_weights(), policy.model.get_weights()):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(loaded.q_values(obs), policy.q_values(obs), rtol=1e-6,
+                                   atol=1e-6)
+        np.testing.assert_array_equal(loaded.predict(obs), policy.predict(obs))
+        # inference mode: dropout off, moving statistics, so the same observation gives the same
+        # Q-values every time
+        np.testing.assert_array_equal(loaded.q_values(obs), loaded.q_values(obs))
