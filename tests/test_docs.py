@@ -11,7 +11,14 @@ Step counts are made small here, not in the docs, so that the docs read as a use
 them: `KERASRL_DOC_STEPS` (default 2000) caps the first argument (or `total_steps=`) of every
 `.fit(...)` call in a Python block, `--steps` of every `kerasrl train` (appended when a command,
 e.g. a preset, has none; `--resume` keeps the run's own total), and `--checkpoint-every` to half
-of it. Nothing else is changed.
+of it; Ray runs get at most 2 actors (`workers=`, `--workers`) on this 2-core machine. Nothing
+else is changed.
+
+A command that reads what an earlier one saved (`evaluate`, `export`, `play`, `train --resume`)
+or names another backend runs in a fresh process, as a user's next command would; `backends` and
+`train` run through `kerasrl.cli.main` in this process, which saves each the 10 s or so of
+importing Keras, TensorFlow and PyTorch again. `KERASRL_DOC_CLI=subprocess` runs every command in
+a fresh process.
 
 A block that cannot run here is skipped only by a visible marker in the markdown just above it,
 `<!-- skip: next "the reason" -->` (Sybil's skip directive); the reason is shown by pytest -ra.
@@ -23,11 +30,14 @@ single one with -k only together with the ones before it.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import os
 import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +50,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 STEPS = int(os.environ.get("KERASRL_DOC_STEPS", "2000"))
+WORKERS = 2
+ALL_IN_SUBPROCESSES = os.environ.get("KERASRL_DOC_CLI") == "subprocess"
 COMMAND_TIMEOUT_S = 600
+
+# The subprocesses are exec'd at once: JAX's warning about forking a threaded process is noise here.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
 # Scripts that promise to run without kerasrl, Keras or any backend: run with those imports refused.
 FRAMEWORK_FREE = {"onnx_inference.py"}
@@ -60,21 +75,24 @@ THREAD_ENV = {
 
 # -- Python blocks ---------------------------------------------------------------------------------
 class _CapFitSteps(ast.NodeTransformer):
-    """`x.fit(N, ...)` and `x.fit(total_steps=N, ...)` -> `x.fit(min(N, STEPS), ...)`."""
+    """`x.fit(N, ...)` and `x.fit(total_steps=N, ...)` -> `x.fit(min(N, STEPS), ...)`;
+    `workers=N` in any call -> `workers=min(N, WORKERS)`."""
 
     def visit_Call(self, node: ast.Call) -> ast.Call:
         self.generic_visit(node)
-        if isinstance(node.func, ast.Attribute) and node.func.attr == "fit":
-            if node.args:
-                node.args[0] = _capped(node.args[0])
-            for keyword in node.keywords:
-                if keyword.arg == "total_steps":
-                    keyword.value = _capped(keyword.value)
+        is_fit = isinstance(node.func, ast.Attribute) and node.func.attr == "fit"
+        if is_fit and node.args:
+            node.args[0] = _capped(node.args[0], STEPS)
+        for keyword in node.keywords:
+            if is_fit and keyword.arg == "total_steps":
+                keyword.value = _capped(keyword.value, STEPS)
+            elif keyword.arg == "workers":
+                keyword.value = _capped(keyword.value, WORKERS)
         return node
 
 
-def _capped(expr: ast.expr) -> ast.expr:
-    call = ast.Call(ast.Name("min", ast.Load()), [expr, ast.Constant(STEPS)], [])
+def _capped(expr: ast.expr, cap: int) -> ast.expr:
+    call = ast.Call(ast.Name("min", ast.Load()), [expr, ast.Constant(cap)], [])
     return ast.copy_location(call, expr)
 
 
@@ -102,7 +120,8 @@ def capped_command(argv: list[str]) -> list[str]:
     if argv[1:2] != ["train"]:
         return argv
     for i, token in enumerate(argv):
-        for flag, cap in (("--steps", STEPS), ("--checkpoint-every", max(1, STEPS // 2))):
+        for flag, cap in (("--steps", STEPS), ("--checkpoint-every", max(1, STEPS // 2)),
+                          ("--workers", WORKERS)):
             if token == flag and i + 1 < len(argv):
                 argv[i + 1] = str(min(int(argv[i + 1]), cap))
             elif token.startswith(flag + "="):
@@ -134,11 +153,51 @@ def _run(argv: list[str], shown: str, cwd: Path) -> str:
     return done.stdout
 
 
+def _run_in_process(argv: list[str], shown: str, cwd: Path) -> str:
+    """`kerasrl.cli.main(argv)` in `cwd`: its output, or an AssertionError with the end of it."""
+    from kerasrl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(argv)
+    except SystemExit as exit_:  # argparse, or a message for the user
+        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        if not isinstance(exit_.code, (int, type(None))):
+            err.write(f"{exit_.code}\n")
+    except Exception:
+        sys.stderr.write(out.getvalue() + err.getvalue())  # pytest shows it with the traceback
+        raise
+    finally:
+        os.chdir(here)
+    if code:
+        tail = "\n".join((out.getvalue() + err.getvalue()).strip().splitlines()[-40:])
+        raise AssertionError(f"`{shown}` exited with {code} (ran kerasrl.cli.main({argv!r}) in "
+                             f"{cwd}):\n{tail}")
+    return out.getvalue()
+
+
+def _needs_fresh_process(argv: list[str]) -> bool:
+    """Commands that load saved files or switch backends: see the module docstring."""
+    from kerasrl import backend
+
+    if ALL_IN_SUBPROCESSES or argv[1] not in ("backends", "train") or "--resume" in argv:
+        return True
+    names = [argv[i + 1] for i, token in enumerate(argv[:-1]) if token == "--backend"]
+    names += [token.split("=", 1)[1] for token in argv if token.startswith("--backend=")]
+    return any(name != backend.NAME for name in names)
+
+
 def run_command(line: str, cwd: Path) -> str:
     """Run one documented command line: `kerasrl ...` (steps capped) or `python examples/...`."""
     argv = shlex.split(line, comments=True)
     if argv[0] == "kerasrl":
-        return _run(_kerasrl() + capped_command(argv)[1:], line, cwd)
+        argv = capped_command(argv)
+        if _needs_fresh_process(argv):
+            return _run(_kerasrl() + argv[1:], line, cwd)
+        return _run_in_process(argv[1:], line, cwd)
     if argv[0] in ("python", "python3") and argv[1:2] and argv[1].startswith("examples/"):
         script = ROOT / argv[1]
         if script.name in FRAMEWORK_FREE:  # prove it: importing any of them fails in that run
@@ -158,7 +217,9 @@ def evaluate_commands(example: Example) -> None:
     for line in command_lines(example.parsed):
         if line.startswith("pip install "):
             continue  # the dev extra installed everything the docs ask for
+        start = time.perf_counter()
         run_command(line, Path.cwd())
+        print(f"{time.perf_counter() - start:6.1f} s  {line}")  # shown with -rA or on failure
 
 
 class CommandBlockParser(CodeBlockParser):
