@@ -637,12 +637,12 @@ def save_policy(policy, path, *, weights_only: bool = False) -> Path:
     with atomic_folder(path) as tmp:
         formats = _save_models(policy.models(), tmp, weights_only)
         write_json(tmp / "policy.json", policy_header(policy, formats))
+        write_manifest(tmp, {"format": POLICY_FORMAT, "backend": backend.NAME})
     if not weights_only:
         for name, model in policy.models().items():
             problem = serialization_problem(model) if formats[name] == "weights" else None
             if problem is not None:
                 warnings.warn(weights_only_note(model, problem), stacklevel=3)
-        write_manifest(tmp, {"format": POLICY_FORMAT, "backend": backend.NAME})
     return path
 
 
