@@ -32,15 +32,17 @@ DQN_SETTINGS = dict(seed=0, learning_rate=1e-3, batch_size=64, learning_starts=5
                     target_update_interval=500, buffer_size=20_000)
 
 
-def test_dqn_improves_with_two_workers(local_ray):
+RANDOM_CARTPOLE = 22.0  # mean return of uniform random actions on CartPole-v1
+
+
+def test_dqn_learns_with_two_workers(local_ray):
     agent = kerasrl.DQN("CartPole-v1", **DQN_SETTINGS)
-    before = agent.evaluate(episodes=10)["mean_return"]
     engine = RayEngine(workers=2, rollout_steps=32, broadcast_interval=50)
     evaluations = []
     try:
         # Actors run at their own pace, so the run differs each time; DQN's greedy policy also
         # swings from one evaluation to the next. Judge the best of several, as RL-Zoo does.
-        for stop in (6_000, 9_000, 12_000, 15_000):
+        for stop in range(6_000, 15_001, 1_500):
             agent.fit(15_000, stop_at=stop, engine=engine, progress=False)
             evaluations.append(agent.evaluate(episodes=10)["mean_return"])
         assert engine.weight_bytes() == sum(w.nbytes for w in agent.model.get_weights())
@@ -48,15 +50,18 @@ def test_dqn_improves_with_two_workers(local_ray):
         engine.close()
     assert agent.num_timesteps >= 15_000
     assert len(agent.history.episodes) > 50
-    # Untrained: about 9.5; the best of the four measured 192 and 252 in two runs (one CI run had
-    # 23.8 at 12k steps alone).
-    assert max(evaluations) > before + 40, (before, evaluations)
+    assert max(evaluations) >= DQN_BAR, evaluations
 
 
-def test_ppo_improves_with_two_workers(local_ray):
+# Random play scores about 22. With evaluations at 6k, 9k, 12k and 15k steps, the best of the four
+# measured 178, 220 and 193 (seeds 0, 1, 2; every evaluation 79 or more), and 192 and 252 in two
+# earlier runs of seed 0. The test evaluates every 1,500 steps (7 chances). The bar is 4x random.
+DQN_BAR = 4 * RANDOM_CARTPOLE
+
+
+def test_ppo_learns_with_two_workers(local_ray):
     agent = kerasrl.PPO("CartPole-v1", seed=0, n_envs=4, n_steps=32, batch_size=64, n_epochs=10,
                         learning_rate=1e-3, gamma=0.98, gae_lambda=0.8)
-    before = agent.evaluate(episodes=10)["mean_return"]
     engine = RayEngine(workers=2)
     try:
         agent.fit(20_000, engine=engine, progress=False)
@@ -65,7 +70,12 @@ def test_ppo_improves_with_two_workers(local_ray):
     # Every update learns from both actors' envs: 32 steps x 4 envs x 2 workers.
     assert agent.num_timesteps == 20_224
     after = agent.evaluate(episodes=10)["mean_return"]
-    assert after > before + 60, (before, after)
+    assert after >= PPO_BAR, after
+
+
+# Synchronous rollouts from seeded actors make the run the same each time (seed 0 twice: 500 and
+# 500); seeds 0 and 1 both reached the maximum, 500. The bar is half of that, 11x random play.
+PPO_BAR = 250.0
 
 
 @pytest.mark.parametrize("max_restarts", [1, 0])
