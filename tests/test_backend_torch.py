@@ -369,6 +369,16 @@ else:
         assert "make_fx" in message and "run eagerly" in message
         assert traced == []
 
+    def test_if_the_fast_module_cannot_be_imported_functions_run_eagerly_with_one_warning(
+            monkeypatch, fresh_fast_paths, eager_dqn):
+        monkeypatch.setitem(sys.modules, "kerasrl.backend.torch_fast", None)  # import fails
+        monkeypatch.delattr(backend, "torch_fast")
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            assert assert_dqn_matches_eager(eager_dqn) == []
+        (message,) = kerasrl_warnings(record)
+        assert "torch_fast" in message and "ModuleNotFoundError" in message
+
     def test_without_a_tracing_context_make_fx_traces_alone_with_one_warning(
             monkeypatch, fresh_fast_paths, eager_dqn):
         monkeypatch.setattr(torch_fast, "TracingContext", None)
