@@ -100,8 +100,8 @@ def test_save_best_waits_for_a_full_window_then_saves_on_improvement(tmp_path):
     agent.num_timesteps = 7
     save(agent, _history([100, 100, 1, 0, 200, 200]))
     assert len(agent.saved) == 2 and save.best == pytest.approx(400 / 3) and save.best_step == 7
-    with pytest.raises(ValueError, match=".keras"):
-        SaveBest(tmp_path / "best.h5")
+    with pytest.raises(ValueError, match="window must be at least 1"):
+        SaveBest(tmp_path / "best", window=0)
 
 
 def test_stop_at_mean_return_and_callback_list(tmp_path):
