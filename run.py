@@ -3,7 +3,7 @@
 
     python3 run.py demo    install everything into .venv, train DQN on CartPole-v1, print the evaluation
     python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend),
-                           then (when given no pytest arguments) the two CI steps below
+                           then (when given no pytest arguments) the two CI steps below, side by side
     python3 run.py slow    the slow tier: learning runs to real thresholds
     python3 run.py bench   install the benchmark peers (Stable-Baselines3, SBX) and run the benchmarks
 
@@ -49,18 +49,26 @@ THREAD_ENV = {
 
 # The fast-paths-off step: the tests that show the public-API paths give the same numbers and
 # still learn. The parity tests run every backend in its own process, so one run covers all three;
-# the learning checks run on the two backends that have fast paths.
+# one short learning check per algorithm (DQN with every variant flag, SARSA, Gaussian PPO) runs
+# on the two backends that have fast paths.
 PARITY_TESTS = ("tests/test_parity.py", "tests/test_ppo_parity.py")
 LEARNING_TESTS = ("tests/agents/test_dqn.py", "tests/agents/test_sarsa.py", "tests/agents/test_ppo.py")
-LEARNING_SELECTION = "learns and not any_keras_model"
+LEARNING_SELECTION = ("(test_dqn and double_dueling_n_step_prioritized_learns) or"
+                      " (test_sarsa and learns_identity_env) or (test_ppo and continuous_target)")
 
-# The lowest-versions step: a smoke subset of what differs most between library versions
-# (keras.ops, Adam against Keras's, Keras saving and loading, Gymnasium's vector API, the
-# TensorFlow private fast paths, short DQN/SARSA/PPO learning and exact resume), a few minutes.
-LOWEST_TESTS = ("tests/test_losses.py", "tests/test_optim.py", "tests/envs",
-                "tests/agents/test_dqn.py", "tests/agents/test_ppo.py", "tests/agents/test_sarsa.py",
-                "tests/test_policy_io.py")
-LOWEST_SELECTION = ("not any_keras_model and not every_backend and not export and not onnx")
+# The lowest-versions step: a smoke subset of what differs most between library versions, a few
+# minutes on every backend: keras.ops against numpy, Adam against Keras's, Gymnasium's vector API,
+# short DQN and Gaussian PPO learning, Keras saving and loading (subclassed, conv + batch norm),
+# exact resume of a SARSA checkpoint, and the TensorFlow backend's private-API fast paths. PyTorch's
+# are left out: torch is pinned, and with Keras before 3.15 the DQN round runs eagerly (Keras's
+# PyTorch slice_update reads its start index into Python), which those tests count as a failure.
+LOWEST_TESTS = ("tests/test_losses.py", "tests/test_optim.py", "tests/envs/test_wrappers.py",
+                "tests/agents/test_dqn.py", "tests/agents/test_sarsa.py", "tests/agents/test_ppo.py",
+                "tests/test_policy_io.py", "tests/test_backend_tensorflow.py")
+LOWEST_SELECTION = ("(test_losses or test_optim or test_wrappers or (test_dqn and identity_env)"
+                    " or hard_sync or continuous_target or registered_subclassed or conv_batchnorm"
+                    " or (checkpoint_resumes_exactly and not Expected) or test_backend_tensorflow)"
+                    " and not pass_under and not fast_paths_off")
 # Installed in .venv-lowest besides kerasrl[all]: the test runner, at the dev extra's floors.
 LOWEST_TEST_TOOLS = ("pytest", "pytest-timeout")
 # The requirements of pyproject.toml whose floors .venv-lowest installs.
@@ -227,19 +235,45 @@ def demo() -> int:
 def test(extra_args: list[str]) -> int:
     """The fast tier: everything once on the default backend (JAX), then every backend-dependent
     test (marker `backend`) on TensorFlow and PyTorch too. Without pytest arguments (as CI runs
-    it), then the fast-paths-off and lowest-versions steps."""
+    it), then the fast-paths-off and lowest-versions steps, side by side (each holds one core);
+    .venv-lowest installs in the background meanwhile (it mostly waits for downloads)."""
     install()
+    background = None if extra_args else start_logged("install-lowest")
     start = time.monotonic()
     pytest = pytest_command()
     failed = run(*pytest, *extra_args, env=test_env("jax"))
     for name in BACKENDS[1:]:
         failed |= run(*pytest, *extra_args, "-m", "backend and not slow", env=test_env(name))
     failed = step("fast tier on every backend", start, failed)
-    if not extra_args:
-        failed |= no_fast_paths([])
-        failed |= lowest([])
+    if background is not None:
+        start = time.monotonic()
+        failed |= step(".venv-lowest install (in the background; waited for)", start,
+                       finish_logged(*background))
+        steps = [start_logged(name) for name in ("no-fast-paths", "lowest")]
+        failed |= step("both steps, side by side", start,
+                       max(finish_logged(*s) for s in steps))
     print("All test runs passed." if not failed else "Some test runs FAILED.", flush=True)
     return 1 if failed else 0
+
+
+def start_logged(command: str) -> tuple[str, subprocess.Popen, Path]:
+    """`python3 run.py command` in the background, its output to a log file under .venv-lowest/logs
+    (printed whole by `finish_logged`, so that two steps' outputs do not interleave)."""
+    logs = LOWEST_VENV / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{command}.log"
+    print(f"+ run.py {command} (in the background, output to {log.relative_to(ROOT)})", flush=True)
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, __file__, command], cwd=ROOT, stdout=out,
+                                   stderr=subprocess.STDOUT)
+    return command, process, log
+
+
+def finish_logged(command: str, process: subprocess.Popen, log: Path) -> int:
+    code = process.wait()
+    print(f"---- run.py {command} (exit {code}) ----", flush=True)
+    print(log.read_text(errors="replace"), flush=True)
+    return 1 if code else 0
 
 
 def no_fast_paths(extra_args: list[str]) -> int:
@@ -292,12 +326,15 @@ COMMANDS = {"test": test, "slow": slow, "bench": bench, "no-fast-paths": no_fast
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "install", *COMMANDS):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "install", "install-lowest", *COMMANDS):
         print(__doc__)
         return 2
     command, rest = sys.argv[1], sys.argv[2:]
     if command == "install":
         install()
+        return 0
+    if command == "install-lowest":
+        install_lowest()
         return 0
     if command == "demo":
         return demo()
