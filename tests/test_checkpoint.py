@@ -57,12 +57,12 @@ def test_resume_in_a_fresh_process_is_exact(worker_runs, case, backend):
     assert any(k.startswith("learner/params") for k in whole.files)
     exact = not (backend == "tensorflow" and case == "snake")
     for key in whole.files:
-        # (a 0-d counter comes back 1-d from PyTorch's to_tensors: compare values)
-        a, b = whole[key].reshape(-1), resumed[key].reshape(-1)
+        a, b = whole[key], resumed[key]
+        assert a.shape == b.shape and a.dtype == b.dtype, (key, a.shape, b.shape)
         if exact or a.dtype.kind != "f":
             assert np.array_equal(a, b), (key, np.max(np.abs(a.astype(float) - b.astype(float))))
-        else:
-            assert np.max(np.abs(a - b)) <= 1e-6, key
+        else:  # docs/checkpoints.md: within 5e-8 (TensorFlow's oneDNN convolutions)
+            assert np.max(np.abs(a - b)) <= 5e-8, key
 
 
 ROUNDS = 5
