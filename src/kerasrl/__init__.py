@@ -33,6 +33,8 @@ _LAZY = {
     "QPolicy": "kerasrl.policies",
     "Policy": "kerasrl.policies",
     "load_policy": "kerasrl.checkpoint",
+    "check_env": "kerasrl.envs.checker",
+    "EnvCheckError": "kerasrl.envs.checker",
     "networks": "kerasrl.networks",
 }
 

@@ -1,0 +1,217 @@
+"""`kerasrl.check_env`: what in an environment will break training or quietly slow it, with the fix.
+
+Modelled on Stable-Baselines3's `env_checker`, and beyond it: framework tensors in place of numpy
+(the "Tensor must be from same graph" class of failures), a reset that ignores its seed, and
+observations or rewards whose scale a network cannot learn from well.
+
+Problems that make training impossible raise `EnvCheckError`; the others are returned (and
+warned about) as sentences, each naming the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from kerasrl.envs.wrappers import _is_framework_tensor
+
+HUGE = 1e4  # observation values beyond this (in absolute value) saturate a network's first layer
+LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
+
+
+class EnvCheckError(ValueError):
+    """The environment cannot be trained on as it is; the message says why and how to fix it."""
+
+
+def check_env(env: gym.Env | str | Callable[[], gym.Env], *, steps: int = 200, seed: int = 0,
+              warn: bool = True) -> list[str]:
+    """Check `env` (an env, a Gymnasium id, or a function returning an env) against the API and
+    the habits that training needs, taking `steps` random actions.
+
+    Raises `EnvCheckError` for what makes training impossible (the old Gym API, a reset without a
+    `seed` argument, observations outside their space's shape, NaN or inf). Returns the list of
+    other problems found (each with its fix), warned about one by one when `warn`.
+    """
+    env, made_here = _make(env)
+    problems: list[str] = []
+    try:
+        name = _name(env)
+        _check_spaces(env, name)
+        _check_reset_signature(env, name)
+        observation = _checked_reset(env, name, seed, problems)
+        _check_seeding(env, name, seed, observation, problems)
+        _check_steps(env, name, steps, seed, problems)
+    finally:
+        if made_here:
+            env.close()
+    if warn:
+        for problem in problems:
+            warnings.warn(problem, stacklevel=2)
+    return problems
+
+
+def _make(env) -> tuple[gym.Env, bool]:
+    if isinstance(env, str):
+        return gym.make(env), True
+    if isinstance(env, gym.Env):
+        return env, False
+    if callable(env):
+        made = env()
+        if not isinstance(made, gym.Env):
+            raise EnvCheckError(f"The env function returned {type(made).__name__}, not a "
+                                f"gymnasium.Env.")
+        return made, True
+    raise EnvCheckError(f"check_env takes a gymnasium.Env, a Gymnasium id or a function that "
+                        f"returns an env; got {type(env).__name__}.")
+
+
+def _name(env: gym.Env) -> str:
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else type(env.unwrapped).__name__
+
+
+def _check_spaces(env: gym.Env, name: str) -> None:
+    for what in ("observation_space", "action_space"):
+        space = getattr(env, what, None)
+        if not isinstance(space, gym.spaces.Space):
+            raise EnvCheckError(
+                f"{name}.{what} is {type(space).__name__}, not a gymnasium.spaces.Space: set "
+                f"self.{what} in the env's __init__ (e.g. gymnasium.spaces.Box(low, high, shape, "
+                f"np.float32)). A space from the old `gym` package must be rebuilt with "
+                f"gymnasium.spaces.")
+
+
+def _check_reset_signature(env: gym.Env, name: str) -> None:
+    parameters = inspect.signature(env.unwrapped.reset).parameters
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if "seed" not in parameters and not takes_kwargs:
+        raise EnvCheckError(
+            f"{name}.reset() takes no `seed` argument: Gymnasium's API is reset(self, *, "
+            f"seed=None, options=None) -> (observation, info), starting with "
+            f"super().reset(seed=seed) so that self.np_random follows the seed.")
+
+
+def _checked_observation(env: gym.Env, name: str, observation, where: str,
+                         problems: list[str]) -> np.ndarray:
+    """The observation as numpy, checked against the space: shape (error), dtype and bounds."""
+    if _is_framework_tensor(observation):
+        problems.append(
+            f"{name}.{where} returns a {type(observation).__module__.split('.')[0]} tensor, not a "
+            f"numpy array. kerasrl converts it at the boundary, but a framework tensor made in an "
+            f"env belongs to that framework's graph and device (the cause of 'Tensor must be from "
+            f"same graph' errors elsewhere): return np.asarray(...) from the env.")
+        observation = np.asarray(observation)
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box):
+        if not space.contains(observation):
+            problems.append(f"{name}.{where} gave an observation outside {space}.")
+        return np.asarray(observation)
+    array = np.asarray(observation)
+    if array.shape != space.shape:
+        raise EnvCheckError(
+            f"{name}.{where} gave an observation of shape {array.shape}, but observation_space "
+            f"has shape {space.shape}: make them agree (a common slip is a missing or extra "
+            f"batch axis, or a list of arrays instead of one array).")
+    if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
+        raise EnvCheckError(f"{name}.{where} gave an observation of dtype {array.dtype}; "
+                            f"observations must be numeric arrays.")
+    if not np.all(np.isfinite(array)):
+        raise EnvCheckError(f"{name}.{where} gave an observation with NaN or inf values: "
+                            f"training on it fails at the first update. Find where the env "
+                            f"divides by zero or overflows, or clip the values.")
+    if array.dtype != space.dtype:
+        problems.append(f"{name}.{where} gave an observation of dtype {array.dtype}, but "
+                        f"observation_space has dtype {space.dtype}: cast it with "
+                        f"np.asarray(obs, dtype={space.dtype.name!r}).")
+    elif not space.contains(array):
+        problems.append(f"{name}.{where} gave an observation outside observation_space's "
+                        f"bounds (low {_short(space.low)}, high {_short(space.high)}): widen "
+                        f"the bounds or clip the observation.")
+    return array
+
+
+def _short(values: np.ndarray) -> str:
+    flat = np.asarray(values).ravel()
+    return np.array2string(flat[:4], precision=3) + (" ..." if flat.size > 4 else "")
+
+
+def _checked_reset(env: gym.Env, name: str, seed: int, problems: list[str]) -> np.ndarray:
+    result = env.reset(seed=seed)
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+        raise EnvCheckError(
+            f"{name}.reset() returned {type(result).__name__}, not (observation, info): this is "
+            f"the old Gym API. Return `observation, {{}}` from reset (Gymnasium >= 0.26).")
+    return _checked_observation(env, name, result[0], "reset()", problems)
+
+
+def _check_seeding(env: gym.Env, name: str, seed: int, first: np.ndarray,
+                   problems: list[str]) -> None:
+    """The same seed must give the same first observation, or runs cannot be repeated."""
+    again = np.asarray(env.reset(seed=seed)[0])
+    if again.shape == first.shape and not np.array_equal(again, first):
+        problems.append(
+            f"{name}.reset(seed={seed}) gave two different first observations: the env ignores "
+            f"its seed, so no run on it can be repeated. Call super().reset(seed=seed) first in "
+            f"reset and draw every random number from self.np_random.")
+
+
+def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[str]) -> None:
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+    observations, rewards = [], []
+    for _ in range(steps):
+        result = env.step(env.action_space.sample())
+        if not (isinstance(result, tuple) and len(result) == 5):
+            count = len(result) if isinstance(result, tuple) else type(result).__name__
+            raise EnvCheckError(
+                f"{name}.step() returned {count} values, not (observation, reward, terminated, "
+                f"truncated, info): a 4-tuple is the old Gym API, whose `done` mixes a death "
+                f"(no bootstrap) with a time limit (bootstrap). Return both flags.")
+        observation, reward, terminated, truncated, info = result
+        observations.append(_checked_observation(env, name, observation, "step()", problems))
+        if _is_framework_tensor(reward):
+            reward = np.asarray(reward)
+        if not (np.ndim(reward) == 0 and np.issubdtype(np.asarray(reward).dtype, np.number)):
+            raise EnvCheckError(f"{name}.step() returned a reward of type "
+                                f"{type(reward).__name__} and shape {np.shape(reward)}: return "
+                                f"one number (a float).")
+        if not np.isfinite(reward):
+            raise EnvCheckError(f"{name}.step() returned a reward of {float(reward)}: rewards "
+                                f"must be finite.")
+        rewards.append(float(reward))
+        for flag_name, flag in (("terminated", terminated), ("truncated", truncated)):
+            if not isinstance(flag, (bool, np.bool_)):
+                problems.append(f"{name}.step() returned {flag_name} as "
+                                f"{type(flag).__name__}, not bool: return bool({flag_name}).")
+        if not isinstance(info, dict):
+            raise EnvCheckError(f"{name}.step() returned info as {type(info).__name__}, not a "
+                                f"dict.")
+        if terminated or truncated:
+            env.reset()
+    _check_scales(name, np.array(observations), np.array(rewards), problems)
+    problems[:] = list(dict.fromkeys(problems))  # each problem once, however often it occurred
+
+
+def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,
+                  problems: list[str]) -> None:
+    if observations.size and np.issubdtype(observations.dtype, np.floating):
+        largest = float(np.abs(observations).max())
+        if largest > HUGE:
+            problems.append(
+                f"{name}'s observations reach {largest:.3g} in absolute value: a network's first "
+                f"layer saturates on values this large. Scale them (e.g. to about [-1, 1]) or "
+                f"normalize them (PPO: normalize_observations=True).")
+        if len(observations) > 1 and np.all(observations == observations[0]):
+            problems.append(
+                f"{name}'s observations never changed over {len(observations)} random steps: "
+                f"the agent cannot tell states apart. Check that step() returns the new state.")
+    if rewards.size and float(np.abs(rewards).max()) > LARGE_REWARD:
+        problems.append(
+            f"{name}'s rewards reach {float(np.abs(rewards).max()):.3g} in absolute value, far "
+            f"from a network's output scale: TD targets and value losses start huge. Scale the "
+            f"rewards (e.g. divide by {10 ** int(np.log10(np.abs(rewards).max())):g}) or clip "
+            f"them.")

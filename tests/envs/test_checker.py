@@ -1,0 +1,124 @@
+"""kerasrl.check_env: each problem provoked by a small broken env, and its message asserted."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.envs.checker import EnvCheckError, check_env
+
+
+class Healthy(gym.Env):
+    """A seeded random walk on a line: what a well-made env looks like."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = self.np_random.uniform(-1, 1, size=2).astype(np.float32)
+        self.t = 0
+        return self.position.copy(), {}
+
+    def step(self, action):
+        self.position = np.clip(self.position + (0.1 if action else -0.1), -10, 10).astype(np.float32)
+        self.t += 1
+        return self.position.copy(), 1.0, False, self.t >= 50, {}
+
+
+def test_a_healthy_env_and_registered_envs_have_no_problems():
+    assert check_env(Healthy()) == []
+    for env_id in ("CartPole-v1", "Pendulum-v1", "kerasrl/Snake-v0"):
+        assert check_env(env_id) == [], env_id
+
+
+def broken(**overrides):
+    """A Healthy env with some methods or spaces replaced."""
+    return type("Broken", (Healthy,), overrides)()
+
+
+def _old_reset(self, seed=None, options=None):
+    return Healthy.reset(self, seed=seed)[0]
+
+
+def _old_step(self, action):
+    obs, reward, terminated, truncated, info = Healthy.step(self, action)
+    return obs, reward, terminated or truncated, info
+
+
+def _no_seed_reset(self):
+    return Healthy.reset(self)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"reset": _old_reset}, r"returned ndarray, not \(observation, info\): this is the old Gym API"),
+    ({"step": _old_step}, r"returned 4 values.*old Gym API"),
+    ({"reset": _no_seed_reset}, r"takes no `seed` argument.*super\(\)\.reset\(seed=seed\)"),
+    ({"observation_space": gym.spaces.Box(-1.0, 1.0, (3,), np.float32)},
+     r"shape \(2,\), but observation_space has shape \(3,\)"),
+    ({"step": lambda self, a: (np.array([np.nan, 0], np.float32), 0.0, False, False, {})},
+     r"NaN or inf"),
+    ({"step": lambda self, a: (np.zeros(2, np.float32), float("inf"), False, False, {})},
+     r"reward of inf"),
+    ({"step": lambda self, a: (np.zeros(2, np.float32), np.ones(2), False, False, {})},
+     r"reward of type ndarray and shape \(2,\)"),
+    ({"action_space": "discrete"}, r"action_space is str, not a gymnasium.spaces.Space"),
+])
+def test_what_makes_training_impossible_raises_with_the_fix(overrides, message):
+    with pytest.raises(EnvCheckError, match=message):
+        check_env(broken(**overrides), warn=False)
+
+
+def _unseeded_reset(self, *, seed=None, options=None):
+    super(type(self), self).reset(seed=None)  # ignores the seed
+    self.position = np.random.default_rng().uniform(-1, 1, size=2).astype(np.float32)
+    self.t = 0
+    return self.position.copy(), {}
+
+
+def _huge_step(self, action):
+    obs, reward, terminated, truncated, info = Healthy.step(self, action)
+    return obs * 1e6, reward * 1e5, terminated, truncated, info
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"reset": _unseeded_reset}, r"ignores its seed.*self\.np_random"),
+    ({"step": lambda self, a: (np.zeros(2), 0.0, False, False, {})},
+     r"dtype float64, but observation_space has dtype float32"),
+    ({"step": lambda self, a: (np.full(2, 20.0, np.float32), 0.0, False, False, {})},
+     r"outside observation_space's bounds"),
+    ({"step": lambda self, a: (np.zeros(2, np.float32), 0.0, 0, 0, {})},
+     r"terminated as int, not bool"),
+    ({"step": lambda self, a: (np.zeros(2, np.float32), 0.0, False, False, {})},
+     r"never changed over 200 random steps"),
+    ({"observation_space": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), "step": _huge_step},
+     r"observations reach 1\.\d+e\+0[56].*normalize_observations"),
+    ({"step": _huge_step, "observation_space": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)},
+     r"rewards reach 1e\+05.*divide by 100000\)"),
+])
+def test_problems_that_slow_or_spoil_training_are_reported_once_with_the_fix(overrides, message):
+    with pytest.warns(UserWarning, match=message):
+        problems = check_env(broken(**overrides))
+    assert len(problems) == len(set(problems))
+    assert sum(bool(__import__("re").search(message, p)) for p in problems) == 1, problems
+
+
+def test_framework_tensors_are_reported():
+    torch = pytest.importorskip("torch")
+
+    def tensor_step(self, action):
+        obs, reward, terminated, truncated, info = Healthy.step(self, action)
+        return torch.from_numpy(obs), reward, terminated, truncated, info
+
+    problems = check_env(broken(step=tensor_step), warn=False)
+    assert any("returns a torch tensor, not a numpy array" in p and "np.asarray" in p
+               for p in problems), problems
+
+
+def test_public_name_and_other_inputs():
+    assert kerasrl.check_env is check_env
+    assert check_env(lambda: Healthy(), warn=False) == []
+    with pytest.raises(EnvCheckError, match="returned int, not a gymnasium.Env"):
+        check_env(lambda: 3)
+    with pytest.raises(EnvCheckError, match="takes a gymnasium.Env"):
+        check_env(3.5)
