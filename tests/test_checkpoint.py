@@ -1,5 +1,6 @@
-"""Checkpoints: exact resume in a fresh process, crash safety under SIGKILL, and refusal of
-damaged or unsafe files (none of which may run code)."""
+"""Checkpoints: crash safety under SIGKILL, refusal of damaged or unsafe files (none of which
+may run code), checkpoint rotation and the CLI's resume. Exact resume in a fresh process, on the
+same and on another backend: tests/test_resume_processes.py."""
 
 from __future__ import annotations
 
@@ -21,50 +22,6 @@ from kerasrl.checkpoint import (CheckpointError, list_checkpoints, read_manifest
                                 write_manifest)
 
 WORKER = Path(__file__).with_name("checkpoint_worker.py")
-BACKENDS = ("jax", "tensorflow", "torch")
-
-
-def run_worker(mode: str, backend: str, path: Path, timeout=600) -> None:
-    env = {**os.environ, "KERAS_BACKEND": backend}
-    proc = subprocess.run([sys.executable, str(WORKER), mode, str(path)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{backend} {mode} failed:\n{proc.stderr[-3000:]}"
-
-
-@pytest.fixture(scope="session")
-def worker_runs(tmp_path_factory):
-    """Every backend's first halves and saved policies, then (each in a fresh process) the loads,
-    second halves and cross-backend policy loads. Shared with tests/test_policy_io.py."""
-    out = tmp_path_factory.mktemp("checkpoint_runs")
-    for backend in BACKENDS:
-        run_worker("first", backend, out)
-    for backend in BACKENDS:
-        run_worker("second", backend, out)
-    return out
-
-
-@pytest.mark.parametrize("case", ["cartpole", "snake"])
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_resume_in_a_fresh_process_is_exact(worker_runs, case, backend):
-    """2N steps in one go == N steps, save, load in another process, N more steps.
-
-    Measured: bit for bit on every backend for the CartPole MLP, and on JAX and PyTorch for the
-    Snake conv net; TensorFlow's oneDNN convolutions differ by up to 5e-8 after the resume.
-    """
-    whole = np.load(worker_runs / f"whole-{case}-{backend}.npz")
-    resumed = np.load(worker_runs / f"resumed-{case}-{backend}.npz")
-    assert sorted(whole.files) == sorted(resumed.files)
-    assert any(k.startswith("learner/params") for k in whole.files)
-    exact = not (backend == "tensorflow" and case == "snake")
-    for key in whole.files:
-        a, b = whole[key], resumed[key]
-        assert a.shape == b.shape and a.dtype == b.dtype, (key, a.shape, b.shape)
-        if exact or a.dtype.kind != "f":
-            assert np.array_equal(a, b), (key, np.max(np.abs(a.astype(float) - b.astype(float))))
-        else:  # docs/checkpoints.md: within 5e-8 (TensorFlow's oneDNN convolutions)
-            assert np.max(np.abs(a - b)) <= 5e-8, key
-
-
 ROUNDS = 5
 
 
