@@ -66,9 +66,9 @@ LOWEST_TESTS = ("tests/test_losses.py", "tests/test_optim.py", "tests/envs/test_
                 "tests/agents/test_dqn.py", "tests/agents/test_sarsa.py", "tests/agents/test_ppo.py",
                 "tests/test_policy_io.py", "tests/test_backend_tensorflow.py")
 LOWEST_SELECTION = ("(test_losses or test_optim or test_wrappers or (test_dqn and identity_env)"
-                    " or hard_sync or continuous_target or registered_subclassed or conv_batchnorm"
-                    " or (checkpoint_resumes_exactly and not Expected) or test_backend_tensorflow)"
-                    " and not pass_under and not fast_paths_off")
+                    " or hard_sync or continuous_target or registered_subclassed_model_round"
+                    " or conv_batchnorm or (checkpoint_resumes_exactly and not Expected)"
+                    " or test_backend_tensorflow) and not pass_under and not fast_paths_off")
 # Installed in .venv-lowest besides kerasrl[all]: the test runner, at the dev extra's floors.
 LOWEST_TEST_TOOLS = ("pytest", "pytest-timeout")
 # The requirements of pyproject.toml whose floors .venv-lowest installs.
