@@ -9,12 +9,14 @@
 
 The CI steps that `run.py test` ends with, each also a command of its own:
 
-    python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0 (the public
-                                   framework APIs only, as after a fast path fails)
-    python3 run.py lowest          install the lowest versions pyproject.toml allows (constraints-lowest.txt)
-                                   into .venv-lowest and run a smoke subset on every backend there
+    python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0
+                                   (public framework APIs only, as after a fast path fails)
+    python3 run.py lowest          install the lowest versions that pyproject.toml allows
+                                   (constraints-lowest.txt) into .venv-lowest and run a smoke
+                                   subset on every backend there
 
-Installation is skipped when pyproject.toml and the constraints file have not changed since the last one.
+Installation is skipped when pyproject.toml and the constraints file have not changed since the
+last one.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ THREAD_ENV = {
 # one short learning check per algorithm (DQN with every variant flag, SARSA, Gaussian PPO) runs
 # on the two backends that have fast paths.
 PARITY_TESTS = ("tests/test_parity.py", "tests/test_ppo_parity.py")
-LEARNING_TESTS = ("tests/agents/test_dqn.py", "tests/agents/test_sarsa.py", "tests/agents/test_ppo.py")
+LEARNING_TESTS = ("tests/agents/test_dqn.py", "tests/agents/test_sarsa.py",
+                  "tests/agents/test_ppo.py")
 LEARNING_SELECTION = ("(test_dqn and double_dueling_n_step_prioritized_learns) or"
                       " (test_sarsa and learns_identity_env) or (test_ppo and continuous_target)")
 
@@ -63,7 +66,8 @@ LEARNING_SELECTION = ("(test_dqn and double_dueling_n_step_prioritized_learns) o
 # are left out: torch is pinned, and with Keras before 3.15 the DQN round runs eagerly (Keras's
 # PyTorch slice_update reads its start index into Python), which those tests count as a failure.
 LOWEST_TESTS = ("tests/test_losses.py", "tests/test_optim.py", "tests/envs/test_wrappers.py",
-                "tests/agents/test_dqn.py", "tests/agents/test_sarsa.py", "tests/agents/test_ppo.py",
+                "tests/agents/test_dqn.py", "tests/agents/test_sarsa.py",
+                "tests/agents/test_ppo.py",
                 "tests/test_policy_io.py", "tests/test_backend_tensorflow.py")
 LOWEST_SELECTION = ("(test_losses or test_optim or test_wrappers or (test_dqn and identity_env)"
                     " or hard_sync or continuous_target or registered_subclassed_model_round"
@@ -166,7 +170,8 @@ def declared_floors(pyproject: Path) -> tuple[dict[str, str], list[str]]:
         if name in floors and _version(floors[name]) != _version(floor):
             problems.append(f"pyproject.toml: {name} has two floors, {floors[name]} and {floor}")
         floors[name] = floor
-    # One floor for TensorFlow: tensorflow-cpu on Linux x86-64 (installed here), tensorflow elsewhere.
+    # One floor for TensorFlow: tensorflow-cpu on Linux x86-64 (installed here), tensorflow
+    # elsewhere.
     if "tensorflow" in floors and _version(floors.pop("tensorflow")) != _version(
             floors.get("tensorflow-cpu", "0")):
         problems.append("pyproject.toml: the tensorflow and tensorflow-cpu floors differ")
@@ -204,7 +209,7 @@ def floor_problems(pyproject: Path = ROOT / "pyproject.toml",
 
 
 def install_lowest() -> None:
-    """Create .venv-lowest with the lowest versions pyproject.toml allows (constraints-lowest.txt)."""
+    """Create .venv-lowest with the lowest versions that pyproject.toml allows."""
     problems = floor_problems()
     if problems:
         sys.exit("constraints-lowest.txt and pyproject.toml disagree:\n  " + "\n  ".join(problems))
@@ -292,7 +297,7 @@ def no_fast_paths(extra_args: list[str]) -> int:
 
 
 def lowest(extra_args: list[str]) -> int:
-    """The smoke subset on every backend in .venv-lowest (the lowest versions pyproject.toml allows)."""
+    """The smoke subset on every backend in .venv-lowest (the lowest allowed versions)."""
     start = time.monotonic()
     install_lowest()
     print(f"== .venv-lowest ready in {time.monotonic() - start:.0f} s", flush=True)
