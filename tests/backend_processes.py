@@ -49,3 +49,50 @@ def parity_results(worker: Path, out_dir: Path, cases, prefix: str = ""):
 
 def relative_difference(a, b) -> float:
     return float(np.max(np.abs(a - b) / (np.abs(b) + 1e-6)))
+
+
+# -- the backends' fast paths against their public fallbacks ------------------------------------
+def dqn_fast_path_worker(out: Path, start: Path, *, hidden_sizes, batches, fast_paths_used) -> None:
+    """A DQN learner's training rounds and acting from the weights in `start` (written there by
+    the first run), results to `out`. Run in a fresh process per KERASRL_FAST_PATHS setting by
+    `assert_fast_paths_match_public`; `batches(rng, n_steps)` makes a round's batches and
+    `fast_paths_used(learner)` says which fast paths the learner took."""
+    import kerasrl
+
+    learner = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=hidden_sizes, double_q=True).learner
+    if start.exists():
+        with np.load(start) as arrays:
+            learner.load_arrays(dict(arrays))
+    else:
+        np.savez(start, **learner.arrays())
+    rng = np.random.default_rng(0)
+    results = {}
+    for i, (n_steps, tau) in enumerate([(2, 1.0), (2, 0.0), (2, 0.5)]):  # one signature
+        loss, td = learner.train(batches(rng, n_steps), 1e-3 * (i + 1), tau)
+        results[f"loss{i}"], results[f"td{i}"] = np.float32(loss), td
+    obs = rng.standard_normal((5, 4)).astype(np.float32)
+    results.update(q=learner.q_values(obs), actions=learner.greedy_actions(obs),
+                   **learner.arrays())
+    results["fast_paths_used"] = np.array(fast_paths_used(learner))
+    np.savez(out, **results)
+
+
+def assert_fast_paths_match_public(backend: str, test_file, tmp_path: Path, monkeypatch) -> None:
+    """`test_file` run as a script (its `dqn_fast_path_worker`) with the fast paths on and with
+    KERASRL_FAST_PATHS=0, from the same start: the same results within the parity tolerance, and
+    only the first run on the fast paths."""
+    runs = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("KERASRL_FAST_PATHS", mode)
+        run_under_backend(backend, test_file, tmp_path / f"fast-{mode}.npz", tmp_path / "start.npz")
+        runs[mode] = dict(np.load(tmp_path / f"fast-{mode}.npz"))
+    fast, public = runs["1"], runs["0"]
+    assert fast.pop("fast_paths_used").all() and not public.pop("fast_paths_used").any()
+    assert sorted(fast) == sorted(public)
+    for key in fast:
+        if fast[key].dtype.kind == "f":
+            # As the parity tests measure weights: relative to the array's largest magnitude.
+            scale = np.max(np.abs(fast[key])) + 1e-6
+            assert np.max(np.abs(public[key] - fast[key])) / scale <= 1e-5, key
+        else:
+            np.testing.assert_array_equal(public[key], fast[key], err_msg=key)

@@ -18,7 +18,8 @@ import keras
 import numpy as np
 import pytest
 
-from backend_processes import assert_backend_tests_pass, run_under_backend
+from backend_processes import (assert_backend_tests_pass, assert_fast_paths_match_public,
+                               dqn_fast_path_worker)
 
 if keras.backend.backend() != "tensorflow":
 
@@ -299,22 +300,7 @@ else:
     def test_fast_paths_off_gives_the_results_of_the_fast_paths(monkeypatch, tmp_path):
         """A DQN learner's training rounds and acting, in one process with the fast paths and in
         another with KERASRL_FAST_PATHS=0, from the same start: within the parity tolerance."""
-        runs = {}
-        for mode in ("1", "0"):
-            monkeypatch.setenv("KERASRL_FAST_PATHS", mode)
-            run_under_backend("tensorflow", __file__, tmp_path / f"fast-{mode}.npz",
-                              tmp_path / "start.npz")
-            runs[mode] = dict(np.load(tmp_path / f"fast-{mode}.npz"))
-        fast, public = runs["1"], runs["0"]
-        assert fast.pop("fast_paths_used").all() and not public.pop("fast_paths_used").any()
-        assert sorted(fast) == sorted(public)
-        for key in fast:
-            if fast[key].dtype.kind == "f":
-                # As the parity tests measure weights: relative to the array's largest magnitude.
-                scale = np.max(np.abs(fast[key])) + 1e-6
-                assert np.max(np.abs(public[key] - fast[key])) / scale <= 1e-5, key
-            else:
-                np.testing.assert_array_equal(public[key], fast[key], err_msg=key)
+        assert_fast_paths_match_public("tensorflow", __file__, tmp_path, monkeypatch)
 
     def fast_paths_used(learner) -> list[bool]:
         """For each compiled function of `learner`, whether it calls through `_call_flat`, and
@@ -323,25 +309,7 @@ else:
                  for f, _ in c._traced.values()]
         return [*calls, tensorflow_fast.shape_tuple is not tensorflow_fast._public_shape_tuple]
 
-    def dqn_worker(out: Path, start: Path) -> None:
-        """Run in a fresh process by the test above: a DQN learner's training rounds and acting
-        from the state in `start` (written there by the first run), results to `out`."""
-        learner = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(64, 64), double_q=True).learner
-        if start.exists():
-            with np.load(start) as arrays:
-                learner.load_arrays(dict(arrays))
-        else:
-            np.savez(start, **learner.arrays())
-        rng = np.random.default_rng(0)
-        results = {}
-        for i, (n_steps, tau) in enumerate([(2, 1.0), (2, 0.0), (2, 0.5)]):  # one signature
-            loss, td = learner.train(dqn_batches(rng, n_steps, 32), 1e-3 * (i + 1), tau)
-            results[f"loss{i}"], results[f"td{i}"] = np.float32(loss), td
-        obs = rng.standard_normal((5, 4)).astype(np.float32)
-        results.update(q=learner.q_values(obs),
-                       actions=learner.greedy_actions(obs), **learner.arrays())
-        results["fast_paths_used"] = np.array(fast_paths_used(learner))
-        np.savez(out, **results)
-
     if __name__ == "__main__":
-        dqn_worker(Path(sys.argv[1]), Path(sys.argv[2]))
+        dqn_fast_path_worker(Path(sys.argv[1]), Path(sys.argv[2]), hidden_sizes=(64, 64),
+                             batches=lambda rng, n: dqn_batches(rng, n, 32),
+                             fast_paths_used=fast_paths_used)

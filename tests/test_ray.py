@@ -161,4 +161,4 @@ def test_cli_train_with_ray_engine(local_ray, tmp_path, capsys):
                  "--set", "normalize_reward=True"])
     assert code == 0, capsys.readouterr().err[-2000:]
     assert json.loads((tmp_path / "evaluation.json").read_text())["episodes"] == 1
-    assert (tmp_path / "model.keras").is_file()
+    assert list((tmp_path / "checkpoints").glob("ckpt-*/manifest.json"))  # the final checkpoint
