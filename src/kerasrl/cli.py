@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--save-best", action="store_true",
-                   help="save the model as RUN/best.keras whenever the mean return of the last "
+                   help="save the policy to RUN/best/ whenever the mean return of the last "
                         "--window episodes improves (from the first full window on)")
     p.add_argument("--stop-at-return", type=float, metavar="X",
                    help="stop once the mean return of the last --window episodes reaches X")
