@@ -7,12 +7,13 @@ and puts nested Dropout / BatchNormalization in the right mode.
 
 import warnings
 
+import kerasrl  # first: it settles the Keras backend (KERAS_BACKEND, else the fastest installed)
+
 import keras
 import numpy as np
 import pytest
 from keras import layers
 
-import kerasrl
 from kerasrl.checkpoint import CheckpointError
 from kerasrl.networks import stateless_apply
 
