@@ -3,7 +3,8 @@
 
     python3 run.py demo    install everything into .venv, train DQN on CartPole-v1, print the evaluation
     python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend),
-                           then (when given no pytest arguments) the two CI steps below, side by side
+                           and (when given no pytest arguments) the two CI steps below; two lanes
+                           side by side, one core each
     python3 run.py slow    the slow tier: learning runs to real thresholds
     python3 run.py bench   install the benchmark peers (Stable-Baselines3, SBX) and run the benchmarks
 
@@ -238,41 +239,62 @@ def demo() -> int:
 
 
 def test(extra_args: list[str]) -> int:
-    """The fast tier: everything once on the default backend (JAX), then every backend-dependent
-    test (marker `backend`) on TensorFlow and PyTorch too. Without pytest arguments (as CI runs
-    it), then the fast-paths-off and lowest-versions steps, side by side (each holds one core);
-    .venv-lowest installs in the background meanwhile (it mostly waits for downloads)."""
+    """The fast tier: everything once on the default backend (JAX), every backend-dependent test
+    (marker `backend`) on TensorFlow and PyTorch too; without pytest arguments (as CI runs it) also
+    the fast-paths-off and lowest-versions steps.
+
+    A pytest process holds one core (one thread per library), so CI runs two lanes side by side on
+    the 2-core machine: the JAX pass then the lowest-versions step here, the TensorFlow and PyTorch
+    passes then the fast-paths-off step in the background; .venv-lowest installs in the background
+    while the JAX pass runs (it mostly waits for downloads)."""
     install()
-    background = None if extra_args else start_logged("install-lowest")
     start = time.monotonic()
     pytest = pytest_command()
     # The backend-module files rerun themselves under their own backend from a JAX-only pytest;
-    # here the TensorFlow and PyTorch passes below run them natively, so the JAX pass leaves the
-    # reruns out.
-    failed = run(*pytest, *extra_args, "-k", "not backend_tests_pass_under", env=test_env("jax"))
-    for name in BACKENDS[1:]:
-        failed |= run(*pytest, *extra_args, "-m", "backend and not slow", env=test_env(name))
-    failed = step("fast tier on every backend", start, failed)
-    if background is not None:
-        start = time.monotonic()
-        failed |= step(".venv-lowest install (in the background; waited for)", start,
-                       finish_logged(*background))
-        steps = [start_logged(name) for name in ("no-fast-paths", "lowest")]
-        failed |= step("both steps, side by side", start,
-                       max(finish_logged(*s) for s in steps))
-    print("All test runs passed." if not failed else "Some test runs FAILED.", flush=True)
+    # the TensorFlow and PyTorch passes run them natively, so the JAX pass leaves the reruns out.
+    jax_pass = [*pytest, *extra_args, "-k", "not backend_tests_pass_under"]
+    if extra_args:  # a developer's selection: the three passes one after another
+        failed = run(*jax_pass, env=test_env("jax"))
+        failed |= other_backends(extra_args)
+        return step("fast tier on every backend", start, failed)
+    installing = start_logged("install-lowest")
+    other_lane = start_logged("lane", "other-backends", "no-fast-paths")
+    failed = step("JAX pass", start, run(*jax_pass, env=test_env("jax")))
+    failed |= step(".venv-lowest install (in the background; waited for)", start,
+                   finish_logged(*installing))
+    failed |= lowest([])
+    failed |= step("TensorFlow and PyTorch passes, fast paths off (the other lane)", start,
+                   finish_logged(*other_lane))
+    print(("All test runs passed" if not failed else "Some test runs FAILED") +
+          f" ({time.monotonic() - start:.0f} s).", flush=True)
     return 1 if failed else 0
 
 
-def start_logged(command: str) -> tuple[str, subprocess.Popen, Path]:
+def other_backends(extra_args: list[str]) -> int:
+    """Every backend-dependent test (marker `backend`) on TensorFlow and on PyTorch."""
+    install()
+    start = time.monotonic()
+    failed = 0
+    for name in BACKENDS[1:]:
+        failed |= run(*pytest_command(), *extra_args, "-m", "backend and not slow",
+                      env=test_env(name))
+    return step("TensorFlow and PyTorch passes", start, failed)
+
+
+def lane(commands: list[str]) -> int:
+    """The run.py `commands` one after another (all of them, whatever fails); 1 if any failed."""
+    return max((COMMANDS[command]([]) for command in commands), default=0)
+
+
+def start_logged(command: str, *args: str) -> tuple[str, subprocess.Popen, Path]:
     """`python3 run.py command` in the background, its output to a log file under .venv-lowest/logs
     (printed whole by `finish_logged`, so that two steps' outputs do not interleave)."""
     logs = LOWEST_VENV / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{command}.log"
+    log = logs / f"{'-'.join((command, *args))}.log"
     print(f"+ run.py {command} (in the background, output to {log.relative_to(ROOT)})", flush=True)
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, __file__, command], cwd=ROOT, stdout=out,
+        process = subprocess.Popen([sys.executable, __file__, command, *args], cwd=ROOT, stdout=out,
                                    stderr=subprocess.STDOUT)
     return command, process, log
 
@@ -330,7 +352,7 @@ def bench(extra_args: list[str]) -> int:
 
 
 COMMANDS = {"test": test, "slow": slow, "bench": bench, "no-fast-paths": no_fast_paths,
-            "lowest": lowest}
+            "lowest": lowest, "other-backends": other_backends, "lane": lane}
 
 
 def main() -> int:
