@@ -22,6 +22,7 @@ last one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -102,6 +103,25 @@ def step(title: str, start: float, failed: int) -> int:
 def install_into(folder: Path, constraints: str, requirements: list[str], stamp_name: str,
                  pip_options: tuple[str, ...] = ()) -> None:
     """Create `folder` and install `requirements` pinned by `constraints`, unless done already."""
+    with _locked(folder):  # the lowest-versions venv may be installing in another lane
+        _install_into(folder, constraints, requirements, stamp_name, pip_options)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on `folder`'s installation (POSIX; elsewhere no lock is taken)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _install_into(folder: Path, constraints: str, requirements: list[str], stamp_name: str,
+                  pip_options: tuple[str, ...]) -> None:
     digest = hashlib.sha256()
     for name in ("pyproject.toml", constraints):
         digest.update((ROOT / name).read_bytes())
@@ -244,9 +264,10 @@ def test(extra_args: list[str]) -> int:
     the fast-paths-off and lowest-versions steps.
 
     A pytest process holds one core (one thread per library), so CI runs two lanes side by side on
-    the 2-core machine: the JAX pass then the lowest-versions step here, the TensorFlow and PyTorch
-    passes then the fast-paths-off step in the background; .venv-lowest installs in the background
-    while the JAX pass runs (it mostly waits for downloads)."""
+    the 2-core machine: the JAX pass here; the TensorFlow and PyTorch passes, the fast-paths-off
+    step and the lowest-versions step in the background. .venv-lowest installs in a third process
+    meanwhile (it mostly waits for downloads; a lock keeps the lowest step from installing beside
+    it)."""
     install()
     start = time.monotonic()
     pytest = pytest_command()
@@ -258,13 +279,12 @@ def test(extra_args: list[str]) -> int:
         failed |= other_backends(extra_args)
         return step("fast tier on every backend", start, failed)
     installing = start_logged("install-lowest")
-    other_lane = start_logged("lane", "other-backends", "no-fast-paths")
+    other_lane = start_logged("lane", "other-backends", "no-fast-paths", "lowest")
     failed = step("JAX pass", start, run(*jax_pass, env=test_env("jax")))
     failed |= step(".venv-lowest install (in the background; waited for)", start,
                    finish_logged(*installing))
-    failed |= lowest([])
-    failed |= step("TensorFlow and PyTorch passes, fast paths off (the other lane)", start,
-                   finish_logged(*other_lane))
+    failed |= step("TensorFlow and PyTorch passes, fast paths off, lowest versions (the other "
+                   "lane)", start, finish_logged(*other_lane))
     print(("All test runs passed" if not failed else "Some test runs FAILED") +
           f" ({time.monotonic() - start:.0f} s).", flush=True)
     return 1 if failed else 0
