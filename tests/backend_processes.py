@@ -96,3 +96,15 @@ def assert_fast_paths_match_public(backend: str, test_file, tmp_path: Path, monk
             assert np.max(np.abs(public[key] - fast[key])) / scale <= 1e-5, key
         else:
             np.testing.assert_array_equal(public[key], fast[key], err_msg=key)
+
+
+def dqn_batches(rng, n_steps, batch_size=32):
+    """Random DQN training batches for CartPole-shaped learners: (n_steps, batch_size, ...)."""
+    return {
+        "observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, (n_steps, batch_size)).astype(np.int32),
+        "rewards": rng.standard_normal((n_steps, batch_size)).astype(np.float32),
+        "next_observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
+        "discounts": np.full((n_steps, batch_size), 0.99, np.float32),
+        "weights": np.ones((n_steps, batch_size), np.float32),
+    }

@@ -20,6 +20,7 @@ import pytest
 
 from backend_processes import (assert_backend_tests_pass, assert_fast_paths_match_public,
                                dqn_fast_path_worker)
+from backend_processes import dqn_batches as shared_dqn_batches
 
 if keras.backend.backend() != "tensorflow":
 
@@ -232,14 +233,7 @@ else:
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
     def dqn_batches(rng, n_steps, batch_size=8):
-        return {
-            "observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
-            "actions": rng.integers(0, 2, (n_steps, batch_size)).astype(np.int32),
-            "rewards": rng.standard_normal((n_steps, batch_size)).astype(np.float32),
-            "next_observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
-            "discounts": np.full((n_steps, batch_size), 0.99, np.float32),
-            "weights": np.ones((n_steps, batch_size), np.float32),
-        }
+        return shared_dqn_batches(rng, n_steps, batch_size)
 
     def compiled_functions(learner):
         """The `_Compiled` functions of a learner (a packed-state one holds its own)."""

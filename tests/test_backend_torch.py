@@ -19,6 +19,7 @@ import pytest
 
 from backend_processes import (assert_backend_tests_pass, assert_fast_paths_match_public,
                                dqn_fast_path_worker)
+from backend_processes import dqn_batches as shared_dqn_batches
 
 if keras.backend.backend() != "torch":
 
@@ -60,14 +61,7 @@ else:
         keras.tree.map_structure(np.testing.assert_array_equal, a, b)
 
     def dqn_batches(rng, n_steps, batch_size=32):
-        return {
-            "observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
-            "actions": rng.integers(0, 2, (n_steps, batch_size)).astype(np.int32),
-            "rewards": rng.standard_normal((n_steps, batch_size)).astype(np.float32),
-            "next_observations": rng.standard_normal((n_steps, batch_size, 4)).astype(np.float32),
-            "discounts": np.full((n_steps, batch_size), 0.99, np.float32),
-            "weights": np.ones((n_steps, batch_size), np.float32),
-        }
+        return shared_dqn_batches(rng, n_steps, batch_size)
 
     def test_dqn_rounds_traced_equal_eager_bit_for_bit(monkeypatch):
         traced = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(32, 32), double_q=True)
