@@ -6,6 +6,8 @@ batch, A the number of actions.
 
 from __future__ import annotations
 
+import math
+
 from keras import ops
 
 
@@ -160,3 +162,75 @@ def ppo_loss(log_probs, old_log_probs, advantages, values, returns, entropy, *, 
             ops.mean(ops.cast(ops.abs(ratio - 1.0) > clip_range, "float32"))),
     }
     return loss, metrics
+
+
+# -- continuous control (DDPG, TD3, SAC) -------------------------------------------------------
+# Shapes: B the batch, D the action dimensions; actions are in the unit box [-1, 1]^D (the agents
+# scale them to the env's bounds outside the losses).
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's log std is clipped to this range (as SB3 and SBX)
+
+
+def smoothed_target_actions(next_actions, noise, noise_clip):
+    """TD3's target policy smoothing: `clip(mu'(s') + clip(noise, -c, c), -1, 1)`, (B, D).
+
+    `noise` is already scaled by target_policy_noise (drawn in numpy, so every backend adds the
+    same numbers); `noise_clip` 0 with zero noise is DDPG's plain target action.
+    """
+    return ops.clip(next_actions + ops.clip(noise, -noise_clip, noise_clip), -1.0, 1.0)
+
+
+def clipped_double_q_target(next_q_values, rewards, discounts, next_log_probs=None, alpha=0.0):
+    """`r + discount * (min_i Q_i'(s', a') - alpha * log pi(a'|s'))`, (B,), not differentiated.
+
+    `next_q_values` is a list of (B, 1) or (B,) target critic outputs (one for DDPG, two for TD3 and
+    SAC); `next_log_probs` (B,) and `alpha` add SAC's entropy term.
+    """
+    next_q = next_q_values[0]
+    for q in next_q_values[1:]:
+        next_q = ops.minimum(next_q, q)
+    next_q = ops.reshape(next_q, (-1,))
+    if next_log_probs is not None:
+        next_q = next_q - alpha * next_log_probs
+    return ops.stop_gradient(rewards + discounts * next_q)
+
+
+def critic_loss(q_values, targets):
+    """The sum over critics of each one's mean squared TD error, as SB3's TD3 and DDPG (SAC
+    halves it). `q_values`: a list of (B, 1) or (B,); `targets`: (B,)."""
+    return sum(ops.mean(ops.square(ops.reshape(q, (-1,)) - targets)) for q in q_values)
+
+
+def deterministic_actor_loss(q_values):
+    """DDPG / TD3 actor loss: `-mean Q_1(s, mu(s))`, (B, 1) or (B,) to a scalar."""
+    return -ops.mean(q_values)
+
+
+def squashed_gaussian(mean, log_std, noise):
+    """A reparameterized tanh-Gaussian sample and its log-probability.
+
+    `a = tanh(mean + exp(log_std) * noise)`, (B, D), with `noise` standard normal (B, D) drawn in
+    numpy; `log pi(a|s)` (B,) is the Gaussian log density minus the log-determinant of tanh, written
+    `2 (log 2 - u - softplus(-2u))` (exact, and stable where tanh saturates, unlike
+    `log(1 - tanh(u)^2 + eps)`).
+    """
+    log_std = ops.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+    u = mean + ops.exp(log_std) * noise
+    gaussian = -0.5 * ops.square(noise) - log_std - 0.5 * math.log(2.0 * math.pi)
+    correction = 2.0 * (math.log(2.0) - u - ops.softplus(-2.0 * u))
+    return ops.tanh(u), ops.sum(gaussian - correction, axis=-1)
+
+
+def sac_actor_loss(q_values, log_probs, alpha):
+    """SAC actor loss: `mean(alpha * log pi(a|s) - min_i Q_i(s, a))` for a ~ pi reparameterized.
+    `q_values`: a list of (B, 1); `log_probs` (B,)."""
+    q = q_values[0]
+    for other in q_values[1:]:
+        q = ops.minimum(q, other)
+    return ops.mean(alpha * log_probs - ops.reshape(q, (-1,)))
+
+
+def entropy_coefficient_loss(log_alpha, log_probs, target_entropy):
+    """SAC's automatic entropy tuning (Haarnoja et al., 2018b):
+    `-mean(log_alpha * (log pi(a|s) + target_entropy))`, the log-probabilities not differentiated."""
+    return -ops.mean(log_alpha * ops.stop_gradient(log_probs + target_entropy))

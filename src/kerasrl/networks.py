@@ -15,6 +15,7 @@ import numpy as np
 from keras import layers
 
 from kerasrl import backend
+from kerasrl.initializers import seed_initial_weights
 
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
@@ -190,12 +191,16 @@ def build_model(
     action_space: gym.Space | None = None,
     default: Callable[[], keras.Model] | None = None,
     role: str = "model",
+    seed: int | None = None,
+    stream: str | None = None,
 ) -> keras.Model:
     """Return a built Keras model that maps (B, *obs_shape) float32 to (B, n_outputs).
 
     `model` is a Keras model, a callable `(observation_space, action_space) -> keras.Model`, or
     None for `default()`. The model is called once on a dummy batch so that its weights exist, and
-    its output shape is checked here, where a mistake is easiest to read.
+    its output shape is checked here, where a mistake is easiest to read. With a `seed`, its initial
+    weights are then drawn from that seed with numpy (kerasrl.initializers), the same on every
+    backend; `stream` (default: `role`) keeps an agent's several models apart.
     """
     if model is None:
         model = default() if default is not None else default_network(observation_space, n_outputs)
@@ -235,6 +240,8 @@ def build_model(
     if not model.trainable_variables:
         raise ValueError(f"The {role} ({type(model).__name__}) has no trainable weights.")
     check_drivable(model, observation_space, role)
+    if seed is not None:
+        seed_initial_weights(model, seed, stream or role)
     model._kerasrl_owned = True
     return model
 
@@ -322,3 +329,71 @@ def model_builder(name: str) -> Callable:
 
     builder.__name__ = name
     return builder
+
+
+# -- continuous control: actors and critics (DDPG, TD3, SAC) -------------------------------------
+def actor_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(400, 300),
+                  output_activation: str | None = "tanh", name: str = "actor") -> keras.Model:
+    """An MLP actor: observations (B, *obs_shape) -> (B, n_outputs), ReLU hidden layers, weights
+    drawn as `linear`'s. DDPG and TD3 use a tanh output (actions in [-1, 1], scaled to the bounds
+    by the policy); SAC a linear one of 2 * action_dim (Gaussian means, then log stds)."""
+    shape = tuple(observation_space.shape)
+    inputs = keras.Input(shape=shape, name="observation")
+    x = _hidden_layers(inputs, shape, hidden_sizes, "relu")
+    outputs = linear(n_outputs, x.shape[-1], activation=output_activation, name="output")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(400, 300),
+                   name: str = "critic") -> keras.Model:
+    """An MLP Q-function: [observations (B, *obs_shape), actions (B, action_dim)] -> (B, 1); the
+    two are concatenated at the input, as SB3's ContinuousCritic, weights drawn as `linear`'s."""
+    shape = tuple(observation_space.shape)
+    observations = keras.Input(shape=shape, name="observation")
+    actions = keras.Input(shape=(int(action_dim),), name="action")
+    flat = layers.Flatten()(observations) if len(shape) > 1 else observations
+    x = layers.Concatenate(name="observation_action")([flat, actions])
+    for i, size in enumerate(hidden_sizes):
+        x = linear(size, x.shape[-1], activation="relu", name=f"hidden_{i}")(x)
+    outputs = linear(1, x.shape[-1], name="q_value")(x)
+    return keras.Model([observations, actions], outputs, name=name)
+
+
+def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, *,
+                 default: Callable[[], keras.Model], role: str = "critic") -> keras.Model:
+    """A built critic that maps [observations (B, *obs_shape), actions (B, action_dim)] float32 to
+    (B, 1): `critic` is a Keras model, a callable `(observation_space, action_space) ->
+    keras.Model`, or None for `default()`. Checked here, when the agent is made."""
+    if critic is None:
+        critic = default()
+    elif not isinstance(critic, keras.Model):
+        if not callable(critic):
+            raise TypeError(f"{role} must be a keras.Model, a callable (observation_space, "
+                            f"action_space) -> keras.Model, or None; got {type(critic).__name__}.")
+        critic = critic(observation_space, action_space)
+        if not isinstance(critic, keras.Model):
+            raise TypeError(f"The {role} builder returned {type(critic).__name__}, not a keras.Model.")
+    if getattr(critic, "_kerasrl_owned", False):
+        raise ValueError(f"This Keras model already belongs to another kerasrl agent; pass a new "
+                         f"model, or a function that builds one, as {role}=.")
+    action_dim = int(np.prod(action_space.shape))
+    observations = dummy_observation(observation_space, batch_size=2)
+    actions = np.zeros((2, action_dim), dtype=np.float32)
+    expected = (f"[observations (batch, {', '.join(map(str, observation_space.shape))}), "
+                f"actions (batch, {action_dim})]")
+    try:
+        out = critic([observations, actions], training=False)
+    except Exception as error:  # the user's model, any error: say where it came from
+        raise ValueError(
+            f"The {role} ({type(critic).__name__}) must take two inputs, {expected}, and return "
+            f"Q-values (batch, 1); calling it on them failed: {_error_text(error, 400)}. Build it "
+            f"with two keras.Input layers, e.g. kerasrl.networks.critic_network."
+        ) from error
+    if tuple(out.shape) != (2, 1):
+        raise ValueError(f"The {role} must output Q-values of shape (batch, 1) for {expected}, "
+                         f"but it outputs {tuple(out.shape)} for a batch of 2. Make its last "
+                         f"layer Dense(1).")
+    if not critic.trainable_variables:
+        raise ValueError(f"The {role} ({type(critic).__name__}) has no trainable weights.")
+    critic._kerasrl_owned = True
+    return critic

@@ -410,3 +410,125 @@ class ActorCriticPolicy(Policy):
                                      self.action_space.high.astype(np.float32))
         return keras.Model(inputs, [actions, out] if include_values else actions,
                            name="actor_critic_policy")
+
+
+# -- continuous-control policies (DDPG, TD3, SAC) ------------------------------------------------
+# Their networks act in the unit box [-1, 1]^D; the output-to-action step scales to the Box bounds
+# (numpy in `predict`, keras.ops in the exported graph: the same float32 arithmetic).
+
+
+def scale_to_bounds(unit_actions, low: np.ndarray, high: np.ndarray, ops=np):
+    """`low + (a + 1) / 2 * (high - low)` clipped to [low, high]: unit-box actions to the env's."""
+    low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+    half_range = ((high - low) * np.float32(0.5)).astype(np.float32)
+    scaled = low + (unit_actions + np.float32(1.0)) * half_range
+    return ops.clip(scaled, low, high)
+
+
+def unit_from_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The inverse of `scale_to_bounds` (numpy, float32): env actions to the unit box."""
+    low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+    unit = (np.asarray(actions, np.float32) - low) / ((high - low) * np.float32(0.5)) - 1.0
+    return np.clip(unit, -1.0, 1.0).astype(np.float32)
+
+
+class _ContinuousPolicy(Policy):
+    """Shared by the deterministic and the tanh-Gaussian actor: batching, calling, saving."""
+
+    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space):
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(f"{type(self).__name__} acts in a Box action space, not {action_space}.")
+        self.model = model
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.action_dim = int(np.prod(action_space.shape))
+        self._forward = forward_fn(model)
+
+    _batch = QPolicy._batch
+
+    def raw_outputs(self, observations) -> np.ndarray:
+        """The actor's outputs (what include_values exports beside the actions)."""
+        obs, single = self._batch(observations)
+        out = np.asarray(ActorCriticPolicy._call(self._forward, self.model, obs))
+        return out[0] if single else out
+
+    def _scale(self, unit_actions, ops=np):
+        return scale_to_bounds(unit_actions, self.action_space.low, self.action_space.high, ops)
+
+    def _inference_model(self, to_unit, include_values: bool, name: str) -> keras.Model:
+        inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
+                             name="observation")
+        out = self.model(inputs, training=False)
+        actions = self._scale(to_unit(out), keras.ops)
+        return keras.Model(inputs, [actions, out] if include_values else actions, name=name)
+
+
+class DeterministicActorPolicy(_ContinuousPolicy):
+    """DDPG's and TD3's policy: the actor's output (B, D) in [-1, 1] scaled to the Box bounds, and
+    clipped to them (an actor without a tanh output still acts within the bounds).
+
+    Args:
+        model: a built Keras actor, (B, *obs_shape) float32 -> (B, action_dim).
+        observation_space, action_space: of one environment (the action space is a bounded Box).
+        noise_std: std of the Gaussian noise (unit-box units) of `predict(deterministic=False)`.
+    """
+
+    policy_type = "deterministic_actor"
+
+    def __init__(self, model, observation_space, action_space, noise_std: float = 0.1):
+        super().__init__(model, observation_space, action_space)
+        self.noise_std = float(noise_std)
+
+    def get_config(self) -> dict:
+        return {"noise_std": self.noise_std}
+
+    def predict(self, observations, deterministic: bool = True,
+                rng: np.random.Generator | None = None) -> np.ndarray:
+        """Actions (B, *action_shape) float32 within the bounds; with deterministic=False,
+        Gaussian noise of `noise_std` is added before clipping (numpy draws from `rng`)."""
+        out = np.asarray(self.raw_outputs(observations), np.float32)
+        if not deterministic:
+            rng = rng if rng is not None else np.random.default_rng()
+            out = np.clip(out + self.noise_std * rng.standard_normal(out.shape), -1.0, 1.0)
+        actions = self._scale(out.astype(np.float32))
+        return actions.reshape(*out.shape[:-1], *self.action_space.shape).astype(np.float32)
+
+    __call__ = predict
+
+    def inference_model(self, include_values: bool = False) -> keras.Model:
+        """Observations -> actor -> scaled and clipped to the Box bounds [, the actor's output]."""
+        return self._inference_model(lambda out: out, include_values, "deterministic_actor_policy")
+
+
+class SquashedGaussianPolicy(_ContinuousPolicy):
+    """SAC's policy: the actor outputs means and log stds (B, 2 * D); an action is
+    `tanh(mean + std * noise)` scaled to the Box bounds, deterministically `tanh(mean)` scaled.
+
+    Args:
+        model: a built Keras actor, (B, *obs_shape) float32 -> (B, 2 * action_dim).
+        observation_space, action_space: of one environment (the action space is a bounded Box).
+    """
+
+    policy_type = "squashed_gaussian"
+
+    def predict(self, observations, deterministic: bool = True,
+                rng: np.random.Generator | None = None) -> np.ndarray:
+        """Actions (B, *action_shape) float32 within the bounds (numpy draws from `rng`)."""
+        out = np.asarray(self.raw_outputs(observations), np.float32)
+        mean, log_std = out[..., :self.action_dim], out[..., self.action_dim:]
+        if deterministic:
+            unit = np.tanh(mean)
+        else:
+            rng = rng if rng is not None else np.random.default_rng()
+            std = np.exp(np.clip(log_std, -20.0, 2.0))
+            unit = np.tanh(mean + std * rng.standard_normal(mean.shape).astype(np.float32))
+        actions = self._scale(unit.astype(np.float32))
+        return actions.reshape(*out.shape[:-1], *self.action_space.shape).astype(np.float32)
+
+    __call__ = predict
+
+    def inference_model(self, include_values: bool = False) -> keras.Model:
+        """Observations -> actor -> tanh(mean) scaled to the Box bounds [, the actor's output]."""
+        d = self.action_dim
+        return self._inference_model(lambda out: keras.ops.tanh(out[:, :d]), include_values,
+                                     "squashed_gaussian_policy")

@@ -8,7 +8,18 @@ not. The next observation of a finished episode is its true final observation, n
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
+
+
+def action_layout(action_space) -> tuple[tuple[int, ...], type]:
+    """(shape, dtype) in which a buffer stores actions of `action_space`: () int32 for Discrete,
+    the space's shape as float32 for Box (what a compiled step takes on every backend)."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return (), np.int32
+    if isinstance(action_space, gym.spaces.Box):
+        return tuple(action_space.shape), np.float32
+    raise ValueError(f"Replay buffers store Discrete or Box actions, not {action_space}.")
 
 
 class ReplayBuffer:
@@ -22,10 +33,12 @@ class ReplayBuffer:
         n_step: sample n-step returns: the rewards of up to `n_step` consecutive steps of the same
             env, stopping at an episode's end (a termination does not bootstrap, a truncation
             bootstraps from its final observation) and at the newest stored step.
+        action_shape, action_dtype: of one action: () int32 for Discrete (the default), (D,)
+            float32 for Box; see `action_layout`.
     """
 
     def __init__(self, capacity: int, n_envs: int, obs_shape, obs_dtype=np.float32, gamma=0.99,
-                 n_step: int = 1):
+                 n_step: int = 1, *, action_shape=(), action_dtype=np.int32):
         if capacity < 1:
             raise ValueError(f"buffer_size must be at least 1, got {capacity}.")
         if n_step < 1:
@@ -37,7 +50,7 @@ class ReplayBuffer:
         shape = (self.capacity_per_env, n_envs)
         self.observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
         self.next_observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
-        self.actions = np.zeros(shape, dtype=np.int32)
+        self.actions = np.zeros((*shape, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros(shape, dtype=np.float32)
         self.terminated = np.zeros(shape, dtype=bool)
         self.truncated = np.zeros(shape, dtype=bool)

@@ -1,0 +1,275 @@
+"""What the off-policy continuous-control agents (DDPG, TD3, SAC) share: the loop around a Learner.
+
+Actions live in two units. The networks, the losses and the exploration noise work in the unit
+box [-1, 1]^D; the environment and the replay buffer hold the env's own actions (float32 arrays
+within the Box bounds). The policy's output-to-action step (kerasrl.policies.scale_to_bounds)
+goes from the first to the second, and sampling goes back (`unit_from_bounds`), both in numpy.
+
+The loop, per vector step:
+    act: uniform random before `learning_starts`, else from the actor with exploration noise
+    step the n_envs environments, store the transitions (true final observation on auto-reset)
+    every `train_freq` steps after `learning_starts`: `gradient_steps` gradient steps on sampled
+        batches (the noise the losses need drawn in numpy, so every backend sees the same
+        numbers), all in one compiled call (see kerasrl.agents.learner)
+Each agent file gives its networks' output size, its exploration, its noise and its gradient step.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import keras
+import numpy as np
+
+from kerasrl import backend
+from kerasrl.agents.base import Agent
+from kerasrl.agents.learner import Learner
+from kerasrl.buffers.replay import ReplayBuffer, action_layout
+from kerasrl.networks import actor_network, build_critic, build_model, critic_network
+from kerasrl.optim import Adam
+from kerasrl.policies import forward_fn, scale_to_bounds, unit_from_bounds
+
+
+class ContinuousAgent(Agent):
+    """Base of DDPG, TD3 and SAC. See `kerasrl.TD3` for the arguments."""
+
+    actor_activation: str | None = "tanh"  # the default actor's output layer
+    policy_class: type = None
+    loss_names: tuple[str, ...] = ()
+
+    def __init__(self, env, *, model=None, critic=None, config=None, **hyperparameters):
+        self._critic_spec = critic
+        self._policy = None
+        super().__init__(env, model=model, config=config, **hyperparameters)
+
+    # -- construction -------------------------------------------------------------------------
+    def _check_action_space(self) -> None:
+        """Refuse what these agents cannot act in, naming the fix; set action_dim."""
+        name, space = type(self).__name__, self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            raise ValueError(
+                f"{name} needs a continuous (Box) action space, but {self.env_name} has {space}. "
+                f"For discrete actions use kerasrl.DQN or kerasrl.PPO.")
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise ValueError(
+                f"{name} acts in one-dimensional Box action spaces; {self.env_name} has {space}. "
+                f"Flatten the actions in a wrapper (gymnasium.wrappers.TransformAction).")
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+            raise ValueError(
+                f"{name} squashes its actions into the Box bounds, but the action space of "
+                f"{self.env_name} ({space}) is unbounded (low {low.tolist()}, high "
+                f"{high.tolist()}). Give it finite bounds, e.g. with gymnasium.wrappers."
+                f"RescaleAction or ClipAction around an env whose actions have a known range.")
+        self.action_dim = int(space.shape[0])
+
+    def _actor_outputs(self) -> int:
+        return self.action_dim
+
+    def _build(self, model) -> None:
+        cfg = self.config
+        self._check_action_space()
+        self.actor = build_model(
+            model, self.observation_space, self._actor_outputs(), action_space=self.action_space,
+            default=lambda: actor_network(self.observation_space, self._actor_outputs(),
+                                          cfg.hidden_sizes, self.actor_activation),
+            role="actor")
+        self.critics = [self._build_critic(i) for i in range(self._n_critics())]
+        self.learner = self._make_learner()
+        self._act = forward_fn(self.actor)
+        shape, dtype = action_layout(self.action_space)
+        self.buffer = ReplayBuffer(cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
+                                   self.observation_space.dtype, cfg.gamma,
+                                   action_shape=shape, action_dtype=dtype)
+        self._round = self.learner.compile_round(self._step, self.loss_names)
+        self.n_updates = 0
+        self._vector_steps = 0
+
+    def _n_critics(self) -> int:
+        return int(getattr(self.config, "n_critics", 1))
+
+    def _build_critic(self, i: int) -> keras.Model:
+        """Critic i: the user's (a model for the first, fresh clones of it for the others; a
+        builder called once per critic), or the default MLP."""
+        spec = self._critic_spec
+        if isinstance(spec, keras.Model) and i > 0:
+            try:
+                spec = keras.models.clone_model(spec)  # same architecture, new weights
+            except Exception as error:  # the user's model: say what to pass instead
+                raise ValueError(
+                    f"{type(self).__name__} needs {self._n_critics()} critics and could not clone "
+                    f"the critic model ({type(spec).__name__}: {error}). Pass critic= a function "
+                    f"(observation_space, action_space) -> keras.Model instead.") from error
+        return build_critic(
+            spec, self.observation_space, self.action_space, role=f"critic {i}",
+            default=lambda: critic_network(self.observation_space, self.action_dim,
+                                           self.config.hidden_sizes, name=f"critic_{i}"))
+
+    def _adam(self) -> Adam:
+        return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm)
+
+    def _make_learner(self) -> Learner:
+        critics = tuple(f"critic_{i}" for i in range(len(self.critics)))
+        models = {"actor": self.actor, **dict(zip(critics, self.critics))}
+        return Learner(models, targets=("actor", *critics),
+                       optimizers={"actor": (self._adam(), ("actor",)),
+                                   "critic": (self._adam(), critics)})
+
+    @property
+    def critic_names(self) -> tuple[str, ...]:
+        return tuple(f"critic_{i}" for i in range(len(self.critics)))
+
+    # -- to implement -------------------------------------------------------------------------
+    def _step(self, state, batch, learning_rate):
+        """One gradient step, pure: (state, batch) -> (state, {loss name: scalar})."""
+        raise NotImplementedError
+
+    def _explore_unit(self, observations: np.ndarray) -> np.ndarray:
+        """Exploratory unit-box actions (n_envs, D) for the current observations."""
+        raise NotImplementedError
+
+    def _batch_noise(self, n_batches: int, batch_size: int) -> dict[str, np.ndarray]:
+        """The noise arrays the gradient step reads, (G, B, D) each, drawn from self.rng."""
+        return {}
+
+    # -- acting -------------------------------------------------------------------------------
+    def actor_outputs(self, observations: np.ndarray) -> np.ndarray:
+        """The actor's outputs (B, outputs) for float32 observations, from the learner's weights."""
+        state = self.learner.state
+        with backend.inference():
+            out = self._act(state["params"]["actor"], state["non_trainable"]["actor"],
+                            backend.feed(np.asarray(observations, np.float32)))
+        return np.asarray(backend.to_numpy(out), np.float32)
+
+    def _deterministic_unit(self, observations: np.ndarray) -> np.ndarray:
+        return np.clip(self.actor_outputs(observations), -1.0, 1.0)
+
+    def _to_env(self, unit_actions: np.ndarray) -> np.ndarray:
+        return scale_to_bounds(np.asarray(unit_actions, np.float32), self.action_space.low,
+                               self.action_space.high).astype(np.float32)
+
+    def _act_greedy(self, observations):
+        return self._to_env(self._deterministic_unit(observations))
+
+    def _explore(self, greedy_actions, rng):
+        """evaluate(deterministic=False): the policy's own stochastic actions."""
+        return greedy_actions
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _learn(self, total_steps, stop_at, logger, callback):
+        cfg = self.config
+        obs = self._obs
+        while self.num_timesteps < stop_at:
+            if self.num_timesteps < cfg.learning_starts:
+                unit = self.rng.uniform(-1.0, 1.0, (cfg.n_envs, self.action_dim)).astype(np.float32)
+            else:
+                unit = self._explore_unit(obs.astype(np.float32, copy=False))
+            actions = self._to_env(unit)
+            next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
+            self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
+            self._episodes_ended(terminated | truncated)
+            obs = self._obs = next_obs
+            self._vector_steps += 1
+            if self._vector_steps % cfg.train_freq == 0 and self.num_timesteps > cfg.learning_starts:
+                losses = self._train_round(total_steps)
+                logger.update(self.num_timesteps, **losses)
+            if callback is not None and (terminated.any() or truncated.any()):
+                if callback(self, logger.history) is False:
+                    break
+
+    def _episodes_ended(self, done: np.ndarray) -> None:
+        """Reset per-episode exploration state (Ornstein-Uhlenbeck noise) of the envs in `done`."""
+
+    def sample_batches(self) -> dict[str, np.ndarray]:
+        """A round's batches from the replay buffer, (gradient_steps, batch_size, ...), actions in
+        the unit box, with the noise the gradient step reads."""
+        cfg = self.config
+        batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
+        batches.pop("weights")
+        batches["actions"] = unit_from_bounds(batches["actions"], self.action_space.low,
+                                              self.action_space.high)
+        batches.update(self._batch_noise(cfg.gradient_steps, cfg.batch_size))
+        return batches
+
+    def update(self, batches: dict[str, np.ndarray], learning_rate: float) -> dict[str, float]:
+        """Run one gradient step per leading row of numpy `batches` (G, B, ...) (as
+        `sample_batches` makes them) in one compiled call. Returns the mean losses."""
+        losses = self.learner.run_round(self._round, batches, learning_rate)
+        self.n_updates += len(batches["actions"])
+        return losses
+
+    def _train_round(self, total_steps: int) -> dict[str, float]:
+        losses = self.update(self.sample_batches(), self._learning_rate(total_steps))
+        self._check_loss(losses[self.loss_names[0]], self.n_updates)
+        return losses
+
+    # -- weights out --------------------------------------------------------------------------
+    def push_weights(self) -> None:
+        """Write the learner's current weights into the Keras actor and critics (`self.actor`,
+        `self.critics`): the one call through which weights reach the models."""
+        self.learner.push_weights()
+
+    _sync_model = push_weights
+
+    @property
+    def model(self) -> keras.Model:
+        """The Keras actor. Its weights are the learner's as of the last `push_weights()`."""
+        return self.actor
+
+    @property
+    def policy(self):
+        """The inference-only policy on the actor, with the learner's current weights pushed."""
+        self.push_weights()
+        if self._policy is None:
+            self._policy = self._make_policy()
+        return self._policy
+
+    def _make_policy(self):
+        return self.policy_class(self.actor, self.observation_space, self.action_space)
+
+    # -- training state -----------------------------------------------------------------------
+    def _extra_state(self):
+        arrays = self.learner.arrays()
+        arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
+        arrays.update({f"exploration/{k}": np.array(v) for k, v in self._exploration_state().items()})
+        return arrays, {"n_updates": self.n_updates, "vector_steps": self._vector_steps}
+
+    def _load_extra_state(self, arrays, meta):
+        self.learner.load_arrays(arrays)
+        self.buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
+                                     if k.startswith("buffer/")})
+        self._load_exploration_state({k[len("exploration/"):]: v for k, v in arrays.items()
+                                      if k.startswith("exploration/")})
+        self.n_updates = int(meta["n_updates"])
+        self._vector_steps = int(meta["vector_steps"])
+
+    def _exploration_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _load_exploration_state(self, arrays: dict[str, np.ndarray]) -> None:
+        pass
+
+
+class ActionNoise:
+    """Exploration noise of a deterministic actor, per env, in unit-box units, drawn in numpy.
+
+    kind "normal": independent Gaussian draws of std `std`. "ornstein_uhlenbeck": the temporally
+    correlated process of DDPG's paper and keras-rl, `x += theta * (0 - x) * dt + std * sqrt(dt) * N`,
+    restarted at 0 when an env's episode ends. "none": zeros.
+    """
+
+    def __init__(self, kind: str, std: float, shape, theta: float = 0.15, dt: float = 1e-2):
+        self.kind, self.std, self.theta, self.dt = kind, float(std), float(theta), float(dt)
+        self.state = np.zeros(shape, dtype=np.float64)  # (n_envs, D), the OU process
+
+    def __call__(self, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "none":
+            return np.zeros(self.state.shape, np.float32)
+        draws = rng.standard_normal(self.state.shape)
+        if self.kind == "normal":
+            return (self.std * draws).astype(np.float32)
+        self.state = (self.state - self.theta * self.state * self.dt
+                      + self.std * np.sqrt(self.dt) * draws)
+        return self.state.astype(np.float32)
+
+    def reset(self, done: np.ndarray) -> None:
+        self.state[np.asarray(done, bool)] = 0.0

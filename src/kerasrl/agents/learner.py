@@ -1,0 +1,219 @@
+"""The learner contract: explicit state, pure losses, one compiled round, explicit weight flow.
+
+A learner holds the training state of one algorithm as a dict of backend tensors:
+
+    state = {
+        "params":         {name: [trainable arrays]},      one entry per Keras model, plus plain
+                                                           parameters without a model (SAC's
+                                                           log alpha)
+        "non_trainable":  {name: [non-trainable arrays]},  (batch-norm statistics, seeds)
+        "target_params":  {name: [arrays]},                for the models that have a target
+        "opt":            {group: Adam state},             one optimizer per group of parameters
+        "step":           int32 scalar,                    gradient steps taken (TD3's delay)
+    }
+
+An agent writes its gradient step as a pure function `state, batch -> state, losses` from pure
+`keras.ops` losses (kerasrl.losses), using `apply` (a model with given weights) and `descend` (one
+Adam step of one group on the gradient of a loss), and the learner runs a whole round of such
+steps as one compiled call (`compile_round` / `run_round`, with `kerasrl.backend`'s compile,
+value_and_grad and fori_loop: nothing here is backend-specific).
+
+Weights reach the Keras models through one public call, `push_weights()`; checkpoints use
+`arrays()` / `load_arrays()`. The target weights are second sets of weights for the same model,
+used through `networks.stateless_apply` and never differentiated.
+
+The continuous agents (DDPG, TD3, SAC) run on this class; the value learner (q_learner.QLearner)
+and PPO keep the same state layout in their own files (a model's params, target params, Adam
+state), which is what lets them move onto it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import numpy as np
+from keras import ops
+from keras import tree
+
+from kerasrl import backend
+from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
+from kerasrl.networks import stateless_apply
+from kerasrl.optim import Adam, polyak
+
+# A round longer than this runs as several calls of fully unrolled steps where loops are Python
+# anyway (PyTorch): see q_learner.UNROLLED_STEPS_PER_CALL.
+UNROLLED_STEPS_PER_CALL = 16
+
+
+class Learner:
+    """The training state of some Keras models, their targets and optimizers.
+
+    Args:
+        models: name -> built Keras model (e.g. {"actor": ..., "critic_0": ..., "critic_1": ...}).
+        targets: names of the models that have target weights (initially equal to the online ones).
+        optimizers: group name -> (Adam, names of the models or plain parameters it updates).
+        parameters: name -> list of numpy arrays: trainable parameters without a Keras model.
+    """
+
+    def __init__(self, models: dict[str, keras.Model], *, targets=(),
+                 optimizers: dict[str, tuple[Adam, tuple[str, ...]]],
+                 parameters: dict[str, list[np.ndarray]] | None = None):
+        self.models = dict(models)
+        self.targets = tuple(targets)
+        self.optimizers = dict(optimizers)
+        self.parameters = {k: [np.asarray(v, np.float32) for v in vs]
+                           for k, vs in (parameters or {}).items()}
+        unknown = [n for _, names in self.optimizers.values() for n in names
+                   if n not in self.models and n not in self.parameters]
+        if unknown or any(t not in self.models for t in self.targets):
+            raise ValueError(f"Learner: unknown model or parameter names {unknown or self.targets}.")
+        self.reset_from_models()
+
+    def reset_from_models(self) -> None:
+        """Start from the models' current weights: targets equal to them, optimizers fresh.
+
+        Values are copied out of the models (through numpy) so that donated buffers never alias
+        the models' own.
+        """
+        params = {name: variable_values(m.trainable_variables) for name, m in self.models.items()}
+        params.update({name: [v.copy() for v in vs] for name, vs in self.parameters.items()})
+        states = {name: variable_values(m.non_trainable_variables) for name, m in self.models.items()}
+        state = {
+            "params": backend.to_tensors(params),
+            "non_trainable": backend.to_tensors(states),
+            "target_params": backend.to_tensors({n: [w.copy() for w in params[n]]
+                                                 for n in self.targets}),
+            "step": backend.to_tensors(np.zeros((), np.int32)),
+        }
+        state["opt"] = {group: adam.init(self._group(state["params"], names))
+                        for group, (adam, names) in self.optimizers.items()}
+        self.state = state
+
+    # -- inside a compiled step ---------------------------------------------------------------
+    @staticmethod
+    def _group(params: dict, names) -> list:
+        return [p for name in names for p in params[name]]
+
+    def apply(self, name: str, params: dict, state, inputs, *, target: bool = False,
+              training: bool = False):
+        """The model `name` on `inputs` with the weights in `params` (or its target weights)."""
+        weights = state["target_params"][name] if target else params[name]
+        outputs, _ = stateless_apply(self.models[name], weights, state["non_trainable"][name],
+                                     inputs, training)
+        return outputs
+
+    def descend(self, state, group: str, loss_fn: Callable, learning_rate, *args, enabled=None):
+        """One Adam step of the optimizer `group` on `loss_fn(params, *args) -> (loss, aux)`,
+        differentiated with respect to that group's parameters only (`params` is the whole
+        {name: arrays} dict, the group's entries being the ones differentiated).
+
+        `enabled` (a boolean scalar tensor, or None for always) keeps the old parameters and
+        optimizer state when false: TD3's delayed actor update inside a compiled loop.
+        Returns (state, loss, aux).
+        """
+        adam, names = self.optimizers[group]
+        sizes = [len(state["params"][n]) for n in names]
+
+        def group_loss(flat, *loss_args):
+            params, i = dict(state["params"]), 0
+            for name, size in zip(names, sizes):
+                params[name] = list(flat[i:i + size])
+                i += size
+            return loss_fn(params, *loss_args)
+
+        flat = self._group(state["params"], names)
+        (loss, aux), grads = backend.value_and_grad(group_loss)(flat, *args)
+        new_flat, opt, _ = adam.update(grads, state["opt"][group], flat, learning_rate)
+        if enabled is not None:
+            new_flat = [ops.where(enabled, new, old) for new, old in zip(new_flat, flat)]
+            opt = tree.map_structure(lambda new, old: ops.where(enabled, new, old),
+                                     opt, state["opt"][group])
+        params, i = dict(state["params"]), 0
+        for name, size in zip(names, sizes):
+            params[name] = new_flat[i:i + size]
+            i += size
+        return {**state, "params": params, "opt": {**state["opt"], group: opt}}, loss, aux
+
+    def soft_update(self, state, tau, names=None):
+        """Polyak-average the targets of `names` (all by default) towards the online weights."""
+        names = self.targets if names is None else names
+        target = dict(state["target_params"])
+        for name in names:
+            target[name] = polyak(state["params"][name], target[name], tau)
+        return {**state, "target_params": target}
+
+    # -- running rounds -----------------------------------------------------------------------
+    def compile_round(self, step_fn: Callable, loss_names) -> Callable:
+        """The compiled round of `step_fn(state, batch, *scalars) -> (state, {name: scalar})`
+        (`loss_names` its keys): one gradient step per leading row of `batches` (G, B, ...), the
+        losses averaged over the round."""
+        names = tuple(loss_names)
+
+        def round_fn(state, batches, *scalars):
+            n_steps = tree.flatten(batches)[0].shape[0]
+
+            def step(i, state):
+                return step_fn(state, tree.map_structure(lambda x: x[i], batches), *scalars)
+
+            if n_steps == 1:
+                return step(0, state)
+            zeros = {name: ops.zeros((), "float32") for name in names}
+
+            def body(i, carry):
+                state, sums = carry
+                state, losses = step(i, state)
+                return state, {name: sums[name] + losses[name] for name in names}
+
+            state, sums = backend.fori_loop(0, n_steps, body, (state, zeros),
+                                            unroll=n_steps if not backend.COMPILED_LOOPS else 1)
+            return state, {name: sums[name] / n_steps for name in names}
+
+        return backend.compile(round_fn, donate_state=True)
+
+    def run_round(self, compiled: Callable, batches: dict[str, np.ndarray],
+                  *scalars) -> dict[str, float]:
+        """Run `compiled` (from `compile_round`) on numpy `batches` (G, B, ...): one call, or
+        calls of UNROLLED_STEPS_PER_CALL steps where loops are Python. Returns mean losses."""
+        n_steps = len(next(iter(batches.values())))
+        per_call = n_steps if backend.COMPILED_LOOPS else UNROLLED_STEPS_PER_CALL
+        scalars = tuple(np.float32(s) for s in scalars)
+        results, weights = [], []
+        for start in range(0, n_steps, per_call):
+            chunk = {k: v[start:start + per_call] for k, v in batches.items()}
+            self.state, losses = compiled(self.state, backend.feed(chunk), *scalars)
+            results.append(losses)
+            weights.append(min(per_call, n_steps - start))
+        results = backend.to_numpy(results)
+        return {name: float(np.average([r[name] for r in results], weights=weights))
+                for name in results[0]}
+
+    # -- weights out and in -------------------------------------------------------------------
+    def push_weights(self) -> None:
+        """Write the learner's current weights into the Keras models: the one call through which
+        weights leave the learner (copies: buffer donation never reaches the models)."""
+        params = backend.to_numpy(self.state["params"])
+        states = backend.to_numpy(self.state["non_trainable"])
+        for name, model in self.models.items():
+            for variable, value in zip(model.trainable_variables, params[name]):
+                variable.assign(np.array(value))
+            for variable, value in zip(model.non_trainable_variables, states[name]):
+                variable.assign(np.array(value))
+
+    def parameter(self, name: str) -> list[np.ndarray]:
+        """A plain parameter's current value (numpy copies), e.g. SAC's log alpha."""
+        return [np.array(v) for v in backend.to_numpy(self.state["params"][name])]
+
+    def target_weights(self, name: str) -> list[np.ndarray]:
+        """The target weights of model `name`, as numpy."""
+        return [np.array(w) for w in backend.to_numpy(self.state["target_params"][name])]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The whole state as flat numpy arrays (for checkpoints and parity checks)."""
+        return flatten_arrays("learner", backend.to_numpy(self.state))
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore from `arrays()` output (shapes checked), then push the weights to the models."""
+        self.state = backend.to_tensors(
+            unflatten_arrays("learner", arrays, backend.to_numpy(self.state)))
+        self.push_weights()
