@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -143,6 +144,22 @@ def _install_into(folder: Path, constraints: str, requirements: list[str], stamp
 def install(extras: str = "dev") -> None:
     """Create .venv and install kerasrl with `extras`, pinned by constraints.txt (torch==2.13.0)."""
     install_into(VENV, "constraints.txt", ["-e", f".[{extras}]"], extras)
+    install_chromium()
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def install_chromium() -> None:
+    """Debian's chromium, which the `kerasrl watch` browser tests drive through Playwright (it
+    downloads no browser), when it is missing and apt-get is there to install it."""
+    if CHROMIUM.exists() or not shutil.which("apt-get"):
+        return
+    apt = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if run("apt-get", "update", "-q", env=apt) or run("apt-get", "install", "-y", "-q", "chromium",
+                                                       env=apt):
+        print(f"Could not install chromium: the browser tests will fail until {CHROMIUM} exists "
+              f"(apt-get install chromium, as root).", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
     kerasrl evaluate RUN [--episodes 20]
     kerasrl export RUN --format onnx -o policy.onnx
     kerasrl play RUN [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
+    kerasrl watch RUN [--env ID] [--port 8000] [--host 127.0.0.1] [--fps 10]
 
 The backend is chosen from --backend before Keras is imported, so this module imports agents only
 inside the commands.
@@ -311,6 +312,30 @@ def cmd_play(args) -> int:
     return 0
 
 
+def cmd_watch(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    import kerasrl.watch as watch
+
+    watch.require_server()  # before loading anything, so that a missing extra is said at once
+    if args.port < 0 or args.port > 65535:
+        raise ValueError(f"--port must be 0 (a free port) to 65535, got {args.port}.")
+    policy, path = load_policy_source(args.run_or_model, args.model_factory, prefer_best=True)
+    env_id, env_kwargs = (args.env, {}) if args.env else _saved_env(path)
+    if env_id is None:
+        raise ValueError(f"No env id is saved with {path}: pass --env.")
+    env = watch.make_watch_env(env_id, env_kwargs)
+    if policy is None:  # a .keras file: a Q-network for this env
+        from kerasrl.checkpoint import load_keras_model
+        from kerasrl.policies import QPolicy
+
+        policy = QPolicy(load_keras_model(path), env.observation_space, env.action_space)
+    watch.Watch(policy, env, run_dir=watch.find_run_dir(path), fps=args.fps,
+                max_steps=args.max_steps, episodes=args.episodes, seed=args.seed,
+                title=str(path)).serve(args.host, args.port)
+    return 0
+
+
 MODEL_FACTORY_HELP = ("for a run whose model was saved as weights only (a class not registered "
                       "with Keras): a function (observation_space, action_space) -> keras.Model "
                       "that builds it, e.g. my_models:make_q_network")
@@ -379,6 +404,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=500, help="steps per episode at most")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.set_defaults(run=cmd_play)
+
+    p = commands.add_parser("watch", help="Watch a policy play on a local web page, with a run's "
+                                          "live learning curve (pip install 'kerasrl[watch]').")
+    p.add_argument("run_or_model", metavar="RUN_OR_POLICY",
+                   help="a run folder (its best/ policy, else its newest checkpoint; its "
+                        "metrics.csv is plotted as the run writes it), a checkpoint, a policy "
+                        "folder, or a Q-network's .keras file (with --env)")
+    p.add_argument("--env", help="Gymnasium id: kerasrl/Snake-v0 or any env that renders "
+                                 "rgb_array (default: the run's env)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: a free one)")
+    p.add_argument("--fps", type=float, default=10.0,
+                   help="frames per second (default 10; 0: as fast as the policy runs)")
+    p.add_argument("--episodes", type=int, help="episodes to play (default: on and on)")
+    p.add_argument("--max-steps", type=int, default=500, help="steps per episode at most")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.set_defaults(run=cmd_watch)
 
     p = commands.add_parser("evaluate", help="Evaluate a saved policy or checkpoint (no training state needed).")
     p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
