@@ -1,41 +1,33 @@
-"""Plot a run's learning curve from its metrics.csv (written by `kerasrl train --out RUN`).
+"""Plot learning curves of runs with kerasrl's own plotting (the code behind `kerasrl plot`).
 
-    python benchmarks/plot_learning_curve.py RUN/metrics.csv OUT.png [--title TEXT] [--target 100]
+    python benchmarks/plot_learning_curve.py RUN [RUN ...] OUT.png [--title TEXT] [--target 100]
+        [--metric return] [--smooth 20]
+
+RUN is a run folder (`kerasrl train --out RUN`: its episodes.csv) or a CSV file, such as an older
+run's metrics.csv (already a 100-episode running mean, drawn as it is). Runs that differ only in
+their seed are drawn as one mean with a shaded band.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from kerasrl.plotting import plot_runs
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("csv")
-    p.add_argument("out")
+    p.add_argument("runs", nargs="+", help="run folders or CSV files, then the output figure")
     p.add_argument("--title", default="")
     p.add_argument("--target", type=float)
+    p.add_argument("--metric", default="return")
+    p.add_argument("--smooth", type=int, default=20)
     args = p.parse_args()
-    with open(args.csv) as f:
-        rows = list(csv.DictReader(f))
-    steps = [int(r["step"]) for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, [float(r["mean_return_100"]) for r in rows], label="mean return, last 100 episodes")
-    if rows and "mean_fruits_eaten_100" in rows[0]:
-        ax.plot(steps, [float(r["mean_fruits_eaten_100"]) for r in rows], label="mean fruits, last 100")
-    if args.target is not None:
-        ax.axhline(args.target, color="grey", linestyle="--", label=f"target {args.target:g}")
-    ax.set_xlabel("env steps (frames)")
-    ax.set_title(args.title)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=100)
+    if len(args.runs) < 2:
+        p.error("name at least one run and the output figure (.png or .svg)")
+    *runs, out = args.runs
+    plot_runs(runs, out, metric=args.metric, smooth=args.smooth, title=args.title or None,
+              target=args.target)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
                       [--engine ray --workers N [--address ADDR]]
     kerasrl train --preset cartpole-dqn
     kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
-    kerasrl evaluate RUN [--episodes 20]
+    kerasrl evaluate RUN [--episodes 20] [--video out.mp4]
+    kerasrl plot RUN [RUN ...] -o curve.png [--smooth 20] [--target 475]
+    kerasrl tune dqn --env CartPole-v1 --trials 20 --steps 20000 [--storage sqlite:///tune.db]
     kerasrl export RUN --format onnx -o policy.onnx
     kerasrl play RUN [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
     kerasrl watch RUN [--env ID] [--port 8000] [--host 127.0.0.1] [--fps 10]
@@ -354,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 f"{name} ({preset.description})" for name, preset in PRESETS.items())
                             + "\n\n" + _config_help("dqn") + "\n\n" + _config_help("ppo"))
     p.add_argument("algorithm", nargs="?", choices=ALGORITHMS, help="the algorithm")
-    p.add_argument("--preset", help="a named hyperparameter set")
+    p.add_argument("--preset", help="a named hyperparameter set, or a preset file (.json, as "
+                                     "`kerasrl tune` writes)")
     p.add_argument("--env", help="Gymnasium id (default CartPole-v1)")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend (default: KERAS_BACKEND, else the fastest installed)")
     p.add_argument("--steps", type=int, help="total env steps")
@@ -432,7 +435,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
     p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
+    p.add_argument("--video", metavar="FILE",
+                   help="also record the episodes to this .mp4 or .gif (pip install "
+                        "'kerasrl[video]'; the env must render rgb_array frames)")
+    p.add_argument("--fps", type=float, help="frames per second of --video (default: the env's)")
     p.set_defaults(run=cmd_evaluate)
+
+    p = commands.add_parser("plot", help="Plot learning curves of runs (return against env steps).")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run folders (their episodes.csv) or CSV files; runs that differ only in "
+                        "the seed are drawn as one mean with a shaded band")
+    p.add_argument("-o", "--output", required=True, help="the figure: a .png or .svg file")
+    p.add_argument("--smooth", type=int, default=20,
+                   help="moving mean over this many episodes (default 20)")
+    p.add_argument("--band", choices=("std", "minmax"), default="std",
+                   help="shaded band over seeds: mean +- standard deviation, or min to max")
+    p.add_argument("--metric", default="return",
+                   help="an episodes.csv column: return (default), length, or an env's extra")
+    p.add_argument("--label", action="append",
+                   help="legend label per configuration, in order (repeatable)")
+    p.add_argument("--title")
+    p.add_argument("--target", type=float, help="draw a dashed line at this value")
+    p.set_defaults(run=cmd_plot)
+
+    p = commands.add_parser("tune", help="Search hyperparameters with Optuna (TPE, median pruner).")
+    p.add_argument("algorithm", choices=ALGORITHMS)
+    p.add_argument("--env", default="CartPole-v1", help="Gymnasium id (default CartPole-v1)")
+    p.add_argument("--trials", type=int, default=20,
+                   help="finished trials the study should hold (a resumed study runs the rest)")
+    p.add_argument("--steps", type=int, default=20_000, help="env steps per trial")
+    p.add_argument("--eval-every", type=int, help="env steps between evaluations (default steps/10)")
+    p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
+    p.add_argument("--storage", help="Optuna storage, e.g. sqlite:///tune.db (resumable); "
+                                     "default: in memory")
+    p.add_argument("--study-name", help="default ALGO-ENV")
+    p.add_argument("--out", default="tune", help="folder of trials.csv and best_preset.json")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", type=float, help="show the first evaluated step reaching this return")
+    p.add_argument("--baseline", action="store_true",
+                   help="run the default configuration as the first trial, to compare")
+    p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
+                   help="a config field fixed in every trial, outside the search (repeatable)")
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.set_defaults(run=cmd_tune)
 
     p = commands.add_parser("export", help="Export a saved policy to ONNX or a TF SavedModel, checked against it.")
     p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
@@ -501,7 +546,12 @@ def cmd_evaluate(args) -> int:
     env_id, env_kwargs = (args.env, {}) if args.env else _saved_env(path)
     if env_id is None:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
-    env = gym.make(env_id, **env_kwargs)
+    if args.video:
+        from kerasrl.video import recording_env
+
+        env = recording_env(env_id, env_kwargs, args.video, fps=args.fps)
+    else:
+        env = gym.make(env_id, **env_kwargs)
     returns, lengths = [], []
     try:
         for episode in range(args.episodes):
@@ -513,6 +563,10 @@ def cmd_evaluate(args) -> int:
                 total, steps, done = total + float(reward), steps + 1, terminated or truncated
             returns.append(total)
             lengths.append(steps)
+        if args.video:
+            frames = env.save()
+            print(f"Recorded {len(returns)} episodes, {frames} frames, to {args.video}",
+                  file=sys.stderr)
     finally:
         env.close()
     result = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
@@ -520,6 +574,40 @@ def cmd_evaluate(args) -> int:
               "mean_length": float(np.mean(lengths)), "episodes": len(returns),
               "env": env_id, "backend": backend.NAME}
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from kerasrl.plotting import learning_curves, plot_runs
+
+    plot_runs(args.runs, args.output, metric=args.metric, smooth=args.smooth, band=args.band,
+              labels=args.label, title=args.title, target=args.target)
+    bands = learning_curves(args.runs, args.metric, args.smooth, args.band, args.label)
+    for b in bands:
+        print(f"{b.label}: {b.seeds} seed(s), steps {b.steps[0]:.0f} to {b.steps[-1]:.0f}, "
+              f"last smoothed {args.metric} {b.mean[-1]:.2f}")
+    print(f"Wrote {args.output}")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    from kerasrl.tune import tune
+
+    print(f"Tuning {args.algorithm.upper()} on {args.env}: {args.trials} trials of {args.steps} "
+          f"steps, backend {backend.NAME}", flush=True)
+    result = tune(args.algorithm, args.env, args.trials, args.steps, out=args.out,
+                  storage=args.storage, study_name=args.study_name, eval_every=args.eval_every,
+                  eval_episodes=args.eval_episodes, seed=args.seed, fixed=dict(args.set or []),
+                  target=args.target, baseline=args.baseline)
+    print(result.table())
+    best = result.best
+    print(f"Best: trial {best['trial']}, mean evaluation return {best['value']:.2f}"
+          + (f", reached {args.target:g} at step {best['steps_to_target']}"
+             if best["steps_to_target"] is not None else ""))
+    print(f"Table {result.table_path}; best configuration {result.preset_path} "
+          f"(kerasrl train --preset {result.preset_path})")
     return 0
 
 

@@ -36,7 +36,11 @@ class History:
 
 
 class RunLogger:
-    """Feeds the History, the progress bar, `metrics.csv` and TensorBoard from one place.
+    """Feeds the History, the progress bar, `metrics.csv`, `episodes.csv` and TensorBoard.
+
+    `metrics.csv` holds one row of running figures every `log_interval` env steps;
+    `episodes.csv` one row per finished episode (step, return, length and the env's extras),
+    which is what `kerasrl plot` draws.
 
     Args:
         total_steps: env steps this fit will run (for the bar and the log interval).
@@ -67,6 +71,7 @@ class RunLogger:
             self._bar = tqdm(total=total_steps, initial=0, unit="step", dynamic_ncols=True,
                              smoothing=0.05, mininterval=0.5)
         self._csv_file = self._csv = self._tb = None
+        self._episodes_file = self._episodes_csv = None
         self.out_dir = Path(out_dir) if out_dir is not None else None
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,12 +84,34 @@ class RunLogger:
         self.recent.append(record["return"])
         for key, value in extras.items():
             self.recent_extras.setdefault(key, deque(maxlen=100)).append(float(value))
+        if self.out_dir is not None:
+            self._write_episode(record)
+
+    def _write_episode(self, record: dict) -> None:
+        if self._episodes_csv is None:
+            # Appended to: a resumed run continues the same file (readers keep, for each step,
+            # the rows written last, so the episodes replayed after a crash are not counted twice).
+            self._episodes_file = open(self.out_dir / "episodes.csv", "a", newline="")
+            self._episodes_csv = csv.DictWriter(self._episodes_file, fieldnames=list(record),
+                                                extrasaction="ignore")
+            if self._episodes_file.tell() == 0:
+                self._episodes_csv.writeheader()
+        self._episodes_csv.writerow(record)
 
     def update(self, step: int, **metrics) -> None:
         """Record a training round (loss and whatever else the agent reports)."""
         record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
         self.history.updates.append(record)
         self.scalars.update(metrics)
+
+    def note(self, message: str) -> None:
+        """A diagnostic (kerasrl.diagnostics): a line above the progress bar, and in
+        `diagnostics.log` of the run's folder."""
+        if self._bar is not None:
+            self._bar.write(f"kerasrl: {message}")
+        if self.out_dir is not None:
+            with open(self.out_dir / "diagnostics.log", "a") as log:
+                log.write(message + "\n")
 
     def set(self, **scalars) -> None:
         """Current values to show and log (epsilon, learning rate, ...)."""
@@ -136,6 +163,8 @@ class RunLogger:
             self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
         self._csv.writerow({"step": step, **row})
         self._csv_file.flush()
+        if self._episodes_file is not None:
+            self._episodes_file.flush()
         for key, value in row.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._tb.add_scalar(f"train/{key}", value, step)
@@ -148,3 +177,5 @@ class RunLogger:
         if self._csv_file is not None:
             self._csv_file.close()
             self._tb.close()
+        if self._episodes_file is not None:
+            self._episodes_file.close()
