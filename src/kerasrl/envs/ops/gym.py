@@ -1,0 +1,158 @@
+"""Gymnasium wrappers of the ops environments: numpy in and out, so every agent and tool takes them.
+
+`OpsVectorEnv` steps `num_envs` games in one compiled call per step (SAME_STEP auto-reset: the
+true last observation in `info["final_obs"]`, as `kerasrl.envs.vector` expects); `OpsGymEnv` is
+one game as a `gymnasium.Env`. Both keep the games' state as backend tensors between calls and
+convert only the step's inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from kerasrl.envs.ops.base import OpsEnv, make_rng
+
+_ENVS = {"CartPole": "cartpole:CartPole", "Acrobot": "acrobot:Acrobot", "MountainCar": "mountain_car:MountainCar",
+         "Pendulum": "pendulum:Pendulum", "Snake": "snake:Snake"}
+
+
+def make_ops_env(name: str | OpsEnv, **kwargs) -> OpsEnv:
+    """An ops env by name (CartPole, Acrobot, MountainCar, Pendulum, Snake), or `name` itself."""
+    if isinstance(name, OpsEnv):
+        if kwargs:
+            raise ValueError("make_ops_env: keyword arguments go with an env name, not an OpsEnv instance.")
+        return name
+    if name not in _ENVS:
+        raise ValueError(f"Unknown ops env {name!r}; choose one of {sorted(_ENVS)}.")
+    import importlib
+
+    module, cls = _ENVS[name].split(":")
+    return getattr(importlib.import_module(f"kerasrl.envs.ops.{module}"), cls)(**kwargs)
+
+
+def _split_kwargs(env: OpsEnv, kwargs: dict) -> tuple[dict, Any]:
+    """Constructor keywords and the params: keywords naming a parameter field change the params."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(env.default_params)}
+    changes = {key: kwargs.pop(key) for key in list(kwargs) if key in fields}
+    return kwargs, env.params(**changes)
+
+
+class OpsVectorEnv(gym.vector.VectorEnv):
+    """`num_envs` games of an ops env as a Gymnasium vector env (SAME_STEP auto-reset).
+
+    `env`: an `OpsEnv` or its name; other keywords set its params (`max_steps=...`) or, for a
+    name, its constructor (`height=...` for Snake).
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, env: str | OpsEnv = "CartPole", num_envs: int = 1, *,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP, **kwargs):
+        if AutoresetMode(autoreset_mode) != AutoresetMode.SAME_STEP:
+            raise ValueError(f"OpsVectorEnv auto-resets in SAME_STEP mode only (the ops envs reset inside their "
+                             f"step); got autoreset_mode={autoreset_mode!r}.")
+        from kerasrl import backend
+
+        board = _snake_board(kwargs) if env == "Snake" else {}
+        self.env = make_ops_env(env, **board)
+        kwargs, self.params = _split_kwargs(self.env, kwargs)
+        if kwargs:
+            raise ValueError(f"OpsVectorEnv: unknown keyword(s) {sorted(kwargs)} for {self.env.name}; the "
+                             f"params are {sorted(vars(self.params))}.")
+        make_rng(0, num_envs)  # validates num_envs
+        self.num_envs = num_envs
+        self.single_observation_space = self.env.observation_space
+        self.single_action_space = self.env.action_space
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.metadata = dict(type(self).metadata)
+        self._backend = backend
+        params = self.params
+        self._reset = backend.compile(lambda rng: self.env.reset(rng, params))
+        self._step = backend.compile(lambda state, action: self.env.step(state, action, params))
+        self._state = None
+        self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Resets every game; `seed` seeds the games' generators (None: fresh entropy)."""
+        if options:
+            raise ValueError("OpsVectorEnv.reset takes no options.")
+        obs, self._state = self._reset(make_rng(seed, self.num_envs))
+        return self._backend.to_numpy(obs), {}
+
+    def step(self, actions):
+        """Steps every game; ended games restart at once (their last observation in info["final_obs"])."""
+        if self._state is None:
+            raise RuntimeError("OpsVectorEnv.step called before reset(); call reset(seed=...) first.")
+        actions = np.asarray(actions)
+        if self._discrete:
+            if actions.shape != (self.num_envs,):
+                raise ValueError(f"{self.env.name}: expected actions of shape ({self.num_envs},), got {actions.shape}.")
+            n = self.single_action_space.n
+            if actions.size and (actions.min() < 0 or actions.max() >= n):
+                raise ValueError(f"{self.env.name}: actions must be integers in [0, {n}), got {actions}.")
+            actions = actions.astype(np.int32)
+        else:
+            actions = actions.astype(np.float32).reshape((self.num_envs, *self.single_action_space.shape))
+        obs, self._state, reward, terminated, truncated, info = self._step(self._state, self._backend.feed(actions))
+        obs, reward, terminated, truncated, info = self._backend.to_numpy((obs, reward, terminated, truncated, info))
+        done = terminated | truncated
+        infos: dict[str, Any] = {}
+        if done.any():
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(done):
+                final_obs[i] = info["final_obs"][i]
+            infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
+            extra = {key: value for key, value in info.items() if key != "final_obs"}
+            if extra:
+                infos["final_info"] = {**extra, **{f"_{key}": done.copy() for key in extra}}
+                infos["_final_info"] = done.copy()
+        return obs, reward.astype(np.float64), terminated, truncated, infos
+
+
+def _snake_board(kwargs: dict) -> dict:
+    """Snake's board keywords, taken out of `kwargs`."""
+    return {key: kwargs.pop(key) for key in ("height", "width", "n_fruits", "initial_length") if key in kwargs}
+
+
+class OpsGymEnv(gym.Env):
+    """One game of an ops env as a `gymnasium.Env` (keywords as for `OpsVectorEnv`)."""
+
+    def __init__(self, env: str | OpsEnv = "CartPole", **kwargs):
+        self._vector = OpsVectorEnv(env, 1, **kwargs)
+        self.observation_space = self._vector.single_observation_space
+        self.action_space = self._vector.single_action_space
+        self.metadata = {}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        obs, _ = self._vector.reset(seed=seed, options=options)
+        return obs[0], {}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self._vector.step(np.asarray(action)[None])
+        if terminated[0] or truncated[0]:
+            obs = info["final_obs"]  # this game's episode ends here: the caller resets it
+        return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+
+_IDS = {"CartPole": "kerasrl/OpsCartPole-v1", "Acrobot": "kerasrl/OpsAcrobot-v1",
+        "MountainCar": "kerasrl/OpsMountainCar-v0", "Pendulum": "kerasrl/OpsPendulum-v1",
+        "Snake": "kerasrl/OpsSnake-v0"}
+
+
+def register_ops_envs() -> None:
+    """Registers the ops envs with Gymnasium (ids in `_IDS`); safe to call twice. Nothing is imported
+    until one is made."""
+    for name, env_id in _IDS.items():
+        if env_id in gym.registry:
+            continue
+        gym.register(id=env_id, entry_point="kerasrl.envs.ops.gym:OpsGymEnv",
+                     vector_entry_point="kerasrl.envs.ops.gym:OpsVectorEnv", kwargs={"env": name})
