@@ -273,8 +273,6 @@ def cmd_play(args) -> int:
 
         policy = QPolicy(load_keras_model(path), env.observation_space, env.action_space)
 
-    import numpy as np
-
     live = sys.stdout.isatty()
     delay = 1.0 / args.fps if args.fps > 0 and live else 0.0
     print(f"Playing {path} on {env_id}, backend {backend.NAME}", flush=True)
@@ -284,31 +282,19 @@ def cmd_play(args) -> int:
             sys.stdout.write("\x1b[2J\x1b[H")  # clear the screen, cursor home
         print(f"{header}\n{env.render()}", flush=True)
 
+    from kerasrl.watch.stepping import play_steps  # the loop `kerasrl watch` shows too
+
     try:
-        for episode in range(args.episodes):
-            obs, info = env.reset(seed=args.seed + episode)
-            episode_return, steps, ended = 0.0, 0, "step limit"
-            while True:
-                show(f"episode {episode + 1}/{args.episodes}  step {steps}  return "
-                     f"{episode_return:.1f}")
-                if delay:
-                    time.sleep(delay)
-                if steps >= args.max_steps:
-                    break
-                action = env_action(policy.predict(np.asarray(obs, dtype=np.float32)),
-                                    env.action_space)
-                obs, reward, terminated, truncated, info = env.step(action)
-                episode_return += float(reward)
-                steps += 1
-                if terminated or truncated:
-                    ended = "terminated" if terminated else "truncated"
-                    show(f"episode {episode + 1}/{args.episodes}  step {steps}  return "
-                         f"{episode_return:.1f}")
-                    break
-            fruits = info.get("fruits_eaten")
-            fruit_text = f", fruits {int(fruits)}" if fruits is not None else ""
-            print(f"Episode {episode + 1}: return {episode_return:.1f}{fruit_text}, "
-                  f"{steps} steps ({ended})", flush=True)
+        for step in play_steps(policy, env, episodes=args.episodes, max_steps=args.max_steps,
+                               seed=args.seed, outputs=False):
+            show(f"episode {step.episode + 1}/{args.episodes}  step {step.step}  return "
+                 f"{step.episode_return:.1f}")
+            if step.ended:
+                fruit_text = f", fruits {step.fruits}" if step.fruits is not None else ""
+                print(f"Episode {step.episode + 1}: return {step.episode_return:.1f}{fruit_text}, "
+                      f"{step.step} steps ({step.ended})", flush=True)
+            elif delay:
+                time.sleep(delay)
     finally:
         env.close()
     return 0
