@@ -1,0 +1,207 @@
+"""What the compiled loops share: the runner state's episode bookkeeping, random draws, seeds.
+
+Every loop keeps its whole state as one value (PureJaxRL's `runner_state`): env state,
+observations, learner weights and optimizer state, storage, random state and counters, as a
+dict of backend tensors. One compiled call advances it by a fixed number of iterations; many seeds
+are the same dict with a leading seed axis (vmapped on JAX, one after the other elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kerasrl import backend
+from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
+
+
+def uniform01(rng):
+    """`(new_rng, u)`: one float32 in [0, 1) per entry of the int32 state vector `rng`."""
+    from keras import ops
+
+    rng, k = random_bits(rng)
+    return rng, ops.cast(k, "float32") * (1.0 / (1 << UNIFORM_BITS))
+
+
+def random_ints(rng, n):
+    """`(new_rng, i)`: int32 in [0, n) per entry of `rng`; `n` an int or int32 tensor up to 2**24."""
+    from keras import ops
+
+    rng, u = uniform01(rng)
+    i = ops.cast(ops.floor(u * ops.cast(n, "float32")), "int32")
+    return rng, ops.minimum(i, ops.cast(n, "int32") - 1)
+
+
+def episode_init(n_envs: int) -> dict:
+    """Running return and length per env, and the finished episodes' sums since the last read."""
+    return {"return": np.zeros(n_envs, np.float32), "length": np.zeros(n_envs, np.int32),
+            "done_returns": np.zeros((), np.float32), "done_lengths": np.zeros((), np.int32),
+            "done_count": np.zeros((), np.int32)}
+
+
+def episode_update(stats, reward, done):
+    """Adds a step's rewards; moves finished episodes into the sums."""
+    from keras import ops
+
+    ret = stats["return"] + reward
+    length = stats["length"] + 1
+    finished = ops.cast(done, "float32")
+    return {
+        "return": ret * (1.0 - finished),
+        "length": ops.where(done, 0, length),
+        "done_returns": stats["done_returns"] + ops.sum(ret * finished),
+        "done_lengths": stats["done_lengths"] + ops.sum(ops.where(done, length, 0)),
+        "done_count": stats["done_count"] + ops.sum(ops.cast(done, "int32")),
+    }
+
+
+def episode_read(stats) -> dict:
+    """Numpy sums of one seed (or many: leading axis) and zeroed sums to put back."""
+    return {key: np.array(backend.to_numpy(stats[key])) for key in ("done_returns", "done_lengths", "done_count")}
+
+
+def seed_streams(seed: int, *sizes: int) -> list[np.ndarray]:
+    """Independent int32 xorshift states for one seed: one vector per size (env resets, acting, ...)."""
+    total = make_rng(seed, sum(sizes))
+    out, start = [], 0
+    for size in sizes:
+        out.append(total[start:start + size])
+        start += size
+    return out
+
+
+def parse_seeds(seeds) -> list[int]:
+    """An int, a list of ints, or "a-b" (inclusive) as a list of distinct seeds."""
+    if isinstance(seeds, str):
+        try:
+            low, high = (int(part) for part in seeds.split("-"))
+        except ValueError:
+            raise ValueError(f"seeds must look like '0-15', got {seeds!r}.") from None
+        seeds = list(range(low, high + 1))
+    elif isinstance(seeds, (int, np.integer)):
+        seeds = [int(seeds)]
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct integers, got {seeds}.")
+    return seeds
+
+
+def stack(trees: list):
+    """One tree of numpy arrays with a leading axis from a list of same-shaped trees."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {key: stack([t[key] for t in trees]) for key in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(stack([t[i] for t in trees]) for i in range(len(first)))
+    return np.stack([np.asarray(t) for t in trees])
+
+
+def unstack(tree, index: int):
+    """Entry `index` of the leading axis of a tree of numpy arrays."""
+    if isinstance(tree, dict):
+        return {key: unstack(value, index) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(unstack(value, index) for value in tree)
+    return tree[index]
+
+
+class CompiledLoop:
+    """What every compiled algorithm shares: seeds, compiled calls, `fit` and the per-call records.
+
+    A subclass sets `seeds`, `steps_per_round` (env steps per round over all envs), calls
+    `_start(per-seed numpy states)`, and writes `_round(state, metrics, total_steps) -> (state, metrics)`, adding to
+    `metrics["loss_sum"]` and `metrics["updates"]`; episode figures come from `state["episodes"]`.
+    """
+
+    def _start(self, states: list) -> None:
+        self._many = len(states) > 1
+        self._vmap = self._many and backend.NAME == "jax"
+        self.state = backend.to_tensors(stack(states)) if self._vmap else None
+        if not self._many:
+            self.state = backend.to_tensors(states[0])
+        self._seed_states = [backend.to_tensors(s) for s in states] if self._many and not self._vmap else None
+        self._calls = {}
+        self.num_timesteps = 0
+        self.history: list[dict] = []
+
+    def _run(self, state, rounds: int, total_steps: int):
+        """`rounds` rounds from `state`; returns (state, metrics of the call)."""
+        from keras import ops
+
+        state = dict(state, episodes=dict(state["episodes"], **{
+            key: ops.zeros_like(state["episodes"][key]) for key in ("done_returns", "done_lengths", "done_count")}))
+        metrics = {"loss_sum": ops.zeros((), "float32"), "updates": ops.zeros((), "int32")}
+
+        def body(i, carry):
+            return self._round(*carry, total_steps)
+
+        state, metrics = backend.fori_loop(0, rounds, body, (state, metrics))
+        episodes = state["episodes"]
+        metrics = dict(metrics, episode_returns=episodes["done_returns"], episode_lengths=episodes["done_lengths"],
+                       episodes=episodes["done_count"])
+        return state, metrics
+
+    def _compiled(self, rounds: int, total_steps: int):
+        import keras
+
+        key = (rounds, total_steps)
+        if key not in self._calls:
+            run = lambda state: self._run(state, rounds, total_steps)  # noqa: E731
+            if self._vmap:
+                many = lambda state: keras.ops.vectorized_map(run, state)  # noqa: E731
+                self._calls[key] = backend.compile(many)
+            else:
+                self._calls[key] = backend.compile(run)
+        return self._calls[key]
+
+    def fit(self, total_steps: int, *, rounds_per_call: int | None = None, callback=None) -> list[dict]:
+        """Train every seed for `total_steps` env steps (rounded up to whole rounds).
+
+        `rounds_per_call`: rounds per compiled call (default: as many as make about 5,000 env
+        steps on JAX and TensorFlow; one on PyTorch). Between calls, `callback(self, record)` may
+        return False to stop. Returns the per-call records (also in `self.history`).
+        """
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be positive, got {total_steps}.")
+        per_round = self.steps_per_round
+        n_rounds = math.ceil(total_steps / per_round)
+        if rounds_per_call is None:
+            rounds_per_call = 1 if not backend.COMPILED_LOOPS else max(1, min(n_rounds, 5000 // per_round))
+        done = 0
+        while done < n_rounds:
+            rounds = min(rounds_per_call, n_rounds - done)
+            call = self._compiled(rounds, total_steps)
+            if self._seed_states is not None:
+                results = [call(s) for s in self._seed_states]
+                self._seed_states = [r[0] for r in results]
+                metrics = stack([backend.to_numpy(r[1]) for r in results])
+            else:
+                self.state, metrics = call(self.state)
+                metrics = backend.to_numpy(metrics)
+            done += rounds
+            self.num_timesteps = done * per_round
+            record = self._record(metrics)
+            self.history.append(record)
+            if callback is not None and callback(self, record) is False:
+                break
+        return self.history
+
+    def _record(self, metrics) -> dict:
+        m = {key: np.asarray(value, np.float64) for key, value in metrics.items()}
+        episodes = np.maximum(m["episodes"], 1)
+        return {
+            "timesteps": self.num_timesteps,
+            "episodes": m["episodes"].astype(int),
+            "mean_return": np.where(m["episodes"] > 0, m["episode_returns"] / episodes, np.nan),
+            "mean_length": np.where(m["episodes"] > 0, m["episode_lengths"] / episodes, np.nan),
+            "loss": np.where(m["updates"] > 0, m["loss_sum"] / np.maximum(m["updates"], 1), np.nan),
+        }
+
+    def seed_state(self, index: int = 0) -> dict:
+        """The runner state of seed `index` as numpy (what a checkpoint would save)."""
+        if self._seed_states is not None:
+            return backend.to_numpy(self._seed_states[index])
+        state = backend.to_numpy(self.state)
+        return unstack(state, index) if self._vmap else state
+

@@ -1,0 +1,270 @@
+"""DQN with the whole loop compiled: env step, acting, replay write, target sync and Adam steps.
+
+The same algorithm and hyperparameters as `kerasrl.agents.dqn` (a `DQNConfig`), on an ops
+environment (`kerasrl.envs.ops`), with the loop's state held as tensors. One round is
+`train_freq` vector steps (act epsilon-greedily, step every env, write the transitions), then,
+once more than `learning_starts` env steps are in, any due target sync and `gradient_steps` Adam
+steps on uniformly sampled batches, as the Python loop does. A call runs `rounds_per_call` rounds
+(a compiled loop on JAX and TensorFlow; on PyTorch, whose loops are Python, one round per call).
+
+Branch-free on purpose: a round computes its training step and keeps it only once learning has
+started (`where`), so the same graph traces on all three backends without data-dependent control
+flow. Random numbers come from the xorshift states in the runner state, so a seed gives the same
+run on every backend up to float rounding.
+
+Many seeds: `seeds=[0, 1, ...]` trains independent copies (own weights, buffer, envs, random
+streams) in one call, vmapped on JAX; on TensorFlow and PyTorch one after the other.
+
+Not supported here (raises): n-step returns, prioritized replay, dueling heads; use the agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from kerasrl import backend
+from kerasrl.compiled.common import (
+    CompiledLoop,
+    episode_init,
+    episode_update,
+    parse_seeds,
+    random_ints,
+    seed_streams,
+    uniform01,
+)
+from kerasrl.config import DQNConfig
+from kerasrl.envs.ops.gym import make_ops_env
+
+
+class CompiledDQN(CompiledLoop):
+    """DQN on an ops env with env, acting, storage and learning in one compiled call.
+
+    Args:
+        env: an ops env name ("CartPole", ...) or `OpsEnv`.
+        config: a `DQNConfig` (or its fields as keywords).
+        seeds: an int, a list of ints or "0-15": independent runs trained together.
+        env_params: keyword changes to the env's params (e.g. `max_steps=200`).
+    """
+
+    def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
+                 env_params: dict | None = None, **fields):
+        from kerasrl.agents.base import variable_values
+        from kerasrl.initializers import seed_initial_weights
+        from kerasrl.networks import build_model, default_network
+        from kerasrl.optim import Adam
+
+        if config is None:
+            config = DQNConfig(**fields)
+        elif fields:
+            config = dataclasses.replace(config, **fields)
+        for flag, default in (("n_step", 1), ("prioritized_replay", False), ("dueling", False)):
+            if getattr(config, flag) != default:
+                raise ValueError(f"CompiledDQN does not support {flag}={getattr(config, flag)!r} yet; use "
+                                 f"kerasrl.DQN (the Python loop) for it, or {flag}={default!r}.")
+        self.config = cfg = config
+        self.env = make_ops_env(env)
+        self.env_params = self.env.params(**(env_params or {}))
+        space = self.env.action_space
+        if not hasattr(space, "n"):
+            raise ValueError(f"CompiledDQN needs discrete actions; {self.env.name} has {space}. Use CompiledPPO.")
+        self.n_actions = int(space.n)
+        self.seeds = parse_seeds(seeds)
+        obs_space = self.env.observation_space
+        self.model = build_model(None, obs_space, self.n_actions, action_space=space,
+                                 default=lambda: default_network(obs_space, self.n_actions, cfg.hidden_sizes),
+                                 role="Q-network", seed=self.seeds[0])
+        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        self.n_envs = cfg.n_envs
+        self.capacity = max(cfg.buffer_size // cfg.n_envs, 1)  # vector steps held
+        self.sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as the agent
+        states = []
+        for seed in self.seeds:
+            seed_initial_weights(self.model, seed, "Q-network")
+            weights = variable_values(self.model.trainable_variables)
+            non_trainable = variable_values(self.model.non_trainable_variables)
+            states.append(self._initial_state(seed, weights, non_trainable))
+        self.steps_per_round = cfg.train_freq * cfg.n_envs
+        self._start(states)
+
+    # -- state -------------------------------------------------------------------------------
+    def _initial_state(self, seed, weights, non_trainable) -> dict:
+        cfg, n = self.config, self.n_envs
+        env_rng, explore_rng, action_rng, sample_rng = seed_streams(seed, n, n, n, cfg.batch_size)
+        obs, env_state = backend.to_numpy(self.env.reset(env_rng, self.env_params))
+        obs_shape = self.env.observation_space.shape
+        size = self.capacity * n
+        return {
+            "env": env_state, "obs": obs, "episodes": episode_init(n),
+            "buffer": {"obs": np.zeros((size, *obs_shape), np.float32),
+                       "next_obs": np.zeros((size, *obs_shape), np.float32),
+                       "actions": np.zeros(size, np.int32), "rewards": np.zeros(size, np.float32),
+                       "discounts": np.zeros(size, np.float32)},
+            "params": weights, "non_trainable": non_trainable,
+            "target_params": [w.copy() for w in weights], "target_non_trainable": [w.copy() for w in non_trainable],
+            "opt": backend.to_numpy(self.optimizer.init(backend.to_tensors(weights))),
+            "explore_rng": explore_rng, "action_rng": action_rng, "sample_rng": sample_rng,
+            "vector_steps": np.zeros((), np.int32), "pending_syncs": np.zeros((), np.int32),
+        }
+
+    # -- the compiled round ------------------------------------------------------------------
+    def _epsilon(self, timesteps, total_steps):
+        from keras import ops
+
+        cfg = self.config
+        progress = ops.cast(timesteps, "float32") / max(1.0, cfg.exploration_fraction * total_steps)
+        eps = cfg.exploration_initial_eps + progress * (cfg.exploration_final_eps - cfg.exploration_initial_eps)
+        eps = ops.where(progress >= 1.0, cfg.exploration_final_eps, eps)
+        if cfg.random_warmup:
+            eps = ops.where(timesteps < cfg.learning_starts, 1.0, eps)
+        return eps
+
+    def _env_step(self, state, metrics, total_steps):
+        from keras import ops
+
+        from kerasrl.networks import stateless_apply
+
+        n = self.n_envs
+        timesteps = state["vector_steps"] * n
+        q, _ = stateless_apply(self.model, state["params"], state["non_trainable"], state["obs"], False)
+        greedy = ops.cast(ops.argmax(q, axis=-1), "int32")
+        explore_rng, u = uniform01(state["explore_rng"])
+        action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
+        actions = ops.where(u < self._epsilon(timesteps, total_steps), random_action, greedy)
+        obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
+        pos = state["vector_steps"] % self.capacity
+        rows = ops.expand_dims(pos * n + ops.arange(n, dtype="int32"), -1)  # (n, 1)
+        buffer = state["buffer"]
+        discounts = self.config.gamma * (1.0 - ops.cast(terminated, "float32"))
+        buffer = {
+            "obs": ops.scatter_update(buffer["obs"], rows, state["obs"]),
+            "next_obs": ops.scatter_update(buffer["next_obs"], rows, info["final_obs"]),
+            "actions": ops.scatter_update(buffer["actions"], rows, actions),
+            "rewards": ops.scatter_update(buffer["rewards"], rows, reward),
+            "discounts": ops.scatter_update(buffer["discounts"], rows, discounts),
+        }
+        vector_steps = state["vector_steps"] + 1
+        done = ops.logical_or(terminated, truncated)
+        state = dict(state, env=env_state, obs=obs, buffer=buffer, explore_rng=explore_rng, action_rng=action_rng,
+                     vector_steps=vector_steps, episodes=episode_update(state["episodes"], reward, done),
+                     pending_syncs=state["pending_syncs"] + ops.cast(vector_steps % self.sync_every == 0, "int32"))
+        return state, metrics
+
+    def _loss(self, params, non_trainable, batch, targets):
+        from kerasrl.losses import select, td_loss
+        from kerasrl.networks import stateless_apply
+
+        q, non_trainable = stateless_apply(self.model, params, non_trainable, batch["obs"], True)
+        loss, _ = td_loss(select(q, batch["actions"]), targets, 1.0, self.config.loss)
+        return loss, non_trainable
+
+    def _gradient_step(self, state, learning_rate):
+        from keras import ops
+
+        from kerasrl.losses import q_learning_target
+        from kerasrl.networks import stateless_apply
+
+        cfg = self.config
+        size = ops.minimum(state["vector_steps"], self.capacity) * self.n_envs
+        sample_rng, rows = random_ints(state["sample_rng"], size)
+        batch = {key: ops.take(value, rows, axis=0) for key, value in state["buffer"].items()}
+        next_q, _ = stateless_apply(self.model, state["target_params"], state["target_non_trainable"],
+                                    batch["next_obs"], False)
+        next_online = None
+        if cfg.double_q:
+            next_online, _ = stateless_apply(self.model, state["params"], state["non_trainable"], batch["next_obs"],
+                                             False)
+        targets = q_learning_target(next_q, batch["rewards"], batch["discounts"], next_online)
+        (loss, non_trainable), grads = backend.value_and_grad(self._loss)(
+            state["params"], state["non_trainable"], batch, targets)
+        params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
+        return dict(state, params=params, non_trainable=non_trainable, opt=opt, sample_rng=sample_rng), loss
+
+    def _round(self, state, metrics, total_steps):
+        from keras import ops
+        from keras import tree
+
+        from kerasrl.optim import copy_state, polyak
+
+        cfg = self.config
+
+        def env_body(i, carry):
+            return self._env_step(*carry, total_steps)
+
+        state, metrics = backend.fori_loop(0, cfg.train_freq, env_body, (state, metrics))
+        timesteps = state["vector_steps"] * self.n_envs
+        train = timesteps > cfg.learning_starts
+        k = ops.cast(state["pending_syncs"], "float32")
+        tau = ops.where(k > 0, 1.0 - ops.power(1.0 - cfg.tau, k), 0.0)
+        trained = dict(state, target_params=polyak(state["params"], state["target_params"], tau),
+                       target_non_trainable=copy_state(state["non_trainable"], state["target_non_trainable"], tau),
+                       pending_syncs=ops.zeros_like(state["pending_syncs"]))
+        learning_rate = cfg.learning_rate
+        if cfg.lr_schedule == "linear":
+            learning_rate = cfg.learning_rate * ops.maximum(0.0, 1.0 - ops.cast(timesteps, "float32") / total_steps)
+
+        def grad_body(i, carry):
+            state, loss_sum = carry
+            state, loss = self._gradient_step(state, learning_rate)
+            return state, loss_sum + loss
+
+        trained, loss_sum = backend.fori_loop(0, cfg.gradient_steps, grad_body,
+                                              (trained, ops.zeros((), "float32")))
+        keep = ("params", "non_trainable", "target_params", "target_non_trainable", "opt", "sample_rng",
+                "pending_syncs")
+        for key in keep:
+            state[key] = tree.map_structure(lambda new, old: ops.where(train, new, old), trained[key], state[key])
+        metrics = dict(metrics, loss_sum=metrics["loss_sum"] + ops.where(train, loss_sum, 0.0),
+                       updates=metrics["updates"] + ops.where(train, cfg.gradient_steps, 0))
+        return state, metrics
+
+    def weights(self, index: int = 0) -> list[np.ndarray]:
+        """The online Q-network weights (trainable, then non-trainable) of seed `index`."""
+        state = self.seed_state(index)
+        return [np.array(w) for w in state["params"] + state["non_trainable"]]
+
+    def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
+        """Mean and per-game returns of the greedy policy of seed `index` over `n_episodes` games
+        (one episode each, run together in one compiled call)."""
+        return greedy_returns(self.env, self.env_params, self.model, self.weights(index), n_episodes, seed,
+                              max_steps)
+
+
+def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_steps: int | None = None):
+    """Returns of one episode in each of `n_episodes` games, acting by argmax of `model` with
+    `weights`; the episode must end within `max_steps` (default: the env's time limit)."""
+    from keras import ops
+
+    from kerasrl.envs.ops.base import make_rng
+    from kerasrl.networks import stateless_apply
+
+    limit = max_steps or params.max_steps
+    if limit is None:
+        raise ValueError(f"{env.name} has no time limit: give max_steps= to evaluate.")
+    n_trainable = len(model.trainable_variables)
+
+    def run(weights, rng):
+        obs, state = env.reset(rng, params)
+        returns = ops.zeros((n_episodes,), "float32")
+        running = ops.ones((n_episodes,), "bool")
+
+        def body(i, carry):
+            obs, state, returns, running = carry
+            out, _ = stateless_apply(model, weights[:n_trainable], weights[n_trainable:], obs, False)
+            actions = ops.cast(ops.argmax(out, axis=-1), "int32")
+            obs, state, reward, terminated, truncated, _ = env.step(state, actions, params)
+            returns = returns + ops.where(running, reward, 0.0)
+            running = ops.logical_and(running, ops.logical_not(ops.logical_or(terminated, truncated)))
+            return obs, state, returns, running
+
+        _, _, returns, running = backend.fori_loop(0, limit, body, (obs, state, returns, running))
+        return returns, running
+
+    returns, running = backend.to_numpy(backend.compile(run)(backend.to_tensors(weights),
+                                                             backend.feed(make_rng(seed, n_episodes))))
+    if np.any(running):
+        raise ValueError(f"{int(np.sum(running))} of {n_episodes} evaluation games did not end within {limit} steps; "
+                         "give a larger max_steps=.")
+    return float(np.mean(returns)), np.asarray(returns)

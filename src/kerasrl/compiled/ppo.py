@@ -1,0 +1,212 @@
+"""PPO with the whole loop compiled: rollout, GAE, and every epoch's minibatch steps in one call.
+
+The algorithm and hyperparameters of `kerasrl.agents.ppo` (a `PPOConfig`) on an ops env with a
+discrete action space. One round: `n_steps` vector steps (sample from the categorical policy
+with Gumbel-max draws from the runner state's random streams; a time-limit cut adds
+gamma * V(true final observation) to its reward), GAE backwards over the rollout, then `n_epochs`
+passes over it in random minibatches (a fresh permutation per epoch; a remainder that does not
+fill a minibatch is left out, as the agent does), one Adam step each.
+
+Not supported here (raises): continuous actions, target_kl, observation and reward
+normalization, user models; use the agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from kerasrl import backend
+from kerasrl.compiled.common import CompiledLoop, episode_init, episode_update, parse_seeds, seed_streams, uniform01
+from kerasrl.config import PPOConfig
+from kerasrl.envs.ops.gym import make_ops_env
+
+
+class CompiledPPO(CompiledLoop):
+    """PPO on an ops env with rollout, advantages and learning in one compiled call.
+
+    Args as `CompiledDQN`: `env`, `config` (a `PPOConfig`, or its fields as keywords), `seeds`,
+    `env_params`.
+    """
+
+    def __init__(self, env="CartPole", config: PPOConfig | None = None, *, seeds=0,
+                 env_params: dict | None = None, **fields):
+        from kerasrl.agents.base import variable_values
+        from kerasrl.agents.ppo import actor_critic_mlp
+        from kerasrl.initializers import seed_initial_weights
+        from kerasrl.networks import build_model
+        from kerasrl.optim import Adam
+
+        if config is None:
+            config = PPOConfig(**fields)
+        elif fields:
+            config = dataclasses.replace(config, **fields)
+        for flag, default in (("target_kl", None), ("normalize_observations", False), ("normalize_reward", False),
+                              ("shared_network", False)):
+            if getattr(config, flag) != default:
+                raise ValueError(f"CompiledPPO does not support {flag}={getattr(config, flag)!r} yet; use "
+                                 f"kerasrl.PPO (the Python loop) for it, or {flag}={default!r}.")
+        self.config = cfg = config
+        self.env = make_ops_env(env)
+        self.env_params = self.env.params(**(env_params or {}))
+        space = self.env.action_space
+        if not hasattr(space, "n"):
+            raise ValueError(f"CompiledPPO handles discrete actions for now; {self.env.name} has {space}. "
+                             "Use kerasrl.PPO on its Gymnasium id.")
+        self.n_actions = int(space.n)
+        self.n_samples = cfg.n_steps * cfg.n_envs
+        self.n_minibatches = self.n_samples // cfg.batch_size
+        if self.n_minibatches < 1:
+            raise ValueError(f"batch_size={cfg.batch_size} is larger than a rollout of n_steps * n_envs = "
+                             f"{self.n_samples}; use a smaller batch_size or more steps.")
+        self.seeds = parse_seeds(seeds)
+        obs_space = self.env.observation_space
+        self.actor = build_model(None, obs_space, self.n_actions, action_space=space,
+                                 default=lambda: actor_critic_mlp(obs_space, self.n_actions, cfg.hidden_sizes,
+                                                                  cfg.activation, cfg.ortho_init, head="policy"),
+                                 role="policy model", seed=self.seeds[0], stream="policy")
+        self.critic = build_model(None, obs_space, 1, action_space=space,
+                                  default=lambda: actor_critic_mlp(obs_space, self.n_actions, cfg.hidden_sizes,
+                                                                   cfg.activation, cfg.ortho_init, head="value"),
+                                  role="value model", seed=self.seeds[0], stream="value")
+        self.n_actor = len(self.actor.trainable_variables)
+        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        self.n_envs = cfg.n_envs
+        self.steps_per_round = self.n_samples
+        states = []
+        for seed in self.seeds:
+            seed_initial_weights(self.actor, seed, "policy")
+            seed_initial_weights(self.critic, seed, "value")
+            params = variable_values(self.actor.trainable_variables) + variable_values(self.critic.trainable_variables)
+            states.append(self._initial_state(seed, params))
+        self._start(states)
+
+    def _initial_state(self, seed, params) -> dict:
+        cfg, n = self.config, self.n_envs
+        env_rng, action_rng, shuffle_rng = seed_streams(seed, n, n * self.n_actions, self.n_samples)
+        obs, env_state = backend.to_numpy(self.env.reset(env_rng, self.env_params))
+        return {"env": env_state, "obs": obs, "episodes": episode_init(n), "params": params,
+                "opt": backend.to_numpy(self.optimizer.init(backend.to_tensors(params))),
+                "action_rng": action_rng, "shuffle_rng": shuffle_rng, "rounds": np.zeros((), np.int32)}
+
+    def _outputs(self, params, observations):
+        """Logits (B, A) and values (B,)."""
+        from keras import ops
+
+        from kerasrl.networks import stateless_apply
+
+        logits, _ = stateless_apply(self.actor, params[:self.n_actor], [], observations, False)
+        values, _ = stateless_apply(self.critic, params[self.n_actor:], [], observations, False)
+        return logits, ops.reshape(values, (-1,))
+
+    def _env_step(self, i, carry):
+        from keras import ops
+
+        from kerasrl.losses import categorical_log_prob
+
+        state, rollout = carry
+        cfg, n = self.config, self.n_envs
+        logits, values = self._outputs(state["params"], state["obs"])
+        action_rng, u = uniform01(state["action_rng"])
+        u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): Gumbel needs log(u) finite
+        actions = ops.cast(ops.argmax(logits - ops.log(-ops.log(u)), axis=-1), "int32")  # Gumbel-max sampling
+        log_probs = categorical_log_prob(logits, actions)
+        obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
+        # A time-limit cut bootstraps from the value of the true final observation.
+        cut = ops.logical_and(truncated, ops.logical_not(terminated))
+        _, final_values = self._outputs(state["params"], info["final_obs"])
+        bootstrap = ops.where(cut, cfg.gamma * final_values, 0.0)
+        row = ops.reshape(ops.cast(i, "int32"), (1, 1))
+        done = ops.logical_or(terminated, truncated)
+        step = {"obs": state["obs"], "actions": actions, "log_probs": log_probs, "values": values,
+                "rewards": reward + bootstrap, "dones": ops.cast(done, "float32")}
+        rollout = {key: ops.scatter_update(rollout[key], row, ops.expand_dims(step[key], 0)) for key in rollout}
+        state = dict(state, env=env_state, obs=obs, action_rng=action_rng,
+                     episodes=episode_update(state["episodes"], reward, done))
+        return state, rollout
+
+    def _advantages(self, rollout, last_values):
+        """GAE (Schulman et al., 2016) backwards over the rollout: advantages and returns (T, N)."""
+        from keras import ops
+
+        cfg, steps = self.config, self.config.n_steps
+
+        def body(j, carry):
+            advantages, gae, next_values = carry
+            t = steps - 1 - j
+            values, rewards, dones = rollout["values"][t], rollout["rewards"][t], rollout["dones"][t]
+            delta = rewards + cfg.gamma * next_values * (1.0 - dones) - values
+            gae = delta + cfg.gamma * cfg.gae_lambda * (1.0 - dones) * gae
+            row = ops.reshape(ops.cast(t, "int32"), (1, 1))
+            return ops.scatter_update(advantages, row, ops.expand_dims(gae, 0)), gae, values
+
+        advantages = ops.zeros_like(rollout["values"])
+        advantages, _, _ = backend.fori_loop(0, steps, body, (advantages, ops.zeros_like(last_values), last_values))
+        return advantages, advantages + rollout["values"]
+
+    def _loss(self, params, batch, clip_range):
+        from kerasrl.losses import categorical_entropy, categorical_log_prob, normalize_advantages, ppo_loss
+
+        cfg = self.config
+        logits, values = self._outputs(params, batch["obs"])
+        advantages = batch["advantages"]
+        if cfg.normalize_advantage and cfg.batch_size > 1:
+            advantages = normalize_advantages(advantages)
+        loss, _ = ppo_loss(categorical_log_prob(logits, batch["actions"]), batch["log_probs"], advantages, values,
+                           batch["returns"], categorical_entropy(logits), clip_range=clip_range,
+                           ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, old_values=batch["values"],
+                           clip_range_vf=cfg.clip_range_vf)
+        return loss, ()
+
+    def _round(self, state, metrics, total_steps):
+        from keras import ops
+
+        cfg, n = self.config, self.n_envs
+        obs_shape = self.env.observation_space.shape
+        rollout = {"obs": ops.zeros((cfg.n_steps, n, *obs_shape), "float32"),
+                   "actions": ops.zeros((cfg.n_steps, n), "int32"),
+                   **{key: ops.zeros((cfg.n_steps, n), "float32") for key in ("log_probs", "values", "rewards", "dones")}}
+        state, rollout = backend.fori_loop(0, cfg.n_steps, self._env_step, (state, rollout))
+        _, last_values = self._outputs(state["params"], state["obs"])
+        advantages, returns = self._advantages(rollout, last_values)
+        data = {key: ops.reshape(value, (self.n_samples, *value.shape[2:])) for key, value in rollout.items()}
+        data.update(advantages=ops.reshape(advantages, (-1,)), returns=ops.reshape(returns, (-1,)))
+
+        rounds = state["rounds"] + 1
+        progress = ops.cast(rounds * self.n_samples, "float32") / total_steps
+        remaining = ops.maximum(0.0, 1.0 - progress)
+        learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else 1.0)
+        clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else 1.0)
+        grad_fn = backend.value_and_grad(self._loss)
+
+        def epoch(e, carry):
+            state, loss_sum = carry
+            shuffle_rng, u = uniform01(state["shuffle_rng"])
+            order = ops.cast(ops.argsort(u), "int32")  # a random permutation of the rollout
+
+            def minibatch(m, carry):
+                state, loss_sum = carry
+                rows = ops.slice(order, (m * cfg.batch_size,), (cfg.batch_size,))
+                batch = {key: ops.take(value, rows, axis=0) for key, value in data.items()}
+                (loss, _), grads = grad_fn(state["params"], batch, clip_range)
+                params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
+                return dict(state, params=params, opt=opt), loss_sum + loss
+
+            return backend.fori_loop(0, self.n_minibatches, minibatch,
+                                     (dict(state, shuffle_rng=shuffle_rng), loss_sum))
+
+        state, loss_sum = backend.fori_loop(0, cfg.n_epochs, epoch, (state, ops.zeros((), "float32")))
+        metrics = dict(metrics, loss_sum=metrics["loss_sum"] + loss_sum,
+                       updates=metrics["updates"] + cfg.n_epochs * self.n_minibatches)
+        return dict(state, rounds=rounds), metrics
+
+    def weights(self, index: int = 0) -> list[np.ndarray]:
+        """The policy model's weights of seed `index` (the critic's follow in `seed_state`)."""
+        return [np.array(w) for w in self.seed_state(index)["params"][:self.n_actor]]
+
+    def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
+        """Mean and per-game returns of the greedy (argmax) policy of seed `index`."""
+        from kerasrl.compiled.dqn import greedy_returns
+
+        return greedy_returns(self.env, self.env_params, self.actor, self.weights(index), n_episodes, seed, max_steps)
