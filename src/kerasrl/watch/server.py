@@ -162,6 +162,7 @@ class Hub:
                 self.publish(self.finished)
                 return
             self.frames += 1
+            event["number"] = self.frames  # the same number for the same frame, for every viewer
             self.last_event = event
             self.last_step = sse("step", event)
             self.publish(self.last_step)
