@@ -111,8 +111,13 @@ def test_plot_writes_png_and_svg_with_the_computed_curves(tmp_path):
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     with pytest.raises(ValueError, match=r"name a \.png or \.svg file"):
         plot_runs(runs, tmp_path / "curve.pdf")
-    with pytest.raises(ValueError, match="2 labels given for 1 configurations"):
-        plot_runs(runs, labels=["a", "b"])
+    with pytest.raises(ValueError, match="3 labels given for 2 runs: give one per run"):
+        plot_runs(runs, labels=["a", "b", "c"])
+    # Labels group runs that have no config.json (fit(log_dir=...)): same label, same curve.
+    for run in runs:
+        (run / "config.json").unlink()
+    assert [(b.label, b.seeds) for b in learning_curves(runs)] == [("s0", 1), ("s2", 1)]
+    assert [(b.label, b.seeds) for b in learning_curves(runs, labels=["x", "x"])] == [("x", 2)]
     with pytest.raises(ValueError, match="No such run folder or CSV file"):
         plot_runs([tmp_path / "missing"])
 

@@ -73,6 +73,25 @@ def cmd_backends(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from kerasrl.compare import compare
+
+    if args.steps < 1:
+        print("error: --steps must be at least 1.", file=sys.stderr)
+        return 2
+    try:
+        comparison = compare(args.algorithm, args.env, args.steps, seed=args.seed,
+                             settings=dict(args.set), backends=args.backends,
+                             tolerance=args.tolerance)
+    except (ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(comparison.report())
+    if args.json:
+        Path(args.json).write_text(json.dumps(comparison.to_dict(), indent=2))
+    return 0
+
+
 def cmd_train(args) -> int:
     if args.backend:
         backend.use(args.backend)
@@ -318,9 +337,14 @@ def cmd_watch(args) -> int:
         from kerasrl.policies import QPolicy
 
         policy = QPolicy(load_keras_model(path), env.observation_space, env.action_space)
-    watch.Watch(policy, env, run_dir=watch.find_run_dir(path), fps=args.fps,
-                max_steps=args.max_steps, episodes=args.episodes, seed=args.seed,
-                title=str(path)).serve(args.host, args.port)
+    run_dir, follow = watch.find_run_dir(path), None
+    if run_dir is not None and Path(args.run_or_model).resolve() == run_dir.resolve():
+        # A run folder: play its newest policy, reloaded between episodes while it trains.
+        factory = _import_factory(args.model_factory) if args.model_factory else None
+        follow = watch.RunFollower(run_dir, factory, loaded=True)
+    watch.Watch(policy, env, run_dir=run_dir, fps=args.fps, max_steps=args.max_steps,
+                episodes=args.episodes, seed=args.seed, title=str(path),
+                follow=follow).serve(args.host, args.port)
     return 0
 
 
@@ -335,6 +359,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("backends", help="List installed Keras backends and the active one.")
     p.set_defaults(run=cmd_backends)
+
+    p = commands.add_parser(
+        "compare", help="Train one configuration on every installed backend and report where the "
+                        "runs part (the first differing update, action and weights).")
+    p.add_argument("algorithm", help="dqn, ppo, sarsa, expected_sarsa, ...")
+    p.add_argument("--env", required=True, help="Gymnasium id")
+    p.add_argument("--steps", type=int, default=5_000, help="env steps per backend (default 5000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", type=parse_assignment, action="append", default=[],
+                   metavar="NAME=VALUE", help="a config field (repeatable)")
+    p.add_argument("--backends", nargs="+", choices=backend.SUPPORTED,
+                   help="the backends to compare (default: every installed one; the first is "
+                        "the reference)")
+    p.add_argument("--tolerance", type=float, default=1e-5,
+                   help="relative loss difference counted as parting (default 1e-5)")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("train", help="Train an agent.",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -439,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="return",
                    help="an episodes.csv column: return (default), length, or an env's extra")
     p.add_argument("--label", action="append",
-                   help="legend label per configuration, in order (repeatable)")
+                   help="legend label of each RUN, in order (repeat once per run); runs sharing a "
+                        "label are seeds of one configuration (default: grouped by config.json)")
     p.add_argument("--title")
     p.add_argument("--target", type=float, help="draw a dashed line at this value")
     p.set_defaults(run=cmd_plot)

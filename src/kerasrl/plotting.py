@@ -5,7 +5,8 @@ A run folder written by `kerasrl train --out RUN` or `agent.fit(log_dir=RUN)` ho
 `config.json` (algorithm, env, config). Curves are the return of each episode against the env step
 at which it ended, smoothed by a moving mean over the last `smooth` episodes. Runs whose
 configuration differs only in the seed are one curve: the mean of the seeds, with a shaded band
-(their standard deviation, or their min and max); several configurations share one figure.
+(their standard deviation, or their min and max); several configurations share one figure. Runs
+without a config.json (`fit(log_dir=...)` writes none) are grouped by the labels given to them.
 
     from kerasrl.plotting import plot_runs
     plot_runs(["runs/a-seed0", "runs/a-seed1", "runs/b-seed0"], "curve.svg")
@@ -214,15 +215,27 @@ def group_runs(curves: list[Curve]) -> dict[str, list[Curve]]:
 
 def learning_curves(runs, metric: str = "return", smooth: int = 20, band: str = "std",
                     labels: list[str] | None = None) -> list[Band]:
-    """The Bands that `plot_runs` draws: one per configuration among `runs`."""
-    curves = [read_run(run, metric) for run in runs]
-    if not curves:
+    """The Bands that `plot_runs` draws: one per configuration among `runs`.
+
+    Without `labels`, runs are grouped by their config.json (see `configuration_key`). With
+    `labels`, one per run, runs that share a label are one configuration (its seeds): the way to
+    group runs of `agent.fit(log_dir=...)`, which writes no config.json.
+    """
+    runs = list(runs)
+    if not runs:
         raise ValueError("Name at least one run folder to plot.")
-    groups = group_runs(curves)
-    if labels is not None and len(labels) != len(groups):
-        raise ValueError(f"{len(labels)} labels given for {len(groups)} configurations "
-                         f"({len(curves)} runs; seeds of one configuration share a label).")
-    names = labels or list(_labels(groups).values())
+    if labels is not None and len(labels) != len(runs):
+        raise ValueError(f"{len(labels)} labels given for {len(runs)} runs: give one per run "
+                         f"(runs sharing a label are seeds of one configuration).")
+    curves = [read_run(run, metric) for run in runs]
+    if labels is not None:
+        groups: dict[str, list[Curve]] = {}
+        for curve, label in zip(curves, labels):
+            groups.setdefault(label, []).append(curve)
+        names = list(groups)
+    else:
+        groups = group_runs(curves)
+        names = list(_labels(groups).values())
     return [combine(group, smooth, band, label=name) for group, name in zip(groups.values(), names)]
 
 
