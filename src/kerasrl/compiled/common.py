@@ -125,6 +125,17 @@ class CompiledLoop:
         self.num_timesteps = 0
         self.history: list[dict] = []
 
+    def _piece(self, key, fn):
+        """`fn` as it goes inside the loop: inlined where the whole call compiles (JAX, TensorFlow);
+        compiled on its own where loops are Python (PyTorch), whose traced graph of a whole round
+        would unroll every step (minutes to trace, where a step traces in seconds)."""
+        if backend.COMPILED_LOOPS:
+            return fn
+        pieces = self.__dict__.setdefault("_pieces", {})
+        if key not in pieces:
+            pieces[key] = backend.compile(fn)
+        return pieces[key]
+
     def _run(self, state, rounds: int, total_steps: int):
         """`rounds` rounds from `state`; returns (state, metrics of the call)."""
         from keras import ops
@@ -148,7 +159,9 @@ class CompiledLoop:
         key = (rounds, total_steps)
         if key not in self._calls:
             run = lambda state: self._run(state, rounds, total_steps)  # noqa: E731
-            if self._vmap:
+            if not backend.COMPILED_LOOPS:
+                self._calls[key] = run  # a Python loop over compiled pieces (see `_piece`)
+            elif self._vmap:
                 many = lambda state: keras.ops.vectorized_map(run, state)  # noqa: E731
                 self._calls[key] = backend.compile(many)
             else:

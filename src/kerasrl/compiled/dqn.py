@@ -190,8 +190,10 @@ class CompiledDQN(CompiledLoop):
 
         cfg = self.config
 
+        env_step = self._piece(("env", total_steps), lambda s, m: self._env_step(s, m, total_steps))
+
         def env_body(i, carry):
-            return self._env_step(*carry, total_steps)
+            return env_step(*carry)
 
         state, metrics = backend.fori_loop(0, cfg.train_freq, env_body, (state, metrics))
         timesteps = state["vector_steps"] * self.n_envs
@@ -201,13 +203,15 @@ class CompiledDQN(CompiledLoop):
         trained = dict(state, target_params=polyak(state["params"], state["target_params"], tau),
                        target_non_trainable=copy_state(state["non_trainable"], state["target_non_trainable"], tau),
                        pending_syncs=ops.zeros_like(state["pending_syncs"]))
-        learning_rate = cfg.learning_rate
+        learning_rate = ops.convert_to_tensor(cfg.learning_rate, "float32")
         if cfg.lr_schedule == "linear":
             learning_rate = cfg.learning_rate * ops.maximum(0.0, 1.0 - ops.cast(timesteps, "float32") / total_steps)
 
+        gradient_step = self._piece("gradient", self._gradient_step)
+
         def grad_body(i, carry):
             state, loss_sum = carry
-            state, loss = self._gradient_step(state, learning_rate)
+            state, loss = gradient_step(state, learning_rate)
             return state, loss_sum + loss
 
         trained, loss_sum = backend.fori_loop(0, cfg.gradient_steps, grad_body,

@@ -167,7 +167,9 @@ class CompiledPPO(CompiledLoop):
         rollout = {"obs": ops.zeros((cfg.n_steps, n, *obs_shape), "float32"),
                    "actions": ops.zeros((cfg.n_steps, n), "int32"),
                    **{key: ops.zeros((cfg.n_steps, n), "float32") for key in ("log_probs", "values", "rewards", "dones")}}
-        state, rollout = backend.fori_loop(0, cfg.n_steps, self._env_step, (state, rollout))
+        env_step = self._piece("env", lambda i, state, rollout: self._env_step(i, (state, rollout)))
+        state, rollout = backend.fori_loop(
+            0, cfg.n_steps, lambda i, carry: env_step(ops.convert_to_tensor(i, "int32"), *carry), (state, rollout))
         _, last_values = self._outputs(state["params"], state["obs"])
         advantages, returns = self._advantages(rollout, last_values)
         data = {key: ops.reshape(value, (self.n_samples, *value.shape[2:])) for key, value in rollout.items()}
@@ -176,9 +178,17 @@ class CompiledPPO(CompiledLoop):
         rounds = state["rounds"] + 1
         progress = ops.cast(rounds * self.n_samples, "float32") / total_steps
         remaining = ops.maximum(0.0, 1.0 - progress)
-        learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else 1.0)
-        clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else 1.0)
+        learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else ops.ones_like(remaining))
+        clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else ops.ones_like(remaining))
         grad_fn = backend.value_and_grad(self._loss)
+
+        def adam_step(state, data, rows, learning_rate, clip_range):
+            batch = {key: ops.take(value, rows, axis=0) for key, value in data.items()}
+            (loss, _), grads = grad_fn(state["params"], batch, clip_range)
+            params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
+            return dict(state, params=params, opt=opt), loss
+
+        adam_step = self._piece("adam", adam_step)
 
         def epoch(e, carry):
             state, loss_sum = carry
@@ -188,10 +198,8 @@ class CompiledPPO(CompiledLoop):
             def minibatch(m, carry):
                 state, loss_sum = carry
                 rows = ops.slice(order, (m * cfg.batch_size,), (cfg.batch_size,))
-                batch = {key: ops.take(value, rows, axis=0) for key, value in data.items()}
-                (loss, _), grads = grad_fn(state["params"], batch, clip_range)
-                params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
-                return dict(state, params=params, opt=opt), loss_sum + loss
+                state, loss = adam_step(state, data, rows, learning_rate, clip_range)
+                return state, loss_sum + loss
 
             return backend.fori_loop(0, self.n_minibatches, minibatch,
                                      (dict(state, shuffle_rng=shuffle_rng), loss_sum))
