@@ -47,7 +47,7 @@ from sybil.evaluators.skip import Skipper
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]  # docs/guides/ too
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 STEPS = int(os.environ.get("KERASRL_DOC_STEPS", "2000"))
 WORKERS = 2
