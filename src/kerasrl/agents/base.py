@@ -7,6 +7,7 @@ optimizer, buffers, compiled steps) and `_learn` (the algorithm's loop, read top
 from __future__ import annotations
 
 import math
+import random
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -16,6 +17,7 @@ import numpy as np
 
 from kerasrl import backend
 from kerasrl.config import CommonConfig
+from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
 
@@ -47,7 +49,10 @@ class Agent:
             config = self.config_class.from_dict({**config.to_dict(), **hyperparameters})
         self.config = config
         backend.configure_threads()
-        keras.utils.set_random_seed(config.seed)  # weight initialisation (per backend)
+        # Keras seeds each layer's random-op generator (dropout) from Python's `random`; the initial
+        # weights themselves are drawn from the seed with numpy (build_model), the same everywhere.
+        random.seed(config.seed)
+        self.weights_seed = config.seed if config.initial_weights == "seed" else None
         self.env_spec = env
         self.env_name = describe(env)
         self._make_env = env_factory(env)
@@ -55,6 +60,9 @@ class Agent:
                                 factory=self._make_env)
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
+        self.diagnostics = Monitor(config)  # each failure class reported once, with its fix
+        if config.check_env:
+            self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
         # Every random draw outside the networks (exploration, replay sampling, env seeds) comes
         # from this numpy generator, so that all backends make the same draws.
         self.rng = np.random.default_rng(config.seed)
@@ -65,6 +73,7 @@ class Agent:
         self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
         self._build(model)
         self._warn_weights_only()
+        self.diagnostics.check_agent(self)  # weights that no gradient reaches
 
     # -- to implement -------------------------------------------------------------------------
     def _build(self, model) -> None:
@@ -137,6 +146,7 @@ class Agent:
         logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
                            log_interval=log_interval, start_step=self.num_timesteps,
                            history=self.history)
+        self.diagnostics.start(self, total_steps, logger)
         if self._obs is None:
             self._obs, _ = self.env.reset(seed=self.config.seed)
         learn, runner = self._learn, None

@@ -34,6 +34,7 @@ from kerasrl.agents.base import (Agent, flatten_arrays, unflatten_arrays,
 from kerasrl.backend import to_tensors
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
+from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, normalize_advantages, ppo_loss)
 from kerasrl.networks import build_model, check_drivable, dummy_observation, stateless_apply
@@ -141,12 +142,12 @@ class PPO(Agent):
             model, obs_space, self.n_outputs, action_space=self.action_space,
             default=lambda: actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
                                              cfg.activation, cfg.ortho_init, head="policy"),
-            role=f"policy model (it outputs {what})")
+            role=f"policy model (it outputs {what})", seed=self.weights_seed, stream="policy")
         self.critic = build_model(
             self._value_model_spec, obs_space, 1, action_space=self.action_space,
             default=lambda: actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
                                              cfg.activation, cfg.ortho_init, head="value"),
-            role="value model")
+            role="value model", seed=self.weights_seed, stream="value")
 
     def _two_outputs(self, model) -> bool:
         try:
@@ -169,6 +170,8 @@ class PPO(Agent):
             raise ValueError(f"The actor-critic model ({type(model).__name__}) has no trainable "
                              f"weights.")
         check_drivable(model, self.observation_space, "actor-critic model")
+        if self.weights_seed is not None:
+            seed_initial_weights(model, self.weights_seed, "actor-critic")
         model._kerasrl_owned = True
         return model
 
@@ -386,6 +389,8 @@ class PPO(Agent):
         self.n_updates += steps
         figures = dict(zip(METRICS, (np.asarray(sums) / max(steps, 1)).tolist()))
         self._check_loss(figures["loss"], self.n_updates)
+        self.diagnostics.after_update(figures["value_loss"], steps, buffer.observations,
+                                      buffer.rewards, values=buffer.values)
         if not self.discrete:
             self._log_std = np.array(backend.to_numpy(self.state["params"][-1]))
             figures["std"] = float(np.exp(self._log_std).mean())

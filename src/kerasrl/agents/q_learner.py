@@ -262,7 +262,7 @@ class QAgentMixin:
         self.q_network = build_model(
             model, self.observation_space, self.n_actions, action_space=self.action_space,
             default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
-            role="Q-network",
+            role="Q-network", seed=self.weights_seed,
         )
         self.learner = QLearner(
             self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),

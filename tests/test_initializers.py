@@ -1,0 +1,127 @@
+"""Initial weights drawn from the seed with numpy (kerasrl.initializers).
+
+Identity across backends is shown by tests/test_same_seed.py (one process per backend); here, on
+one backend: each standard initializer's numpy draw has the distribution of Keras's own draw, what
+cannot be reproduced is kept with a warning naming the layer, and `initial_weights='keep'` keeps a
+user's weights.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.initializers import InitializationWarning, draw, seed_initial_weights
+
+SHAPE = (300, 200)
+
+STANDARD = [
+    keras.initializers.GlorotUniform(), keras.initializers.GlorotNormal(),
+    keras.initializers.HeUniform(), keras.initializers.HeNormal(),
+    keras.initializers.LecunUniform(), keras.initializers.LecunNormal(),
+    keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal"),
+    keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform"),
+    keras.initializers.RandomUniform(-0.3, 0.1), keras.initializers.RandomNormal(0.5, 0.2),
+    keras.initializers.TruncatedNormal(0.0, 0.05), keras.initializers.Orthogonal(gain=1.7),
+]
+
+
+@pytest.mark.parametrize("initializer", STANDARD, ids=lambda i: type(i).__name__)
+def test_numpy_draw_has_the_distribution_of_the_keras_initializer(initializer):
+    ours = draw(initializer, SHAPE, np.random.default_rng(0))
+    theirs = keras.ops.convert_to_numpy(initializer(SHAPE, dtype="float32"))
+    assert ours.shape == SHAPE
+    # 60,000 draws: mean, spread and quantiles agree within a few standard errors; bounded
+    # distributions (uniform, truncated normal) also share their bounds.
+    spread = theirs.std()
+    assert abs(ours.mean() - theirs.mean()) < 0.03 * spread + 1e-6
+    assert abs(ours.std() - spread) < 0.02 * spread
+    quantiles = [0.01, 0.1, 0.5, 0.9, 0.99]
+    np.testing.assert_allclose(np.quantile(ours, quantiles), np.quantile(theirs, quantiles),
+                               atol=0.05 * spread)
+    if "Uniform" in type(initializer).__name__ or "Truncated" in type(initializer).__name__ or (
+            getattr(initializer, "distribution", "") in ("uniform", "truncated_normal")):
+        assert abs(ours.min() - theirs.min()) < 0.02 * spread
+        assert abs(ours.max() - theirs.max()) < 0.02 * spread
+    if isinstance(initializer, keras.initializers.Orthogonal):
+        np.testing.assert_allclose(ours.T @ ours, 1.7 ** 2 * np.eye(SHAPE[1]), atol=1e-9)
+
+
+def test_conv_kernels_use_the_receptive_field_in_their_fans():
+    ours = draw(keras.initializers.HeNormal(), (3, 3, 16, 32), np.random.default_rng(1))
+    assert abs(ours.std() - np.sqrt(2.0 / (3 * 3 * 16))) < 0.03 * ours.std()
+
+
+def mlp(initializer="glorot_uniform"):
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, kernel_initializer=initializer),
+                             keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+
+
+def weights(model):
+    return [keras.ops.convert_to_numpy(w).copy() for w in model.weights]
+
+
+def test_same_seed_same_weights_other_seed_or_stream_other_weights():
+    a, b, c, d = mlp(), mlp(), mlp(), mlp()
+    seed_initial_weights(a, 3, "q")
+    seed_initial_weights(b, 3, "q")
+    seed_initial_weights(c, 4, "q")
+    seed_initial_weights(d, 3, "critic")
+    for x, y in zip(weights(a), weights(b)):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(weights(a)[0], weights(c)[0])
+    assert not np.array_equal(weights(a)[0], weights(d)[0])
+    # batch norm's gamma, beta and moving statistics keep their constants
+    gamma, beta, mean, variance = weights(a)[2:6]
+    assert np.all(gamma == 1) and np.all(beta == 0) and np.all(mean == 0) and np.all(variance == 1)
+
+
+def test_a_custom_initializer_keeps_the_backend_draw_with_one_warning_naming_the_layer():
+    def my_init(shape, dtype=None):
+        return keras.random.uniform(shape, -1.0, 1.0, dtype=dtype)
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="custom_dense",
+                                                                    kernel_initializer=my_init),
+                              keras.layers.Dense(2)])
+    before = weights(model)
+    with pytest.warns(InitializationWarning, match="kernel of layer 'custom_dense'") as caught:
+        seed_initial_weights(model, 0)
+    assert len(caught) == 1
+    after = weights(model)
+    np.testing.assert_array_equal(after[0], before[0])  # kept
+    assert not np.array_equal(after[2], before[2])  # the standard layer is drawn from the seed
+
+
+def test_lstm_keeps_its_forget_gate_bias_at_one():
+    model = keras.Sequential([keras.Input((5, 3)), keras.layers.LSTM(4), keras.layers.Dense(2)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InitializationWarning)
+        seed_initial_weights(model, 0)
+    bias = next(keras.ops.convert_to_numpy(w) for w in model.weights if w.name == "bias"
+                and w.shape == (16,))
+    np.testing.assert_array_equal(bias, np.r_[np.zeros(4), np.ones(4), np.zeros(8)])
+
+
+def test_agents_draw_users_models_from_the_seed_unless_told_to_keep_them():
+    def build(observation_space, action_space):
+        return keras.Sequential([keras.layers.Dense(16, activation="relu"),
+                                 keras.layers.Dense(int(action_space.n))])
+
+    first = kerasrl.DQN("CartPole-v1", seed=5, model=build)
+    second = kerasrl.DQN("CartPole-v1", seed=5, model=build)
+    for x, y in zip(weights(first.model), weights(second.model)):
+        np.testing.assert_array_equal(x, y)
+
+    pretrained = build(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    pretrained(np.zeros((1, 4), np.float32))
+    mine = weights(pretrained)
+    kept = kerasrl.DQN("CartPole-v1", seed=5, model=pretrained, initial_weights="keep")
+    for x, y in zip(weights(kept.model), mine):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="initial_weights must be 'seed' or 'keep'"):
+        kerasrl.DQN("CartPole-v1", initial_weights="numpy")
