@@ -220,6 +220,8 @@ def test_make_watch_env_names_what_is_missing():
         Watch(q_policy(env), env)
     with pytest.raises(ValueError, match="fps"):
         Watch(q_policy(env), make_watch_env("kerasrl_test/Square-v0"), fps=-1)
+    with pytest.raises(ValueError, match="max_steps and episodes must be at least 1"):
+        Watch(q_policy(env), make_watch_env("kerasrl_test/Square-v0"), episodes=0)
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -415,6 +417,40 @@ def test_episodes_end_with_an_end_event_and_errors_are_shown(serving):
     stream.close()
 
 
+def constant_q_policy(env: gym.Env, q_values) -> QPolicy:
+    """A QPolicy whose Q-values are `q_values` in every state (which policy played is then plain)."""
+    model = keras.Sequential([keras.Input(env.observation_space.shape), keras.layers.Flatten(),
+                              keras.layers.Dense(len(q_values), kernel_initializer="zeros",
+                                                 bias_initializer=keras.initializers.Constant(
+                                                     np.asarray(q_values, np.float32)))])
+    return QPolicy(model, env.observation_space, env.action_space)
+
+
+def test_a_followed_run_plays_its_newest_policy(serving, tmp_path):
+    from kerasrl.watch import RunFollower
+
+    env = make_watch_env("kerasrl/Snake-v0", SNAKE_KWARGS)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    follower = RunFollower(run)
+    assert follower.source() is None and follower.newer() is None  # no checkpoint yet
+    first = constant_q_policy(env, [5.0, 0.0, 0.0])
+    first.save(run / "best")
+    policy, where = follower.newer()
+    assert where == run / "best" and np.allclose(policy.q_values(env.reset()[0]), [5, 0, 0])
+    assert follower.newer() is None  # unchanged
+    constant_q_policy(env, [1.0, 2.0, 3.0]).save(run / "best")  # the run improved
+    _, url = serving(first, env, run_dir=run, follow=follower, episodes=2, max_steps=3, fps=0,
+                     title="first")
+    stream = Stream(url)
+    steps = [d for e, d in iter(stream.next_event, ("end", {"episodes": 2})) if e == "step"]
+    assert [(s["episode"], s["step"]) for s in steps] == [(k, n) for k in (0, 1) for n in range(4)]
+    assert all(s["title"] == str(run / "best") for s in steps)
+    assert all(s["outputs"] == [1.0, 2.0, 3.0] and s["action"] == 2
+               for s in steps if s["step"] > 0)
+    stream.close()
+
+
 # -- the page in headless Chromium ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -541,11 +577,17 @@ def test_page_shows_rendered_frames_and_action_probabilities(serving, browser, t
 
 # -- the command ---------------------------------------------------------------------------------
 
-def test_watch_command_serves_a_saved_policy(tmp_path, capsys):
+def test_watch_command_serves_a_run(tmp_path, capsys):
+    """`kerasrl watch RUN`: the env and its evaluation settings from the run's config.json (as
+    `kerasrl train` writes it), the best/ policy, the curve, then Ctrl-C."""
     env = gym.make("kerasrl/Snake-v0")
-    q_policy(env).save(tmp_path / "policy")
-    command = [sys.executable, "-m", "kerasrl.cli", "watch", str(tmp_path / "policy"),
-               "--env", "kerasrl/Snake-v0", "--port", "0", "--fps", "20", "--max-steps", "50"]
+    run = tmp_path / "run"
+    constant_q_policy(env, [0.0, 1.0, 0.0]).save(run / "best")  # always left: round in circles
+    (run / "config.json").write_text(json.dumps(
+        {"algorithm": "dqn", "env": "kerasrl/Snake-v0",
+         "eval_env_kwargs": {"max_steps_without_fruit": 7}}))
+    command = [sys.executable, "-m", "kerasrl.cli", "watch", str(run), "--port", "0", "--fps",
+               "50", "--max-steps", "50"]
     environ = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=environ)
@@ -555,7 +597,18 @@ def test_watch_command_serves_a_saved_policy(tmp_path, capsys):
                                                                   if process.poll() else "")
         url = line.split()[2]
         wait_for(lambda: state(url)["frames"] >= 5, timeout=60, what="5 frames")
-        assert state(url)["env"] == "kerasrl/Snake-v0"
+        now = state(url)
+        assert now["env"] == "kerasrl/Snake-v0" and now["curve"] and now["outputs"] == "Q-values"
+        assert now["last"]["title"] == str(run / "best")
+        # The run's evaluation settings: a game going round in circles is cut after 7 steps
+        # without a fruit (else it would last the 50 of --max-steps).
+        stream = Stream(url)
+        ends = [d for e, d in (stream.next_event() for _ in range(200)) if e == "step" and d["ended"]]
+        stream.close()
+        # A game starting on the top row runs off it at once; the others circle till cut.
+        assert {(d["ended"], d["step"]) for d in ends if d["fruits"] == 0} <= {
+            ("terminated", 1), ("truncated", 7)}
+        assert ("truncated", 7) in {(d["ended"], d["step"]) for d in ends}
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl-C
         code = process.wait(30)
@@ -564,7 +617,8 @@ def test_watch_command_serves_a_saved_policy(tmp_path, capsys):
     from kerasrl.cli import main
 
     capsys.readouterr()
-    assert main(["watch", str(tmp_path / "policy")]) == 2
+    (run / "config.json").unlink()
+    assert main(["watch", str(run / "best")]) == 2
     assert "pass --env" in capsys.readouterr().err
-    assert main(["watch", str(tmp_path / "policy"), "--port", "70000"]) == 2
+    assert main(["watch", str(run), "--port", "70000"]) == 2
     assert "--port must be" in capsys.readouterr().err

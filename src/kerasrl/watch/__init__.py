@@ -28,7 +28,8 @@ from kerasrl.watch.stepping import (BOARD_COLOURS, Step, board_cells, env_action
                                     make_watch_env, output_kind, play_steps, png_bytes,
                                     policy_outputs)
 
-__all__ = ["BOARD_COLOURS", "MetricsTail", "Step", "Watch", "board_cells", "env_action",
+__all__ = ["BOARD_COLOURS", "MetricsTail", "RunFollower", "Step", "Watch", "board_cells",
+           "env_action",
            "find_run_dir", "make_watch_env", "play_steps", "png_bytes", "policy_outputs",
            "require_server"]
 
@@ -50,6 +51,56 @@ def require_server() -> None:
                           f"pip install 'kerasrl[watch]'")
 
 
+class RunFollower:
+    """The newest policy of a run that is still training: its best/ policy (--save-best) when it
+    has one, else its newest checkpoint, loaded again each time the run writes a newer one.
+
+    Args:
+        run_dir: the run folder.
+        model_factory: as for `kerasrl.load_policy`, for a model saved as weights only.
+        loaded: the run's newest policy is loaded already (the first `newer()` then waits for
+            the next one).
+    """
+
+    def __init__(self, run_dir, model_factory=None, loaded: bool = False):
+        self.run_dir = Path(run_dir)
+        self.model_factory = model_factory
+        where = self.source() if loaded else None
+        self.version = None if where is None else self._version(where)
+
+    def source(self) -> Path | None:
+        """Where the newest policy is now (None before the run's first checkpoint)."""
+        from kerasrl.checkpoint import MANIFEST, CheckpointError, find_checkpoint
+
+        if (self.run_dir / "best" / MANIFEST).is_file():
+            return self.run_dir / "best"
+        try:
+            return find_checkpoint(self.run_dir)
+        except CheckpointError:
+            return None
+
+    def _version(self, where: Path) -> tuple[str, bytes]:
+        from kerasrl.checkpoint import MANIFEST
+
+        # best/ keeps its name as it improves; its manifest holds the checksums of its files.
+        return str(where), (where / MANIFEST).read_bytes()
+
+    def newer(self):
+        """(policy, where it came from) when the run has written a policy since the last call
+        (the first call loads the current one); None otherwise."""
+        from kerasrl.checkpoint import load_policy
+
+        where = self.source()
+        if where is None:
+            return None
+        version = self._version(where)
+        if version == self.version:
+            return None
+        policy = load_policy(where, model_factory=self.model_factory)
+        self.version = version
+        return policy, where
+
+
 class Watch:
     """A policy playing `env` on a local web page, with the run's learning curve when there is one.
 
@@ -63,13 +114,21 @@ class Watch:
         episodes: episodes to play (None: on and on).
         seed: seed of the first episode (episode k is reset with seed + k).
         title: what the page says is playing.
+        follow: a `RunFollower` of a run still training: before each episode, the newest policy
+            the run has written replaces the one playing (`policy` is played until there is one).
+
+    A Watch serves once (`serve()` or `start()`/`stop()`); make a new one to serve again.
     """
 
     def __init__(self, policy, env, *, run_dir=None, fps: float = 10.0, max_steps: int = 500,
-                 episodes: int | None = None, seed: int = 0, title: str | None = None):
+                 episodes: int | None = None, seed: int = 0, title: str | None = None,
+                 follow: RunFollower | None = None):
         require_server()
         if not fps >= 0:
             raise ValueError(f"fps must be 0 (as fast as possible) or more, got {fps}.")
+        if max_steps < 1 or (episodes is not None and episodes < 1):
+            raise ValueError(f"max_steps and episodes must be at least 1 (episodes=None: on and "
+                             f"on), got max_steps={max_steps}, episodes={episodes}.")
         self.policy, self.env = policy, env
         self.run_dir = None if run_dir is None else Path(run_dir)
         snake = is_snake(env)
@@ -89,18 +148,40 @@ class Watch:
             "curve": self.run_dir is not None,
             "fps": fps,
         }
-        self._steps = play_steps(policy, env, episodes=episodes, max_steps=max_steps, seed=seed,
-                                 outputs=kind is not None)
+        self.follow, self.title = follow, self.hello["title"]
+        self._steps = self._play(episodes, max_steps, seed, outputs=kind is not None)
         self.fps = fps
         self.hub = self.app = None
         self._server = self._thread = None
         self.url: str | None = None
 
+    def _play(self, episodes, max_steps, seed, outputs):
+        """play_steps, one episode at a time, with the newest policy of a followed run."""
+        policy, episode = self.policy, 0
+        while episodes is None or episode < episodes:
+            if self.follow is not None:
+                try:
+                    newer = self.follow.newer()
+                except Exception as error:  # e.g. a checkpoint pruned as it was read: next time
+                    print(f"kerasrl watch: kept the policy playing; loading the run's newest "
+                          f"failed: {error}", file=sys.stderr, flush=True)
+                    newer = None
+                if newer is not None:
+                    policy, self.title = newer[0], str(newer[1])
+            yield from play_steps(policy, self.env, episodes=1, max_steps=max_steps, seed=seed,
+                                  outputs=outputs, first_episode=episode)
+            episode += 1
+
     def _make_server(self, host: str, port: int):
         from kerasrl.watch.server import Hub, make_app, make_server
 
+        if self.hub is not None:
+            raise RuntimeError("This Watch has served already (its game and env are used up): "
+                               "make a new Watch to serve again.")
+
         metrics = self.run_dir / METRICS_FILE if self.run_dir is not None else None
-        self.hub = Hub(self._steps, self.env, fps=self.fps, hello=self.hello, metrics_path=metrics)
+        self.hub = Hub(self._steps, self.env, fps=self.fps, hello=self.hello, metrics_path=metrics,
+                       title=lambda: self.title)
         self.app = make_app(self.hub)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:

@@ -77,8 +77,9 @@ class Hub:
     """
 
     def __init__(self, steps, env, *, fps: float, hello: dict, metrics_path=None,
-                 queue_size: int = 32):
+                 queue_size: int = 32, title=None):
         self.steps, self.env, self.fps, self.hello = steps, env, fps, hello
+        self.title = title  # () -> what is playing now (a followed run's newest policy)
         self.snake = hello["frame_kind"] == "board"
         self.tail = MetricsTail(metrics_path) if metrics_path is not None else None
         self.curve: list[dict] = []
@@ -142,7 +143,12 @@ class Hub:
 
     def _next_event(self):
         step = next(self.steps, None)
-        return None if step is None else step_event(self.env, step, self.snake)
+        if step is None:
+            return None
+        event = step_event(self.env, step, self.snake)
+        if self.title is not None:
+            event["title"] = self.title()
+        return event
 
     async def _play(self) -> None:
         loop = asyncio.get_running_loop()

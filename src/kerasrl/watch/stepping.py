@@ -91,18 +91,20 @@ def env_action(action, action_space: gym.Space):
 
 
 def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: int = 500,
-               seed: int = 0, outputs: bool = True) -> Iterator[Step]:
+               seed: int = 0, outputs: bool = True, first_episode: int = 0) -> Iterator[Step]:
     """Play `policy` (deterministic) in `env`, yielding a `Step` at each reset and after each step.
 
-    Episode k is reset with seed `seed + k`; it ends when the env terminates or truncates it, or
-    after `max_steps` steps. `episodes=None` plays on forever. With `outputs`, each step also
-    carries the policy's Q-values or action probabilities (one more forward pass per step).
+    Episodes are numbered from `first_episode`; episode k is reset with seed `seed + k`. One ends
+    when the env terminates or truncates it, or after `max_steps` steps. `episodes=None` plays on
+    forever. With `outputs`, each step also carries the policy's Q-values or action probabilities
+    (one more forward pass per step).
     """
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}.")
     if episodes is not None and episodes < 1:
         raise ValueError(f"episodes must be at least 1 (or None: forever), got {episodes}.")
-    for episode in itertools.count() if episodes is None else range(episodes):
+    for episode in (itertools.count(first_episode) if episodes is None
+                    else range(first_episode, first_episode + episodes)):
         observation, info = env.reset(seed=seed + episode)
         episode_return, steps = 0.0, 0
         yield Step(episode, 0, observation, 0.0, 0.0, None, None, dict(info), None)

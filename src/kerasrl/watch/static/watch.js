@@ -87,6 +87,7 @@
   source.addEventListener("step", (e) => {
     const s = JSON.parse(e.data);
     if (s.frame.kind === "board") drawBoard(s.frame); else frame.src = "data:image/png;base64," + s.frame.png;
+    if (s.title && $("title").textContent !== s.title) $("title").textContent = s.title;
     $("episode").textContent = String(s.episode + 1); $("step").textContent = String(s.step);
     $("return").textContent = number(s["return"], 1);
     document.querySelectorAll(".fruits").forEach((el) => (el.hidden = s.fruits === null));
