@@ -122,3 +122,35 @@ def test_public_name_and_other_inputs():
         check_env(lambda: 3)
     with pytest.raises(EnvCheckError, match="takes a gymnasium.Env"):
         check_env(3.5)
+
+
+def test_each_problem_has_a_kind_and_old_api_errors_are_type_errors():
+    problems = check_env(broken(step=lambda self, a: (np.zeros(2), 0.0, False, False, {})),
+                         warn=False)
+    assert [p.kind for p in problems] == ["observation-dtype", "observations-constant"], problems
+    with pytest.raises(TypeError, match=r"old Gym API.*shimmy"):  # EnvCheckError is one too
+        check_env(broken(step=_old_step))
+    with pytest.raises(TypeError, match=r"old Gym API.*shimmy"):
+        check_env(broken(reset=_old_reset))
+
+
+def test_the_env_action_space_stream_is_left_alone():
+    env, expected = Healthy(), gym.spaces.Discrete(2)
+    env.action_space = gym.spaces.Discrete(2)  # its own, not the class's shared one
+    env.action_space.seed(5)
+    expected.seed(5)
+    check_env(env, warn=False)
+    assert [env.action_space.sample() for _ in range(20)] == [
+        expected.sample() for _ in range(20)]
+
+
+def test_framework_tensor_rewards_are_reported():
+    torch = pytest.importorskip("torch")
+
+    def tensor_reward(self, action):
+        obs, reward, terminated, truncated, info = Healthy.step(self, action)
+        return obs, torch.tensor(reward), terminated, truncated, info
+
+    problems = check_env(broken(step=tensor_reward), warn=False)
+    assert [p.kind for p in problems] == ["framework-tensor-reward"], problems
+    assert "returns the reward as a torch tensor: return float(reward)" in problems[0]

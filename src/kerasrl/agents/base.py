@@ -61,8 +61,6 @@ class Agent:
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         self.diagnostics = Monitor(config)  # each failure class reported once, with its fix
-        if config.check_env:
-            self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
         # Every random draw outside the networks (exploration, replay sampling, env seeds) comes
         # from this numpy generator, so that all backends make the same draws.
         self.rng = np.random.default_rng(config.seed)
@@ -73,6 +71,8 @@ class Agent:
         self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
         self._build(model)
         self._warn_weights_only()
+        if config.check_env:  # after _build: the agent's own refusals are the more specific
+            self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
         self.diagnostics.check_agent(self)  # weights that no gradient reaches
 
     # -- to implement -------------------------------------------------------------------------

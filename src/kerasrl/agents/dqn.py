@@ -130,6 +130,9 @@ class DQN(QAgentMixin, Agent):
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau)
         self.n_updates += cfg.gradient_steps
         self._check_loss(loss, self.n_updates)
+        self.diagnostics.after_update(
+            loss, cfg.gradient_steps, batches["observations"], batches["rewards"],
+            values=lambda: self.learner.q_values(batches["observations"][0].astype(np.float32)))
         if indices is not None:
             # Rows were sampled together; later rows' priorities (same transition) win.
             self.buffer.update_priorities(indices, td_errors)

@@ -134,6 +134,9 @@ class SARSA(QAgentMixin, Agent):
                                      self._take_target_tau())
         self.n_updates += cfg.gradient_steps
         self._check_loss(loss, self.n_updates)
+        self.diagnostics.after_update(loss, cfg.gradient_steps, batch["observations"],
+                                      batch["rewards"], on_policy=True,
+                                      values=lambda: self.learner.q_values(batch["observations"]))
         return loss
 
     # -- training state -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ warned about) as sentences, each naming the fix.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from collections.abc import Callable
@@ -23,8 +24,23 @@ HUGE = 1e4  # observation values beyond this (in absolute value) saturate a netw
 LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
 
 
-class EnvCheckError(ValueError):
-    """The environment cannot be trained on as it is; the message says why and how to fix it."""
+class EnvCheckError(ValueError, TypeError):
+    """The environment cannot be trained on as it is; the message says why and how to fix it.
+
+    Also a TypeError: an env of the old Gym API (or not an env) is the wrong kind of object.
+    """
+
+
+class Problem(str):
+    """A problem `check_env` found: its message, and its `kind` (e.g. "observation-dtype"), by
+    which an agent reports each kind once."""
+
+    kind: str
+
+    def __new__(cls, kind: str, message: str):
+        problem = super().__new__(cls, message)
+        problem.kind = kind
+        return problem
 
 
 def check_env(env: gym.Env | str | Callable[[], gym.Env], *, steps: int = 200, seed: int = 0,
@@ -34,7 +50,9 @@ def check_env(env: gym.Env | str | Callable[[], gym.Env], *, steps: int = 200, s
 
     Raises `EnvCheckError` for what makes training impossible (the old Gym API, a reset without a
     `seed` argument, observations outside their space's shape, NaN or inf). Returns the list of
-    other problems found (each with its fix), warned about one by one when `warn`.
+    other problems found (each a `Problem`: a str with its fix, and its `kind`), warned about one by
+    one when `warn`. The env's own action space is not sampled (a copy is), so its random stream is
+    left as it was; the env itself is reset with `seed` and stepped.
     """
     env, made_here = _make(env)
     problems: list[str] = []
@@ -99,16 +117,19 @@ def _checked_observation(env: gym.Env, name: str, observation, where: str,
                          problems: list[str]) -> np.ndarray:
     """The observation as numpy, checked against the space: shape (error), dtype and bounds."""
     if _is_framework_tensor(observation):
-        problems.append(
+        problems.append(Problem(
+            "framework-tensor",
             f"{name}.{where} returns a {type(observation).__module__.split('.')[0]} tensor, not a "
             f"numpy array. kerasrl converts it at the boundary, but a framework tensor made in an "
             f"env belongs to that framework's graph and device (the cause of 'Tensor must be from "
-            f"same graph' errors elsewhere): return np.asarray(...) from the env.")
+            f"same graph' errors elsewhere): return np.asarray(...) from the env."))
         observation = np.asarray(observation)
     space = env.observation_space
     if not isinstance(space, gym.spaces.Box):
         if not space.contains(observation):
-            problems.append(f"{name}.{where} gave an observation outside {space}.")
+            problems.append(Problem("observation-space",
+                                    f"{name}.{where} gave an observation outside {space}: make "
+                                    f"the env's observations members of observation_space."))
         return np.asarray(observation)
     array = np.asarray(observation)
     if array.shape != space.shape:
@@ -124,13 +145,16 @@ def _checked_observation(env: gym.Env, name: str, observation, where: str,
                             f"training on it fails at the first update. Find where the env "
                             f"divides by zero or overflows, or clip the values.")
     if array.dtype != space.dtype:
-        problems.append(f"{name}.{where} gave an observation of dtype {array.dtype}, but "
-                        f"observation_space has dtype {space.dtype}: cast it with "
-                        f"np.asarray(obs, dtype={space.dtype.name!r}).")
+        problems.append(Problem(
+            "observation-dtype",
+            f"{name}.{where} gave an observation of dtype {array.dtype}, but observation_space "
+            f"has dtype {space.dtype}: cast it with np.asarray(obs, dtype={space.dtype.name!r})."))
     elif not space.contains(array):
-        problems.append(f"{name}.{where} gave an observation outside observation_space's "
-                        f"bounds (low {_short(space.low)}, high {_short(space.high)}): widen "
-                        f"the bounds or clip the observation.")
+        problems.append(Problem(
+            "observation-bounds",
+            f"{name}.{where} gave an observation outside observation_space's bounds (low "
+            f"{_short(space.low)}, high {_short(space.high)}): widen the bounds or clip the "
+            f"observation."))
     return array
 
 
@@ -144,7 +168,8 @@ def _checked_reset(env: gym.Env, name: str, seed: int, problems: list[str]) -> n
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
         raise EnvCheckError(
             f"{name}.reset() returned {type(result).__name__}, not (observation, info): this is "
-            f"the old Gym API. Return `observation, {{}}` from reset (Gymnasium >= 0.26).")
+            f"the old Gym API. Return `observation, {{}}` from reset (Gymnasium >= 0.26), or wrap "
+            f"the env with shimmy's GymV26CompatibilityV0.")
     return _checked_observation(env, name, result[0], "reset()", problems)
 
 
@@ -153,27 +178,35 @@ def _check_seeding(env: gym.Env, name: str, seed: int, first: np.ndarray,
     """The same seed must give the same first observation, or runs cannot be repeated."""
     again = np.asarray(env.reset(seed=seed)[0])
     if again.shape == first.shape and not np.array_equal(again, first):
-        problems.append(
+        problems.append(Problem(
+            "seed-ignored",
             f"{name}.reset(seed={seed}) gave two different first observations: the env ignores "
             f"its seed, so no run on it can be repeated. Call super().reset(seed=seed) first in "
-            f"reset and draw every random number from self.np_random.")
+            f"reset and draw every random number from self.np_random."))
 
 
 def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[str]) -> None:
-    env.action_space.seed(seed)
+    actions = copy.deepcopy(env.action_space)  # sampling the env's own space would shift its stream
+    actions.seed(seed)
     env.reset(seed=seed)
     observations, rewards = [], []
     for _ in range(steps):
-        result = env.step(env.action_space.sample())
+        result = env.step(actions.sample())
         if not (isinstance(result, tuple) and len(result) == 5):
             count = len(result) if isinstance(result, tuple) else type(result).__name__
             raise EnvCheckError(
                 f"{name}.step() returned {count} values, not (observation, reward, terminated, "
                 f"truncated, info): a 4-tuple is the old Gym API, whose `done` mixes a death "
-                f"(no bootstrap) with a time limit (bootstrap). Return both flags.")
+                f"(no bootstrap) with a time limit (bootstrap). Return both flags, or wrap the "
+                f"env with shimmy's GymV26CompatibilityV0.")
         observation, reward, terminated, truncated, info = result
         observations.append(_checked_observation(env, name, observation, "step()", problems))
         if _is_framework_tensor(reward):
+            problems.append(Problem(
+                "framework-tensor-reward",
+                f"{name}.step() returns the reward as a "
+                f"{type(reward).__module__.split('.')[0]} tensor: return float(reward), so that "
+                f"no framework graph or device travels with it."))
             reward = np.asarray(reward)
         if not (np.ndim(reward) == 0 and np.issubdtype(np.asarray(reward).dtype, np.number)):
             raise EnvCheckError(f"{name}.step() returned a reward of type "
@@ -185,8 +218,9 @@ def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[
         rewards.append(float(reward))
         for flag_name, flag in (("terminated", terminated), ("truncated", truncated)):
             if not isinstance(flag, (bool, np.bool_)):
-                problems.append(f"{name}.step() returned {flag_name} as "
-                                f"{type(flag).__name__}, not bool: return bool({flag_name}).")
+                problems.append(Problem(
+                    "flag-type", f"{name}.step() returned {flag_name} as {type(flag).__name__}, "
+                                 f"not bool: return bool({flag_name})."))
         if not isinstance(info, dict):
             raise EnvCheckError(f"{name}.step() returned info as {type(info).__name__}, not a "
                                 f"dict.")
@@ -201,17 +235,20 @@ def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,
     if observations.size and np.issubdtype(observations.dtype, np.floating):
         largest = float(np.abs(observations).max())
         if largest > HUGE:
-            problems.append(
+            problems.append(Problem(
+                "observations-huge",
                 f"{name}'s observations reach {largest:.3g} in absolute value: a network's first "
                 f"layer saturates on values this large. Scale them (e.g. to about [-1, 1]) or "
-                f"normalize them (PPO: normalize_observations=True).")
+                f"normalize them (PPO: normalize_observations=True)."))
         if len(observations) > 1 and np.all(observations == observations[0]):
-            problems.append(
+            problems.append(Problem(
+                "observations-constant",
                 f"{name}'s observations never changed over {len(observations)} random steps: "
-                f"the agent cannot tell states apart. Check that step() returns the new state.")
+                f"the agent cannot tell states apart. Check that step() returns the new state."))
     if rewards.size and float(np.abs(rewards).max()) > LARGE_REWARD:
-        problems.append(
+        problems.append(Problem(
+            "reward-scale",
             f"{name}'s rewards reach {float(np.abs(rewards).max()):.3g} in absolute value, far "
             f"from a network's output scale: TD targets and value losses start huge. Scale the "
             f"rewards (e.g. divide by {10 ** int(np.log10(np.abs(rewards).max())):g}) or clip "
-            f"them.")
+            f"them."))
