@@ -223,20 +223,30 @@ def _ops_state(game, env):
     return {key: ops.convert_to_tensor(np.asarray(value, np.int32)) for key, value in values.items()}
 
 
-@pytest.mark.parametrize("action", [0, 1, 2])
-def test_snake_fills_the_board_and_bites_its_tail_as_the_numpy_snake(action):
+def test_snake_fills_the_board_and_bites_its_tail_as_the_numpy_snake():
+    from keras import ops
+
     from kerasrl.envs.snake import Snake as Game
 
     env = _ops_env("Snake", height=2, width=3)
     # Head at (1, 0) heading up, body around the board, one free square: the fruit at (0, 0).
-    game = Game(height=2, width=3)
-    game._set_state([(1, 0), (1, 1), (1, 2), (0, 2), (0, 1)], "up", [(0, 0)])
-    ops_obs, state, reward, terminated, truncated, info = backend.to_numpy(env.step(_ops_state(game, env), [action]))
-    ref_obs, ref_reward, ref_terminated, ref_truncated, _ = game.step(action)
-    np.testing.assert_array_equal(info["final_obs"][0], ref_obs)
-    assert (reward[0], terminated[0], truncated[0]) == (np.float32(ref_reward), ref_terminated, ref_truncated)
-    # Up fills the board (+10, terminated); left leaves the board; right bites the tail: -10.
-    assert (ref_reward, ref_terminated) == ((10.0, True) if action == 0 else (-10.0, True))
+    # Three copies of the game, one per action, stepped as one batch.
+    games = []
+    for _ in range(3):
+        game = Game(height=2, width=3)
+        game._set_state([(1, 0), (1, 1), (1, 2), (0, 2), (0, 1)], "up", [(0, 0)])
+        games.append(game)
+    states = [backend.to_numpy(_ops_state(game, env)) for game in games]
+    state = {key: ops.convert_to_tensor(np.concatenate([s[key] for s in states])) for key in states[0]}
+    step = backend.compile(lambda state, action: env.step(state, action, env.default_params))
+    _, _, reward, terminated, truncated, info = backend.to_numpy(step(state, backend.feed(np.arange(3, dtype=np.int32))))
+    for action, game in enumerate(games):
+        ref_obs, ref_reward, ref_terminated, ref_truncated, _ = game.step(action)
+        np.testing.assert_array_equal(info["final_obs"][action], ref_obs)
+        assert (reward[action], terminated[action], truncated[action]) == (
+            np.float32(ref_reward), ref_terminated, ref_truncated)
+        # Up fills the board (+10, terminated); left leaves the board; right bites the tail: -10.
+        assert (ref_reward, ref_terminated) == ((10.0, True) if action == 0 else (-10.0, True))
 
 
 def test_random_state_is_the_numpy_reference_on_every_backend():

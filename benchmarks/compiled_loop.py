@@ -1,0 +1,188 @@
+"""The compiled whole loop against rejax: CartPole DQN (RL-Zoo and per-step) and PPO, one seed and many.
+
+    python benchmarks/compiled_loop.py --out benchmarks/results/compiled_loop.md [--core 1] [--seeds 1 16]
+    python benchmarks/compiled_loop.py --worker kerasrl --backend jax --setting dqn-step --seeds 16 --json OUT
+
+Every run is its own process pinned to one core with `taskset -c CORE` (the thread variables do not
+hold JAX 0.10 to one core), run one after the other, so the figures compare within one table only.
+Each row gives env steps per second with compile time included and after compile, the compile
+time apart, and CPU time beside wall time (a process that uses more than one core shows CPU > wall).
+
+Compile time. kerasrl: the first compiled call minus a second call of the same size (both run the
+same number of rounds). rejax: `jax.jit(train).lower(key).compile()` timed on its own, then the
+compiled function run to the end.
+
+Settings (CartPole-v1 dynamics; kerasrl on `kerasrl.envs.ops.CartPole`, rejax on gymnax 0.0.9):
+- dqn-zoo: RL-Zoo DQN (train_freq 256, gradient_steps 128, 50k steps). rejax collects one step of
+  every env per iteration, so it runs the same ratio of updates to env steps (0.5) as 2 envs with
+  one gradient step each; the row says so.
+- dqn-step: one env, one gradient step per env step, batch 64, 50k steps.
+- ppo-zoo: RL-Zoo PPO (8 envs x 32 steps, 20 epochs of one 256 minibatch, 100k steps).
+
+Needs `pip install rejax==0.1.3 gymnax==0.0.9` for the rejax rows (rejax breaks on gymnax 1.x);
+without them those rows say "not installed". Nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_TORCH_THREADS": "1",
+                      "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+                      }.items():
+    os.environ.setdefault(_name, _value)
+
+STEPS = {"dqn-zoo": 50_000, "dqn-step": 50_000, "ppo-zoo": 100_000}
+KERASRL = {
+    "dqn-zoo": dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+                    target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                    exploration_final_eps=0.04, hidden_sizes=(256, 256)),
+    "dqn-step": dict(learning_rate=2.3e-3, batch_size=64, buffer_size=50_000, learning_starts=1000, gamma=0.99,
+                     target_update_interval=500, train_freq=1, gradient_steps=1, exploration_fraction=0.16,
+                     exploration_final_eps=0.04, hidden_sizes=(256, 256)),
+    "ppo-zoo": dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                    learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear"),
+}
+REJAX = {  # rejax 0.1.3 names
+    "dqn-zoo": ("dqn", dict(num_envs=2, gradient_steps=1, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                            fill_buffer=1000, gamma=0.99, target_update_freq=10, eps_start=1.0, eps_end=0.04,
+                            exploration_fraction=0.16, ddqn=False,
+                            agent_kwargs={"hidden_layer_sizes": (256, 256), "activation": "relu"})),
+    "dqn-step": ("dqn", dict(num_envs=1, gradient_steps=1, learning_rate=2.3e-3, batch_size=64, buffer_size=50_000,
+                             fill_buffer=1000, gamma=0.99, target_update_freq=500, eps_start=1.0, eps_end=0.04,
+                             exploration_fraction=0.16, ddqn=False,
+                             agent_kwargs={"hidden_layer_sizes": (256, 256), "activation": "relu"})),
+    "ppo-zoo": ("ppo", dict(num_envs=8, num_steps=32, num_epochs=20, num_minibatches=1, learning_rate=1e-3,
+                            gamma=0.98, gae_lambda=0.8, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+                            agent_kwargs={"activation": "tanh"})),
+}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
+    os.environ["KERAS_BACKEND"] = backend
+    from kerasrl.compiled import CompiledDQN, CompiledPPO
+
+    cls = CompiledPPO if setting.startswith("ppo") else CompiledDQN
+    agent = cls("CartPole", seeds=list(range(seeds)), **KERASRL[setting])
+    total = STEPS[setting]
+    rounds = -(-total // agent.steps_per_round)
+    per_call = max(1, rounds // 10)
+    calls = []
+    start_wall, start_cpu = time.perf_counter(), _cpu()
+    agent.fit(total, rounds_per_call=per_call,
+              callback=lambda a, record: calls.append((time.perf_counter(), _cpu())) or True)
+    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    first = calls[0][0] - start_wall
+    second = calls[1][0] - calls[0][0] if len(calls) > 1 else 0.0
+    compile_s = max(0.0, first - second)
+    steps = agent.num_timesteps * seeds
+    returns = [agent.evaluate(i, n_episodes=10)[0] for i in range(seeds)]
+    return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s,
+            "after_compile": steps / max(wall - compile_s, 1e-9), "with_compile": steps / wall,
+            "eval_mean": float(sum(returns) / len(returns))}
+
+
+def run_rejax(setting: str, seeds: int) -> dict:
+    try:
+        import jax
+        from rejax import get_algo
+    except ImportError as error:
+        return {"error": f"not installed ({error}); pip install rejax==0.1.3 gymnax==0.0.9"}
+    name, config = REJAX[setting]
+    algo = get_algo(name).create(env="CartPole-v1", total_timesteps=STEPS[setting], eval_freq=STEPS[setting],
+                                 **config)
+    train = jax.vmap(algo.train) if seeds > 1 else algo.train
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds) if seeds > 1 else jax.random.PRNGKey(0)
+    start_wall, start_cpu = time.perf_counter(), _cpu()
+    compiled = jax.jit(train).lower(keys).compile()
+    compile_s = time.perf_counter() - start_wall
+    run_start = time.perf_counter()
+    jax.block_until_ready(compiled(keys))
+    run_s = time.perf_counter() - run_start
+    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    steps = STEPS[setting] * seeds
+    return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s, "after_compile": steps / run_s,
+            "with_compile": steps / wall}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def drive(args) -> None:
+    rows = []
+    for setting in args.settings:
+        for seeds in args.seeds:
+            runs = [("kerasrl", b) for b in args.backends] + ([("rejax", "jax")] if not args.no_rejax else [])
+            for library, backend in runs:
+                with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+                    out = handle.name
+                command = ["taskset", "-c", str(args.core), sys.executable, __file__, "--worker", library,
+                           "--backend", backend, "--setting", setting, "--seeds", str(seeds), "--json", out]
+                subprocess.run(command, check=False)
+                try:
+                    result = json.loads(Path(out).read_text())
+                except (OSError, json.JSONDecodeError):
+                    result = {"error": "the run failed (see its output above)"}
+                rows.append((setting, seeds, library, backend, result))
+                print(setting, seeds, library, backend, result, flush=True)
+    lines = [f"# Compiled loop vs rejax (CartPole), one core each (`taskset -c {args.core}`)", "",
+             f"CPU: {cpu_model()}. Steps/s count env steps over all seeds.", "",
+             "| setting | seeds | library | backend | steps/s after compile | steps/s incl. compile | compile s | "
+             "wall s | CPU s | eval return |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for setting, seeds, library, backend, r in rows:
+        if "error" in r:
+            lines.append(f"| {setting} | {seeds} | {library} | {backend} | {r['error']} | | | | | |")
+            continue
+        lines.append(f"| {setting} | {seeds} | {library} | {backend} | {r['after_compile']:,.0f} | "
+                     f"{r['with_compile']:,.0f} | {r['compile']:.1f} | {r['wall']:.1f} | {r['cpu']:.1f} | "
+                     f"{r.get('eval_mean', float('nan')):.0f} |")
+    lines += ["", "dqn-zoo on rejax: 2 envs x 1 gradient step per iteration (the same 0.5 updates per env step; "
+              "rejax has no train_freq/gradient_steps pair like the zoo's 256/128)."]
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", choices=["kerasrl", "rejax"])
+    parser.add_argument("--backend", default="jax")
+    parser.add_argument("--setting", choices=sorted(STEPS))
+    parser.add_argument("--settings", nargs="+", default=sorted(STEPS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 16])
+    parser.add_argument("--backends", nargs="+", default=["jax", "tensorflow", "torch"])
+    parser.add_argument("--core", type=int, default=1)
+    parser.add_argument("--no-rejax", action="store_true")
+    parser.add_argument("--json")
+    parser.add_argument("--out", default="benchmarks/results/compiled_loop.md")
+    args = parser.parse_args(argv)
+    if args.worker is None:
+        drive(args)
+        return
+    seeds = args.seeds[0]
+    result = run_kerasrl(args.setting, seeds, args.backend) if args.worker == "kerasrl" else run_rejax(args.setting, seeds)
+    Path(args.json).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

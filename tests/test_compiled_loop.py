@@ -1,0 +1,77 @@
+"""The compiled whole loop (kerasrl.compiled): seeds trained together are the seeds trained alone,
+a short learning check, the errors; the RL-Zoo learning bars in the slow tier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kerasrl import backend
+from kerasrl.compiled import CompiledDQN, CompiledPPO
+from kerasrl.compiled.common import parse_seeds
+
+TINY_DQN = dict(learning_starts=32, train_freq=4, gradient_steps=2, batch_size=16, buffer_size=256,
+                target_update_interval=40, hidden_sizes=(16,))
+ZOO_DQN = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+               target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+               exploration_final_eps=0.04, hidden_sizes=(256, 256))
+ZOO_PPO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+               learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear")
+
+
+@pytest.mark.backend
+def test_seeds_trained_together_are_the_seeds_trained_alone():
+    together = CompiledDQN("CartPole", seeds=[3, 4], **TINY_DQN)
+    together.fit(160, rounds_per_call=20)
+    # The second seed alone (the first shares the model's own initial weights, so is the easier case).
+    alone = CompiledDQN("CartPole", seeds=4, **TINY_DQN)
+    alone.fit(160, rounds_per_call=20)
+    for a, b in zip(together.weights(1), alone.weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert together.history[-1]["episodes"][1] == alone.history[-1]["episodes"] > 0
+    np.testing.assert_allclose(together.history[-1]["loss"][1], alone.history[-1]["loss"], rtol=1e-5)
+    # The seeds are their own runs: different weights, different games.
+    assert not np.allclose(together.weights(0)[0], together.weights(1)[0])
+    assert together.num_timesteps == 160
+
+
+@pytest.mark.backend
+def test_short_learning_check_ppo_cartpole():
+    agent = CompiledPPO("CartPole", seeds=0, **dict(ZOO_PPO, n_epochs=10))
+    history = agent.fit(12_288, rounds_per_call=12)  # 48 rollouts, 4 calls
+    first, last = history[0]["mean_return"], history[-1]["mean_return"]
+    # A random policy averages about 22 steps; the zoo settings pass 100 within these steps.
+    assert last >= 100 and last >= 3 * first, [r["mean_return"] for r in history]
+    assert np.isfinite(history[-1]["loss"])
+
+
+def test_unsupported_settings_are_named():
+    with pytest.raises(ValueError, match="n_step=3"):
+        CompiledDQN("CartPole", n_step=3)
+    with pytest.raises(ValueError, match="discrete actions"):
+        CompiledDQN("Pendulum")
+    with pytest.raises(ValueError, match="target_kl"):
+        CompiledPPO("CartPole", target_kl=0.01)
+    with pytest.raises(ValueError, match="'0-15'"):
+        parse_seeds("0:15")
+    with pytest.raises(ValueError, match="distinct"):
+        parse_seeds([1, 1])
+    assert parse_seeds("2-4") == [2, 3, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.backend
+def test_dqn_zoo_cartpole_two_of_three_seeds_reach_475():
+    agent = CompiledDQN("CartPole", seeds=[0, 1, 2], **ZOO_DQN)
+    agent.fit(50_000)
+    scores = [agent.evaluate(i, n_episodes=10)[0] for i in range(3)]
+    assert sum(score >= 475 for score in scores) >= 2, scores
+
+
+@pytest.mark.slow
+@pytest.mark.backend
+def test_ppo_zoo_cartpole_reaches_500():
+    agent = CompiledPPO("CartPole", seeds=0, **ZOO_PPO)
+    agent.fit(100_000)
+    score, _ = agent.evaluate(0, n_episodes=10)
+    assert score >= 500, (score, backend.NAME)
