@@ -1,8 +1,11 @@
 """Agents: one algorithm per file."""
 
 from kerasrl.agents.base import Agent
+from kerasrl.agents.ddpg import DDPG
 from kerasrl.agents.dqn import DQN
 from kerasrl.agents.ppo import PPO
+from kerasrl.agents.sac import SAC
 from kerasrl.agents.sarsa import SARSA, ExpectedSARSA
+from kerasrl.agents.td3 import TD3
 
-__all__ = ["DQN", "PPO", "SARSA", "Agent", "ExpectedSARSA"]
+__all__ = ["DDPG", "DQN", "PPO", "SAC", "SARSA", "TD3", "Agent", "ExpectedSARSA"]

@@ -84,3 +84,35 @@ class ChainEnv(gym.Env):
             return self._obs(), 1.0, True, False, {}
         self._position += 1
         return self._obs(), 0.0, False, self._t >= self.max_steps, {}
+
+
+class TargetEnv(gym.Env):
+    """Continuous actions with a known answer: observe x uniform in [-1, 1]^dim; the best action is
+    `scale * x` in a Box of [-bound, bound]^dim, and the reward is `-mean((action - scale * x)^2)`.
+
+    A fresh x every step and episodes truncated after `episode_length` steps, so the optimal
+    return is 0 and the best action does not depend on the future (any gamma works).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, dim: int = 1, scale: float = 1.5, bound: float = 2.0,
+                 episode_length: int = 10):
+        self.dim, self.scale, self.episode_length = dim, float(scale), episode_length
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(dim,), dtype=np.float32)
+        self.action_space = spaces.Box(-bound, bound, shape=(dim,), dtype=np.float32)
+        self._x = np.zeros(dim, dtype=np.float32)
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        self._x = self.np_random.uniform(-1.0, 1.0, self.dim).astype(np.float32)
+        return self._x.copy(), {}
+
+    def step(self, action):
+        error = np.asarray(action, dtype=np.float64) - self.scale * self._x
+        reward = -float(np.mean(np.square(error)))
+        self._t += 1
+        self._x = self.np_random.uniform(-1.0, 1.0, self.dim).astype(np.float32)
+        return self._x.copy(), reward, False, self._t >= self.episode_length, {}
