@@ -317,6 +317,7 @@ def test_serves_only_its_own_files(serving):
         status, headers, body = get(url, f"/static/{name}")
         assert status == 200 and headers["Content-Type"].startswith(media)
         assert body == (package / "watch" / "static" / name).read_bytes()
+        assert b"http://" not in body and b"https://" not in body and b"//cdn" not in body
     secret = (package / "watch" / "server.py").read_bytes()[:200]
     for path in ("/static/../server.py", "/static/..%2fserver.py", "/static/%2e%2e%2fserver.py",
                  "/static/..%2f..%2fcli.py", "/static/%2e%2e/%2e%2e/cli.py", "/../../pyproject.toml",
