@@ -518,6 +518,7 @@ def test_page_plays_snake_with_counters_outputs_and_live_curve(serving, browser,
     until(page, "Number(document.getElementById('episode').textContent) >= 2",
                            timeout=20)  # an episode ended (30 steps without a fruit at most)
     assert page.locator("#episodes li").count() >= 1
+    assert text(page, "#episodes li:first-child").startswith("Episode ")
     assert "return" in text(page, "#episodes li:first-child")
     assert page.locator("#fruits").is_visible() and text(page, "#fruits").isdigit()
     # The counters come from one event: Snake's return is +10 a fruit, -0.2 any other step
@@ -531,6 +532,18 @@ def test_page_plays_snake_with_counters_outputs_and_live_curve(serving, browser,
     assert text(page, "#outputs-title") == "Q-values"
     assert page.locator(".output").count() == 3
     assert text(page, ".output:first-child .name") == "straight"
+    # The greedy action is highlighted, and the bars keep the order of the Q-values.
+    until(page, "document.getElementById('action').textContent !== '-'")
+    rows = page.evaluate("[...document.querySelectorAll('.output')].map((row) => ["
+                         "Number(row.querySelector('.value').textContent),"
+                         "row.querySelector('.fill').getBoundingClientRect().width,"
+                         "row.classList.contains('chosen')])")
+    values = [v for v, _, _ in rows]
+    (chosen,) = [v for v, _, is_chosen in rows if is_chosen]
+    assert chosen == max(values)
+    for value, width, _ in rows:  # (values are shown to 3 decimals)
+        assert all(width < other_width for other, other_width, _ in rows if value < other - 0.002)
+    assert max(width for _, width, _ in rows) > 0
     # The curve: 2 rows now, a third once the run writes it.
     until(page, "document.getElementById('curve').dataset.points === '2'")
     for step in range(201, 301):
@@ -567,8 +580,13 @@ def test_page_shows_rendered_frames_and_action_probabilities(serving, browser, t
     source = page.evaluate("document.getElementById('frame').src")
     until(page, f"document.getElementById('frame').src !== {json.dumps(source)}")
     until(page, "Number(document.getElementById('return').textContent) >= 3")
-    values = [float(v) for v in page.locator(".output .value").all_inner_texts()]
-    assert len(values) == 2 and sum(values) == pytest.approx(1.0, abs=2e-3)
+    shown = page.evaluate("[...document.querySelectorAll('.output')].map((row) => ["
+                          "Number(row.querySelector('.value').textContent),"
+                          "row.querySelector('.fill').getBoundingClientRect().width /"
+                          " row.querySelector('.track').getBoundingClientRect().width])")
+    assert len(shown) == 2 and sum(v for v, _ in shown) == pytest.approx(1.0, abs=2e-3)
+    for probability, bar in shown:  # each bar as long as its probability
+        assert bar == pytest.approx(probability, abs=0.01)
     screenshot = page.screenshot(path=str(tmp_path / "watch-square.png"))
     frame = pixels(screenshot, page.locator("#frame").bounding_box())
     square = count_colour(frame, SQUARE_COLOUR, tolerance=10) / frame.size * 3

@@ -33,7 +33,8 @@
   function drawOutputs(values, action) {
     const box = $("outputs");
     if (!values) return;
-    const lo = Math.min(0, ...values), hi = Math.max(...values.map(Math.abs), 1e-9);
+    // One axis through 0 for all the bars (probabilities: 0 to 1).
+    const lo = Math.min(0, ...values), hi = Math.max(0, ...values);
     const probabilities = hello.outputs === "Action probabilities";
     while (box.children.length < values.length) {
       const row = document.createElement("div"); row.className = "output";
@@ -97,7 +98,7 @@
     if (s.ended && s.episode !== lastEpisode) {
       lastEpisode = s.episode;
       const li = document.createElement("li");
-      li.textContent = "return " + number(s["return"], 1) + (s.fruits === null ? "" : ", fruits " + s.fruits) + ", " + s.step + " steps (" + s.ended + ")";
+      li.textContent = "Episode " + (s.episode + 1) + ": return " + number(s["return"], 1) + (s.fruits === null ? "" : ", fruits " + s.fruits) + ", " + s.step + (s.step === 1 ? " step (" : " steps (") + s.ended + ")";
       $("episodes").prepend(li);
     }
   });
