@@ -39,7 +39,9 @@ def check_learns_the_target(agent, before) -> None:
     assert after.mean() < 0.15, (before.mean(), after.mean(), after.max())
     assert after.max() < 0.4, after.max()
     result = agent.evaluate(episodes=4)
-    assert result["mean_return"] > -0.3, result  # 10 steps of -(error^2) each; random: about -15
+    # 10 steps of -(error^2): -0.5 is a typical error below 0.25 on evaluation's own draws; an
+    # untrained actor (actions near 0) gets about -7.5, uniform random actions about -21.
+    assert result["mean_return"] > -0.5, result
 
 
 def check_policy_saves_loads_and_exports(agent, tmp_path, formats=("onnx",)) -> None:

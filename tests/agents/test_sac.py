@@ -14,6 +14,7 @@ from continuous_checks import (check_bad_input_is_refused_at_creation, check_exa
                                check_learns_the_target, check_policy_saves_loads_and_exports,
                                check_user_models_are_used, trained_agent)
 from kerasrl import losses
+from kerasrl.envs.testing import TargetEnv
 
 pytestmark = pytest.mark.backend
 
@@ -79,7 +80,7 @@ def test_entropy_coefficient_is_tuned(trained):
     # From 1.0, alpha falls as the policy's entropy sits above the target (-1 for one dimension).
     assert 0.0 < agent.ent_coef < 0.5, agent.ent_coef
     assert agent.history.updates[-1]["ent_coef"] < 0.5
-    fixed = kerasrl.SAC(lambda: trained[0].env.envs[0], auto_entropy=False, ent_coef_init=0.3,
+    fixed = kerasrl.SAC(lambda: TargetEnv(), auto_entropy=False, ent_coef_init=0.3,
                         learning_starts=10, batch_size=8, hidden_sizes=(8,), buffer_size=100)
     fixed.fit(30, progress=False)
     assert fixed.ent_coef == pytest.approx(0.3, rel=1e-6)
