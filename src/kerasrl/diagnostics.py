@@ -59,7 +59,8 @@ def zero_gradient_variables(model, observation_space, batch_size: int = 16):
     params = [v.value for v in model.trainable_variables]
     states = [v.value for v in model.non_trainable_variables]
     outputs = keras.tree.flatten(stateless_apply(model, params, states, inputs, False)[0])
-    weights = [rng.standard_normal(tuple(o.shape)).astype(np.float32) for o in outputs]
+    weights = [keras.ops.convert_to_tensor(rng.standard_normal(tuple(o.shape)).astype(np.float32))
+               for o in outputs]
 
     def objective(params):
         outs = keras.tree.flatten(stateless_apply(model, params, states, inputs, False)[0])
