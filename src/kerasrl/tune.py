@@ -4,7 +4,7 @@ Each trial trains one agent for `steps` env steps with hyperparameters drawn fro
 search space (the RL Baselines3 Zoo's ranges, `SEARCH_SPACES`) by a TPE sampler, evaluating it
 every `eval_every` steps (greedy, `eval_episodes` episodes). Each evaluation is reported to Optuna,
 whose median pruner stops a trial whose evaluation falls below the median of earlier trials at the
-same step. A trial's value is the mean of its evaluations, the area under its evaluation curve
+same step (after the first third of the trial). A trial's value is the mean of its evaluations, the area under its evaluation curve
 (higher for a configuration that learns sooner and stays there), and with a `target` the table also
 shows the first evaluated step that reached it.
 
@@ -194,7 +194,10 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
     study = optuna.create_study(
         study_name=study_name, storage=storage, load_if_exists=True, direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials, n_warmup_steps=0))
+        # As the RL Zoo: no pruning in a trial's first third, where every configuration is still
+        # near a random policy's return and the median would prune on noise.
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials,
+                                           n_warmup_steps=steps // 3))
     if study.user_attrs.get("setup", None) not in (None, _setup(algorithm, env_id, steps, eval_every,
                                                                   eval_episodes, seed, fixed)):
         raise ValueError(
