@@ -12,6 +12,7 @@ import http.client
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -636,8 +637,11 @@ def test_watch_command_serves_a_run(tmp_path, capsys):
     from kerasrl.cli import main
 
     capsys.readouterr()
-    (run / "config.json").unlink()
-    assert main(["watch", str(run / "best")]) == 2
+    shutil.rmtree(run / "best")  # a run that has just started
+    assert main(["watch", str(run)]) == 2
+    assert "no checkpoint yet" in capsys.readouterr().err
+    constant_q_policy(env, [0.0, 1.0, 0.0]).save(tmp_path / "policy")
+    assert main(["watch", str(tmp_path / "policy")]) == 2
     assert "pass --env" in capsys.readouterr().err
     assert main(["watch", str(run), "--port", "70000"]) == 2
     assert "--port must be" in capsys.readouterr().err

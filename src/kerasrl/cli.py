@@ -327,6 +327,11 @@ def cmd_watch(args) -> int:
     watch.require_server()  # before loading anything, so that a missing extra is said at once
     if args.port < 0 or args.port > 65535:
         raise ValueError(f"--port must be 0 (a free port) to 65535, got {args.port}.")
+    source = Path(args.run_or_model)
+    if watch.find_run_dir(source) == source and watch.RunFollower(source).source() is None:
+        raise ValueError(f"The run {source} has no checkpoint yet: a run writes one at its end, or "
+                         f"as it goes with `kerasrl train --checkpoint-every N` or --save-best. "
+                         f"Watch it once it has one.")
     policy, path = load_policy_source(args.run_or_model, args.model_factory, prefer_best=True)
     env_id, env_kwargs = (args.env, {}) if args.env else _saved_env(path)
     if env_id is None:
@@ -438,9 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("watch", help="Watch a policy play on a local web page, with a run's "
                                           "live learning curve (pip install 'kerasrl[watch]').")
     p.add_argument("run_or_model", metavar="RUN_OR_POLICY",
-                   help="a run folder (its best/ policy, else its newest checkpoint; its "
-                        "metrics.csv is plotted as the run writes it), a checkpoint, a policy "
-                        "folder, or a Q-network's .keras file (with --env)")
+                   help="a run folder (its best/ policy, else its newest checkpoint, loaded "
+                        "again between episodes as the run writes newer ones; its metrics.csv "
+                        "plotted as the run writes it), a checkpoint, a policy folder, or a "
+                        "Q-network's .keras file (with --env)")
     p.add_argument("--env", help="Gymnasium id: kerasrl/Snake-v0 or any env that renders "
                                  "rgb_array (default: the run's env)")
     p.add_argument("--host", default="127.0.0.1",
