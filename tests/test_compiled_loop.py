@@ -20,19 +20,27 @@ ZOO_PPO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
 
 
 @pytest.mark.backend
-def test_seeds_trained_together_are_the_seeds_trained_alone():
+def test_seeds_trained_together_are_the_seeds_trained_alone_and_resume_exactly(tmp_path):
     together = CompiledDQN("CartPole", seeds=[3, 4], **TINY_DQN)
-    together.fit(160, rounds_per_call=20)
-    # The second seed alone (the first shares the model's own initial weights, so is the easier case).
+    together.fit(160, rounds_per_call=20, callback=lambda agent, record: False)  # stops after one call
+    assert together.num_timesteps == 80
+    together.save(tmp_path / "run.npz")
+    resumed = CompiledDQN("CartPole", seeds=[3, 4], **TINY_DQN)
+    resumed.load(tmp_path / "run.npz")
+    resumed.fit(160, rounds_per_call=20)
+    assert resumed.num_timesteps == 160 and len(resumed.history) == 1
+    # The second seed alone, straight through (the first shares the model's own initial weights,
+    # so is the easier case).
     alone = CompiledDQN("CartPole", seeds=4, **TINY_DQN)
     alone.fit(160, rounds_per_call=20)
-    for a, b in zip(together.weights(1), alone.weights()):
+    for a, b in zip(resumed.weights(1), alone.weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert together.history[-1]["episodes"][1] == alone.history[-1]["episodes"] > 0
-    np.testing.assert_allclose(together.history[-1]["loss"][1], alone.history[-1]["loss"], rtol=1e-5)
-    # The seeds are their own runs: different weights, different games.
-    assert not np.allclose(together.weights(0)[0], together.weights(1)[0])
-    assert together.num_timesteps == 160
+    assert resumed.history[-1]["episodes"][1] == alone.history[-1]["episodes"] > 0
+    np.testing.assert_allclose(resumed.history[-1]["loss"][1], alone.history[-1]["loss"], rtol=1e-5)
+    # The seeds are their own runs: different weights.
+    assert not np.allclose(resumed.weights(0)[0], resumed.weights(1)[0])
+    with pytest.raises(ValueError, match="seeds"):
+        CompiledDQN("CartPole", seeds=[3, 5], **TINY_DQN).load(tmp_path / "run.npz")
 
 
 @pytest.mark.backend

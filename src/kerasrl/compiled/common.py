@@ -181,7 +181,7 @@ class CompiledLoop:
         n_rounds = math.ceil(total_steps / per_round)
         if rounds_per_call is None:
             rounds_per_call = 1 if not backend.COMPILED_LOOPS else max(1, min(n_rounds, 5000 // per_round))
-        done = 0
+        done = self.num_timesteps // per_round  # resumes after `load`
         while done < n_rounds:
             rounds = min(rounds_per_call, n_rounds - done)
             call = self._compiled(rounds, total_steps)
@@ -210,6 +210,32 @@ class CompiledLoop:
             "mean_length": np.where(m["episodes"] > 0, m["episode_lengths"] / episodes, np.nan),
             "loss": np.where(m["updates"] > 0, m["loss_sum"] / np.maximum(m["updates"], 1), np.nan),
         }
+
+    def save(self, path) -> None:
+        """Every seed's runner state (weights, optimizer, buffer or rollout, envs, random streams,
+        counters) and the step count in one .npz (no pickle); `load` then resumes exactly."""
+        from kerasrl.agents.base import flatten_arrays
+
+        states = stack([self.seed_state(i) for i in range(len(self.seeds))])
+        np.savez(path, **flatten_arrays("state", states), num_timesteps=np.int64(self.num_timesteps),
+                 seeds=np.array(self.seeds, np.int64))
+
+    def load(self, path) -> None:
+        """Restore what `save` wrote, into a loop made with the same env, config and seeds (any backend)."""
+        from kerasrl.agents.base import unflatten_arrays
+
+        with np.load(path) as data:
+            arrays = {key: data[key] for key in data.files}
+        if list(arrays["seeds"]) != list(self.seeds):
+            raise ValueError(f"The saved run has seeds {list(arrays['seeds'])}, this one {self.seeds}; make the loop "
+                             "with the saved seeds to resume it.")
+        like = stack([self.seed_state(i) for i in range(len(self.seeds))])
+        states = unflatten_arrays("state", arrays, like)
+        if self._seed_states is not None:
+            self._seed_states = [backend.to_tensors(unstack(states, i)) for i in range(len(self.seeds))]
+        else:
+            self.state = backend.to_tensors(states if self._vmap else unstack(states, 0))
+        self.num_timesteps = int(arrays["num_timesteps"])
 
     def seed_state(self, index: int = 0) -> dict:
         """The runner state of seed `index` as numpy (what a checkpoint would save)."""
