@@ -46,7 +46,7 @@ def caught_warnings(fn):
      r"target network barely moves: 20000 syncs with tau=1e-06 leave 98% .*Raise tau"),
     (DQNConfig(target_update_interval=1, tau=1.0, train_freq=1, gradient_steps=1), 20_000,
      r"moves with every gradient step: tau=1\.0 copies .* every 1 env step.*tau=0\.005"),
-    (SARSAConfig(target_update_interval=4, n_steps=4), 20_000,
+    (SARSAConfig(target_update_interval=8, n_envs=8, n_steps=4, gradient_steps=1), 20_000,
      r"moves with every gradient step"),
     (DQNConfig(exploration_fraction=1.0), 20_000,
      r"Epsilon reaches its final value \(0\.05\) only after 100% of the run: .* = 20000 of 20000"),
@@ -285,6 +285,11 @@ class CountingEnv(IdentityEnv):
     def step(self, action):
         CountingEnv.steps += 1
         return super().step(action)
+
+
+def test_check_env_is_a_bool():
+    with pytest.raises(ValueError, match=r"check_env must be True or False, got 'false'"):
+        DQNConfig(check_env="false")  # as `--set check_env=false` would give it
 
 
 @pytest.mark.backend
