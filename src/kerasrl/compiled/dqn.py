@@ -21,7 +21,6 @@ Not supported here (raises): n-step returns, prioritized replay, dueling heads; 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 

@@ -83,7 +83,7 @@ class CompiledPPO(CompiledLoop):
         self._start(states)
 
     def _initial_state(self, seed, params) -> dict:
-        cfg, n = self.config, self.n_envs
+        n = self.n_envs
         env_rng, action_rng, shuffle_rng = seed_streams(seed, n, n * self.n_actions, self.n_samples)
         obs, env_state = backend.to_numpy(self.env.reset(env_rng, self.env_params))
         return {"env": env_state, "obs": obs, "episodes": episode_init(n), "params": params,
@@ -166,7 +166,8 @@ class CompiledPPO(CompiledLoop):
         obs_shape = self.env.observation_space.shape
         rollout = {"obs": ops.zeros((cfg.n_steps, n, *obs_shape), "float32"),
                    "actions": ops.zeros((cfg.n_steps, n), "int32"),
-                   **{key: ops.zeros((cfg.n_steps, n), "float32") for key in ("log_probs", "values", "rewards", "dones")}}
+                   **{key: ops.zeros((cfg.n_steps, n), "float32")
+                      for key in ("log_probs", "values", "rewards", "dones")}}
         env_step = self._piece("env", lambda i, state, rollout: self._env_step(i, (state, rollout)))
         state, rollout = backend.fori_loop(
             0, cfg.n_steps, lambda i, carry: env_step(ops.convert_to_tensor(i, "int32"), *carry), (state, rollout))
