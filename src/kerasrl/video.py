@@ -6,8 +6,8 @@ imageio-ffmpeg (H.264, which needs even frame sides: an odd side gets one row or
 edge pixels), `.gif` through pillow.
 
     env = recording_env("kerasrl/Snake-v0", {}, "snake.gif")
-    ... play episodes in env ...
-    env.save()    # writes snake.gif; returns the number of frames written
+    ... play episodes in env (each finished episode is written to the file at once) ...
+    env.save()    # finishes snake.gif; returns the number of frames written
 
 imageio is imported lazily (`pip install 'kerasrl[video]'`).
 """
@@ -45,24 +45,39 @@ def _record_video_class():
                 super().__init__(env, video_folder=str(path.parent), episode_trigger=lambda _: True,
                                  fps=fps, disable_logger=True, gc_trigger=None)
             self.path = path
-            self.frames: list[np.ndarray] = []  # each [height, width, 3] uint8
+            self.frames_written = 0
             self.recorded_episodes = 0
+            self._writer = None
 
         def stop_recording(self):
-            self.frames.extend(self.recorded_frames)
+            # Each finished episode goes to the file at once: only one episode's frames are ever
+            # held (20 CartPole episodes of 500 frames would be 7 GB in memory).
+            if self.recorded_frames:
+                if self._writer is None:
+                    self._writer = open_writer(self.path, self.frames_per_sec)
+                for frame in self.recorded_frames:
+                    self._writer.append_data(frame)
+                self.frames_written += len(self.recorded_frames)
             self.recorded_frames = []
             self.recording = False
             self._video_name = None
             self.recorded_episodes += 1
 
         def save(self) -> int:
-            """Write the frames of every episode so far to `path`; the number of frames."""
-            if self.recording:  # an episode cut short by the caller (e.g. a step limit)
+            """Finish the file with the episodes played so far; the number of frames written."""
+            if self.recording:  # the episode in progress (e.g. one cut short by a step limit)
                 self.stop_recording()
-            if not self.frames:
+            if self._writer is None:
                 raise ValueError(f"No frame to write to {self.path}: no episode was played.")
-            write_video(self.frames, self.path, self.frames_per_sec)
-            return len(self.frames)
+            self._writer.close()
+            self._writer = None
+            return self.frames_written
+
+        def close(self):
+            super().close()
+            if self._writer is not None:  # closed without save(): finish the file anyway
+                self._writer.close()
+                self._writer = None
 
     return EpisodeRecorder
 
@@ -104,28 +119,52 @@ def _even_sides(frame: np.ndarray) -> np.ndarray:
     return np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
 
 
+class _Writer:
+    """Frames appended one by one to a video file: `append_data(frame)`, then `close()`."""
+
+    def __init__(self, path: Path, fps: float):
+        imageio = _imageio()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._mp4 = path.suffix.lower() == ".mp4"
+        if self._mp4:
+            try:
+                import imageio_ffmpeg  # noqa: F401
+            except ImportError:
+                raise ImportError("Writing .mp4 needs imageio-ffmpeg: pip install "
+                                  "'kerasrl[video]', or write a .gif (pillow only).") from None
+            # macro_block_size=2 stops imageio from resizing frames to multiples of 16.
+            self._writer = imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps,
+                                              codec="libx264", pixelformat="yuv420p",
+                                              macro_block_size=2, ffmpeg_log_level="error")
+        else:
+            # pillow's GIF writer takes each frame's duration in milliseconds; loop=0 repeats
+            # forever. It keeps the frames until close: GIFs are for short clips.
+            self._writer = imageio.get_writer(path, format="GIF", mode="I",
+                                              duration=1000.0 / fps, loop=0)
+
+    def append_data(self, frame) -> None:
+        frame = np.asarray(frame, dtype=np.uint8)
+        self._writer.append_data(_even_sides(frame) if self._mp4 else frame)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def open_writer(path, fps: float = 30.0) -> _Writer:
+    """A writer of `path` (.mp4 or .gif) at `fps`: `append_data(frame)` for each [height, width,
+    3] uint8 frame, then `close()`."""
+    return _Writer(check_video_path(path), fps)
+
+
 def write_video(frames, path, fps: float = 30.0) -> Path:
     """Write `frames` (each [height, width, 3] uint8) to `path`: .mp4 (H.264) or .gif."""
-    path = check_video_path(path)
-    imageio = _imageio()
-    frames = [np.asarray(f, dtype=np.uint8) for f in frames]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".gif":
-        # pillow's GIF writer takes each frame's duration in milliseconds; loop=0 repeats forever.
-        imageio.mimwrite(path, frames, format="GIF", duration=1000.0 / fps, loop=0)
-        return path
+    writer = open_writer(path, fps)
     try:
-        import imageio_ffmpeg  # noqa: F401
-    except ImportError:
-        raise ImportError("Writing .mp4 needs imageio-ffmpeg: pip install 'kerasrl[video]', or "
-                          "write a .gif (pillow only).") from None
-    # macro_block_size=2 stops imageio from resizing frames to multiples of 16.
-    with imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                            pixelformat="yuv420p", macro_block_size=2,
-                            ffmpeg_log_level="error") as writer:
         for frame in frames:
-            writer.append_data(_even_sides(frame))
-    return path
+            writer.append_data(frame)
+    finally:
+        writer.close()
+    return Path(path)
 
 
 def read_video(path) -> np.ndarray:
