@@ -232,12 +232,14 @@ class CompiledDQN(CompiledLoop):
         """Mean and per-game returns of the greedy policy of seed `index` over `n_episodes` games
         (one episode each, run together in one compiled call)."""
         return greedy_returns(self.env, self.env_params, self.model, self.weights(index), n_episodes, seed,
-                              max_steps)
+                              max_steps, cache=self._calls)
 
 
-def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_steps: int | None = None):
+def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_steps: int | None = None,
+                   cache: dict | None = None):
     """Returns of one episode in each of `n_episodes` games, acting by argmax of `model` with
-    `weights`; the episode must end within `max_steps` (default: the env's time limit)."""
+    `weights`; the episode must end within `max_steps` (default: the env's time limit). `cache`
+    keeps the compiled evaluation between calls (one per number of games and step limit)."""
     from keras import ops
 
     from kerasrl.envs.ops.base import make_rng
@@ -265,8 +267,12 @@ def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_
         _, _, returns, running = backend.fori_loop(0, limit, body, (obs, state, returns, running))
         return returns, running
 
-    returns, running = backend.to_numpy(backend.compile(run)(backend.to_tensors(weights),
-                                                             backend.feed(make_rng(seed, n_episodes))))
+    cache = {} if cache is None else cache
+    key = ("greedy_returns", n_episodes, limit)
+    if key not in cache:
+        cache[key] = backend.compile(run)
+    returns, running = backend.to_numpy(cache[key](backend.to_tensors(weights),
+                                                   backend.feed(make_rng(seed, n_episodes))))
     if np.any(running):
         raise ValueError(f"{int(np.sum(running))} of {n_episodes} evaluation games did not end within {limit} steps; "
                          "give a larger max_steps=.")

@@ -218,4 +218,5 @@ class CompiledPPO(CompiledLoop):
         """Mean and per-game returns of the greedy (argmax) policy of seed `index`."""
         from kerasrl.compiled.dqn import greedy_returns
 
-        return greedy_returns(self.env, self.env_params, self.actor, self.weights(index), n_episodes, seed, max_steps)
+        return greedy_returns(self.env, self.env_params, self.actor, self.weights(index), n_episodes, seed, max_steps,
+                              cache=self._calls)
