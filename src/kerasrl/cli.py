@@ -30,13 +30,14 @@ from pathlib import Path
 from kerasrl import backend
 from kerasrl.presets import PRESETS, get_preset
 
-ALGORITHMS = ("dqn", "ppo")
+ALGORITHMS = ("dqn", "ppo", "td3", "sac", "ddpg")
 
 
 def _agent_class(algorithm: str):
     import kerasrl
 
-    classes = {"dqn": kerasrl.DQN, "ppo": kerasrl.PPO}
+    classes = {"dqn": kerasrl.DQN, "ppo": kerasrl.PPO, "td3": kerasrl.TD3, "sac": kerasrl.SAC,
+               "ddpg": kerasrl.DDPG}
     return classes[algorithm]
 
 
@@ -53,9 +54,10 @@ def parse_assignment(text: str) -> tuple[str, object]:
 
 
 def _config_help(algorithm: str) -> str:
-    from kerasrl.config import DQNConfig, PPOConfig
+    from kerasrl.config import DDPGConfig, DQNConfig, PPOConfig, SACConfig, TD3Config
 
-    config_class = {"dqn": DQNConfig, "ppo": PPOConfig}[algorithm]
+    config_class = {"dqn": DQNConfig, "ppo": PPOConfig, "td3": TD3Config, "sac": SACConfig,
+                    "ddpg": DDPGConfig}[algorithm]
     lines = [f"{algorithm} fields for --set:"]
     for f in dataclasses.fields(config_class):
         lines.append(f"  {f.name} (default {f.default!r}): {f.metadata.get('help', '')}")
@@ -386,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="Presets: " + ", ".join(
                                 f"{name} ({preset.description})" for name, preset in PRESETS.items())
-                            + "\n\n" + _config_help("dqn") + "\n\n" + _config_help("ppo"))
+                            + "\n\n" + "\n\n".join(_config_help(name) for name in ALGORITHMS))
     p.add_argument("algorithm", nargs="?", choices=ALGORITHMS, help="the algorithm")
     p.add_argument("--preset", help="a named hyperparameter set, or a preset file (.json, as "
                                      "`kerasrl tune` writes)")
@@ -493,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_plot)
 
     p = commands.add_parser("tune", help="Search hyperparameters with Optuna (TPE, median pruner).")
-    p.add_argument("algorithm", choices=ALGORITHMS)
+    p.add_argument("algorithm", choices=("dqn", "ppo"))  # the algorithms with search spaces
     p.add_argument("--env", default="CartPole-v1", help="Gymnasium id (default CartPole-v1)")
     p.add_argument("--trials", type=int, default=20,
                    help="finished trials the study should hold (a resumed study runs the rest)")

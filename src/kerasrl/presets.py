@@ -48,6 +48,21 @@ PRESETS: dict[str, Preset] = {
         "PPO on Pendulum-v1: the RL Baselines3 Zoo settings (normalized observations and "
         "rewards) without gSDE, so with a longer budget.",
     ),
+    "pendulum-td3": Preset(
+        "td3", "Pendulum-v1", 20_000, {},
+        "TD3 on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (TD3Config's defaults: "
+        "gamma 0.98, 10k random steps, Gaussian noise 0.1, 400-300 MLPs, lr 1e-3).",
+    ),
+    "pendulum-sac": Preset(
+        "sac", "Pendulum-v1", 20_000, {},
+        "SAC on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (SACConfig's defaults: "
+        "lr 1e-3, automatic entropy tuning, 256-256 MLPs).",
+    ),
+    "pendulum-ddpg": Preset(
+        "ddpg", "Pendulum-v1", 50_000, {},
+        "DDPG on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (DDPGConfig's defaults: "
+        "gamma 0.98, 10k random steps, Gaussian noise 0.1, 400-300 MLPs, lr 1e-3).",
+    ),
     "snake-dqn": Preset(
         "dqn", "kerasrl/Snake-v0", 1_000_000,
         dict(buffer_size=10_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
