@@ -113,8 +113,8 @@ def models_of(agent) -> list:
 
 
 def run_case(case: str) -> dict[str, np.ndarray]:
-    RecordActions.sent = []
     agent = make_agent(case)
+    RecordActions.sent = []  # from here on: the training run's actions only (not the env check's)
     import keras
 
     results = {f"init{i}_{j}": np.asarray(keras.ops.convert_to_numpy(w))

@@ -38,6 +38,7 @@ class BackendRun:
     losses: np.ndarray  # (rounds,)
     actions: np.ndarray  # (steps, ...) in the order sent
     returns: np.ndarray  # (episodes,)
+    episode_ends: np.ndarray  # (episodes,) the env step (over all envs) at which each one ended
     seconds: float
 
 
@@ -176,6 +177,7 @@ def _load_run(name: str, path: Path) -> BackendRun:
         return BackendRun(backend=name, initial_weights=numbered("initial"),
                           final_weights=numbered("final"), losses=data["losses"],
                           actions=data["actions"], returns=data["returns"],
+                          episode_ends=data["episode_ends"],
                           seconds=float(data["seconds"]))
 
 
@@ -213,12 +215,14 @@ def run_worker(job: dict, out: str) -> None:
     agent = agent_class(job["algorithm"])(lambda: RecordActions(gym.make(job["env"])),
                                            seed=job["seed"], **settings)
     initial = _model_weights(agent)
+    sent.clear()  # the training run's actions only (not those of the env check at creation)
     start = time.perf_counter()
     history = agent.fit(job["steps"], progress=False)
     seconds = time.perf_counter() - start
     arrays = {f"initial{i}": w for i, w in enumerate(initial)}
     arrays.update({f"final{i}": w for i, w in enumerate(_model_weights(agent))})
     np.savez(out, losses=history.losses, returns=history.episode_returns,
+             episode_ends=np.array([e["step"] for e in history.episodes], dtype=np.int64),
              actions=np.array(sent) if sent else np.zeros((0,)), seconds=seconds, **arrays)
     agent.close()
 

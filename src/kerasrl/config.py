@@ -132,14 +132,29 @@ class DQNConfig(QConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class SARSAConfig(QConfig):
-    """Deep SARSA and Expected SARSA: on-policy, learning from the transitions just collected."""
+    """Deep SARSA and Expected SARSA: on-policy, learning from the transitions just collected.
+
+    The defaults are the settings that learn CartPole-v1 on every backend (docs/agents.md):
+    batches of 32 transitions (8 envs x 4 steps), MSE (Huber on small on-policy batches regresses
+    to the median and diverges), Adam at 1e-3 decaying linearly to 0 (so that a policy that has
+    learned settles instead of drifting), a 128x128 MLP.
+    """
 
     expected: bool = hp(False, "Expected SARSA: bootstrap from the expectation of Q under the "
                                "epsilon-greedy policy instead of the next action taken.")
+    n_envs: int = hp(8, "Environments stepped together; each round learns from n_steps * n_envs "
+                        "transitions.")
     n_steps: int = hp(4, "Vector steps collected per training round; the round learns from "
                          "these n_steps * n_envs transitions, then drops them.")
+    learning_rate: float = hp(1e-3, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
+    lr_schedule: str = hp("linear", "'constant' or 'linear' (to 0 at the end of fit).")
+    loss: str = hp("mse", "'mse' or 'huber' (Huber regresses small on-policy batches to the median).")
+    hidden_sizes: tuple[int, ...] = hp((128, 128), "Hidden layers of the default MLP (ignored with model=).")
+    gradient_steps: int = hp(2, "Gradient steps on each round's transitions (fused into one compiled call).")
     learning_starts: int = hp(0, "Env steps (over all envs) collected before the first update.")
     target_update_interval: int = hp(1_000, "Env steps between target syncs (counted over all envs).")
+    exploration_fraction: float = hp(0.2, "Fraction of total steps over which epsilon falls linearly.")
+    exploration_final_eps: float = hp(0.01, "Epsilon after exploration_fraction of the steps.")
 
     def __post_init__(self):
         super().__post_init__()

@@ -97,7 +97,8 @@ def test_nan_loss_stops_training_naming_the_update():
             return obs, float("nan"), term, trunc, info
 
     # check_env=False: the env check would refuse the NaN rewards when the agent is made
-    agent = kerasrl.SARSA(lambda: NaNReward(), seed=0, n_envs=2, n_steps=4, check_env=False)
+    agent = kerasrl.SARSA(lambda: NaNReward(), seed=0, n_envs=2, n_steps=4, gradient_steps=1,
+                          check_env=False)
     with pytest.raises(FloatingPointError, match=r"SARSA loss became nan at update 1 "):
         agent.fit(100, progress=False)
     assert agent.num_timesteps == 8  # stopped at the first round

@@ -18,13 +18,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.backend]
 ZOO = PRESETS["cartpole-dqn"].config
 EVAL_EVERY = 10_000
 
-# Deep SARSA and Expected SARSA share these settings, on every backend (docs/agents.md explains the
-# MSE loss).
-SARSA_SETTINGS = dict(n_envs=8, n_steps=4, learning_rate=1e-3, loss="mse",
-                      target_update_interval=1000, exploration_fraction=0.2,
-                      exploration_final_eps=0.01, hidden_sizes=(128, 128), gradient_steps=2)
-
-
 def evaluations_until(agent, total_steps: int, threshold: float) -> list[float]:
     """Train up to `total_steps`, evaluating every EVAL_EVERY steps; stop once one reaches
     `threshold`. Returns the evaluation means."""
@@ -50,8 +43,11 @@ def test_double_dueling_n_step_prioritized_dqn_solves_cartpole():
     assert max(means) >= 475, means
 
 
-@pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
-def test_sarsa_reaches_450_within_100k_steps(agent_class):
-    agent = agent_class("CartPole-v1", seed=0, **SARSA_SETTINGS)
-    means = evaluations_until(agent, 100_000, 450)
-    assert max(means) >= 450, means
+# With their defaults (docs/agents.md): measured on JAX, seeds 0-2, SARSA reached 450 on 2 seeds
+# and Expected SARSA on 1; neither holds it to the end of the run (the docs say what to do instead).
+@pytest.mark.parametrize("agent_class, seeds_reaching", [(kerasrl.SARSA, 2),
+                                                         (kerasrl.ExpectedSARSA, 1)])
+def test_sarsa_defaults_reach_450_within_100k_steps(agent_class, seeds_reaching):
+    runs = [evaluations_until(agent_class("CartPole-v1", seed=seed), 100_000, 450)
+            for seed in range(3)]
+    assert sum(max(means) >= 450 for means in runs) >= seeds_reaching, runs
