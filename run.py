@@ -266,7 +266,8 @@ def test_env(backend: str, **extra: str) -> dict[str, str]:
 
 
 def pytest_command(python: Path = PYTHON) -> list:
-    return [python, "-m", "pytest", "-p", "no:cacheprovider"]
+    # --durations: every CI log names the slowest tests, where the 30-minute budget goes.
+    return [python, "-m", "pytest", "-p", "no:cacheprovider", "--durations=15"]
 
 
 def demo() -> int:
