@@ -151,7 +151,8 @@ class ContinuousAgent(Agent):
         return self._to_env(self._deterministic_unit(observations))
 
     def _explore(self, greedy_actions, rng):
-        """evaluate(deterministic=False): the policy's own stochastic actions."""
+        """evaluate(deterministic=False) gets the deterministic actions too: exploration noise
+        belongs to training (`agent.policy.predict(obs, deterministic=False)` samples)."""
         return greedy_actions
 
     # -- the loop -----------------------------------------------------------------------------

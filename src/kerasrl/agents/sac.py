@@ -116,10 +116,6 @@ class SAC(ContinuousAgent):
         noise = self.rng.standard_normal(mean.shape).astype(np.float32)
         return np.tanh(mean + np.exp(log_std) * noise).astype(np.float32)
 
-    def _explore(self, greedy_actions, rng):
-        """evaluate(deterministic=False) samples the policy instead (see `evaluate`)."""
-        return greedy_actions
-
     def _batch_noise(self, n_batches, batch_size):
         shape = (n_batches, batch_size, self.action_dim)
         return {"noise": self.rng.standard_normal(shape).astype(np.float32),
