@@ -19,6 +19,7 @@ from kerasrl import backend
 
 SEED = 7
 STEPS = 5_000
+STEPS_CONV = 1_000  # the conv net's check is its first 20 updates; 200 updates in 1,000 steps
 
 
 class RecordActions(gym.Wrapper):
@@ -120,7 +121,7 @@ def run_case(case: str) -> dict[str, np.ndarray]:
     results = {f"init{i}_{j}": np.asarray(keras.ops.convert_to_numpy(w))
                for i, model in enumerate(models_of(agent)) for j, w in enumerate(model.weights)
                if "float" in keras.backend.standardize_dtype(w.dtype)}
-    history = agent.fit(STEPS, progress=False)
+    history = agent.fit(STEPS_CONV if case == "conv" else STEPS, progress=False)
     results.update(losses=history.losses, returns=history.episode_returns,
                    actions=np.array(RecordActions.sent, dtype=np.int64))
     agent.close()

@@ -3,7 +3,7 @@
 Each backend runs tests/same_seed_worker.py in its own process; an agent is made from a seed as a
 user makes it. The figures are the ones README.md and docs/reproducibility.md publish: identical
 initial weights; the first 200 updates' losses within 1e-5 (relative), the conv net's first 20
-within 1e-4; the same actions and episode returns over the 5,000-step run.
+within 1e-4; the same actions and episode returns over the 5,000-step run (1,000 for the conv net).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_same_seed_same_losses_actions_and_returns_on_every_backend(results, cas
         n_updates = len(reference["losses"])
         assert n_updates * 16 >= 200
     assert len(reference["losses"]) >= n_updates
-    assert len(reference["actions"]) == 5_000
+    assert len(reference["actions"]) == (1_000 if case == "conv" else 5_000)
     assert len(reference["returns"]) >= 10
     for other in BACKENDS[1:]:
         run = runs[other]

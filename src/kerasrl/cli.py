@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from kerasrl import backend
+from kerasrl.envs import env_action
 from kerasrl.presets import PRESETS, get_preset
 
 ALGORITHMS = ("dqn", "ppo", "td3", "sac", "ddpg")
@@ -244,16 +245,6 @@ def _import_factory(text: str):
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"--model-factory {text!r} could not be imported: {error}") from None
-
-
-def env_action(action, action_space):
-    """One env's action from a policy's output: an int for Discrete, an array for Box."""
-    import gymnasium as gym
-    import numpy as np
-
-    if isinstance(action_space, gym.spaces.Discrete):
-        return int(np.asarray(action).item())
-    return np.asarray(action, dtype=action_space.dtype).reshape(action_space.shape)
 
 
 def _text_env(env_id: str, kwargs: dict):

@@ -1,7 +1,8 @@
 """Environments: vector envs with the numpy boundary, wrappers, and the built-in Snake game."""
 
 from kerasrl.envs.snake import Snake, SnakeVectorEnv, register_envs
-from kerasrl.envs.vector import describe, env_factory, final_observations, make_vec_env
+from kerasrl.envs.vector import (describe, env_action, env_factory, final_observations,
+                                 make_vec_env)
 from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
 
@@ -15,6 +16,7 @@ __all__ = [
     "SnakeVectorEnv",
     "as_numpy",
     "describe",
+    "env_action",
     "env_factory",
     "final_observations",
     "make_vec_env",

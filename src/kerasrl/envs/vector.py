@@ -196,3 +196,10 @@ def final_observations(next_obs: np.ndarray, done: np.ndarray, info: dict) -> np
     for i in np.flatnonzero(info.get("_final_obs", done)):
         real[i] = final[i]
     return real
+
+
+def env_action(action, action_space: gym.Space):
+    """One env's action from a policy's output: an int for Discrete, an array for Box."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return int(np.asarray(action).item())
+    return np.asarray(action, dtype=action_space.dtype).reshape(action_space.shape)

@@ -16,6 +16,8 @@ from typing import Any, Iterator
 import gymnasium as gym
 import numpy as np
 
+from kerasrl.envs import env_action
+
 # Board cell codes of a Snake frame (what the page draws) and their colours, the game's own.
 EMPTY, BODY, HEAD, FRUIT = 0, 1, 2, 3
 BOARD_COLOURS = {"empty": (30, 30, 30), "body": (40, 170, 60), "head": (150, 240, 120),
@@ -81,13 +83,6 @@ def policy_outputs(policy, observation: np.ndarray) -> np.ndarray | None:
 
         return np.exp(softmax_log_probs(out[None]))[0]
     return out
-
-
-def env_action(action, action_space: gym.Space):
-    """One env's action from a policy's output: an int for Discrete, an array for Box."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        return int(np.asarray(action).item())
-    return np.asarray(action, dtype=action_space.dtype).reshape(action_space.shape)
 
 
 def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: int = 500,
