@@ -1,6 +1,7 @@
 """The `kerasrl` command: train, evaluate, list backends.
 
     kerasrl backends
+    kerasrl compare dqn --env CartPole-v1 [--steps 5000] [--seed S] [--set name=value ...]
     kerasrl train dqn --env CartPole-v1 [--backend jax] [--steps N] [--seed S] [--n-envs K]
                       [--out DIR] [--set name=value ...] [--vectorization subprocess]
                       [--engine ray --workers N [--address ADDR]]
