@@ -22,7 +22,9 @@ def test_ddpg_target_is_the_one_critic_bellman_target():
     q = rng.normal(size=(16, 1)).astype(np.float32)
     rewards = rng.normal(size=16).astype(np.float32)
     discounts = np.full(16, 0.98, np.float32)
-    target = keras.ops.convert_to_numpy(losses.clipped_double_q_target([q], rewards, discounts))
+    target = keras.ops.convert_to_numpy(losses.clipped_double_q_target(
+        [keras.ops.convert_to_tensor(q)], keras.ops.convert_to_tensor(rewards),
+        keras.ops.convert_to_tensor(discounts)))
     np.testing.assert_allclose(target, rewards + 0.98 * q[:, 0], rtol=1e-6)
 
 

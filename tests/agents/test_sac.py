@@ -19,6 +19,10 @@ from kerasrl.envs.testing import TargetEnv
 pytestmark = pytest.mark.backend
 
 
+def T(x):  # noqa: N802  (losses take backend tensors, as inside a compiled step)
+    return keras.ops.convert_to_tensor(x)
+
+
 def to_np(x):
     return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
 
@@ -39,14 +43,14 @@ def test_squashed_gaussian_matches_numpy():
     log_std = rng.uniform(-3, 1, (64, 2)).astype(np.float32)
     log_std[0, 0] = 5.0  # clipped to 2
     noise = rng.standard_normal((64, 2)).astype(np.float32)
-    actions, log_probs = losses.squashed_gaussian(mean, log_std, noise)
+    actions, log_probs = losses.squashed_gaussian(T(mean), T(log_std), T(noise))
     expected_actions, expected_log_probs = np_squashed_gaussian(mean, log_std, noise)
     np.testing.assert_allclose(to_np(actions), expected_actions, atol=1e-6)
     np.testing.assert_allclose(to_np(log_probs), expected_log_probs, rtol=1e-5, atol=1e-4)
     # Where tanh saturates in float32 the textbook form is -inf; the stable form stays finite.
-    _, saturated = losses.squashed_gaussian(np.full((1, 1), 30.0, np.float32),
-                                            np.zeros((1, 1), np.float32),
-                                            np.zeros((1, 1), np.float32))
+    _, saturated = losses.squashed_gaussian(T(np.full((1, 1), 30.0, np.float32)),
+                                            T(np.zeros((1, 1), np.float32)),
+                                            T(np.zeros((1, 1), np.float32)))
     assert np.isfinite(to_np(saturated)).all()
 
 
@@ -56,13 +60,14 @@ def test_sac_losses_match_numpy():
     log_probs = rng.normal(size=32).astype(np.float32)
     rewards = rng.normal(size=32).astype(np.float32)
     discounts = np.where(np.arange(32) % 4 == 0, 0.0, 0.99).astype(np.float32)
-    target = losses.clipped_double_q_target([q1, q2], rewards, discounts, log_probs, 0.2)
+    target = losses.clipped_double_q_target([T(q1), T(q2)], T(rewards), T(discounts),
+                                            T(log_probs), 0.2)
     expected = rewards + discounts * (np.minimum(q1, q2)[:, 0] - 0.2 * log_probs)
     np.testing.assert_allclose(to_np(target), expected, rtol=1e-6, atol=1e-6)
-    actor = losses.sac_actor_loss([q1, q2], log_probs, 0.2)
+    actor = losses.sac_actor_loss([T(q1), T(q2)], T(log_probs), 0.2)
     np.testing.assert_allclose(to_np(actor), np.mean(0.2 * log_probs - np.minimum(q1, q2)[:, 0]),
                                rtol=1e-6)
-    alpha_loss = losses.entropy_coefficient_loss(np.float32(-0.5), log_probs, -2.0)
+    alpha_loss = losses.entropy_coefficient_loss(T(np.float32(-0.5)), T(log_probs), -2.0)
     np.testing.assert_allclose(to_np(alpha_loss), -np.mean(-0.5 * (log_probs - 2.0)), rtol=1e-6)
 
 

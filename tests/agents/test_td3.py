@@ -16,6 +16,10 @@ from kerasrl import losses
 pytestmark = pytest.mark.backend
 
 
+def T(x):  # noqa: N802  (losses take backend tensors, as inside a compiled step)
+    return keras.ops.convert_to_tensor(x)
+
+
 def to_np(x):
     return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
 
@@ -24,14 +28,14 @@ def test_td3_target_matches_numpy():
     rng = np.random.default_rng(0)
     mu_next = rng.uniform(-1, 1, (64, 2)).astype(np.float32)
     noise = (0.4 * rng.standard_normal((64, 2))).astype(np.float32)
-    smoothed = to_np(losses.smoothed_target_actions(mu_next, noise, 0.5))
+    smoothed = to_np(losses.smoothed_target_actions(T(mu_next), T(noise), 0.5))
     expected = np.clip(mu_next + np.clip(noise, -0.5, 0.5), -1.0, 1.0)
     np.testing.assert_allclose(smoothed, expected, atol=1e-6)
     assert (np.abs(noise) > 0.5).any() and (np.abs(mu_next + noise) > 1).any()  # both clips bite
     q1, q2 = rng.normal(size=(2, 64, 1)).astype(np.float32)
     rewards = rng.normal(size=64).astype(np.float32)
     discounts = np.where(np.arange(64) % 3 == 0, 0.0, 0.98).astype(np.float32)
-    target = to_np(losses.clipped_double_q_target([q1, q2], rewards, discounts))
+    target = to_np(losses.clipped_double_q_target([T(q1), T(q2)], T(rewards), T(discounts)))
     np.testing.assert_allclose(target, rewards + discounts * np.minimum(q1, q2)[:, 0], atol=1e-6)
 
 
@@ -40,8 +44,8 @@ def test_td3_critic_and_actor_losses_match_numpy():
     q1, q2 = rng.normal(size=(2, 32, 1)).astype(np.float32)
     y = rng.normal(size=32).astype(np.float32)
     expected = np.mean((q1[:, 0] - y) ** 2) + np.mean((q2[:, 0] - y) ** 2)
-    np.testing.assert_allclose(to_np(losses.critic_loss([q1, q2], y)), expected, rtol=1e-6)
-    np.testing.assert_allclose(to_np(losses.deterministic_actor_loss(q1)), -q1.mean(), rtol=1e-6)
+    np.testing.assert_allclose(to_np(losses.critic_loss([T(q1), T(q2)], T(y))), expected, rtol=1e-6)
+    np.testing.assert_allclose(to_np(losses.deterministic_actor_loss(T(q1))), -q1.mean(), rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
