@@ -34,21 +34,21 @@ def test_divergence_names_the_first_round_action_and_the_weight_differences():
 
 def test_compare_command_on_every_backend(tmp_path, capsys):
     out = tmp_path / "compare.json"
-    code = cli.main(["compare", "dqn", "--env", "CartPole-v1", "--steps", "600", "--seed", "3",
+    code = cli.main(["compare", "dqn", "--env", "CartPole-v1", "--steps", "400", "--seed", "3",
                      "--set", "learning_starts=100", "--set", "learning_rate=1e-3",
                      "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 0, text
     result = json.loads(out.read_text())
     assert set(result["runs"]) == {"jax", "tensorflow", "torch"}
-    assert all(r["rounds"] == 125 for r in result["runs"].values()), result["runs"]
+    assert all(r["rounds"] == 75 for r in result["runs"].values()), result["runs"]
     for d in result["divergences"]:
         assert d["reference"] == "jax"
         assert d["initial_weight_difference"] == 0.0
         assert d["first_loss_difference"] is None and d["first_action_difference"] is None
         assert 0.0 <= d["final_weight_difference"] < 1e-5
     assert "initial weights: largest difference 0  (identical)" in text
-    assert "losses: all 125 rounds within 1e-05 (relative)" in text
+    assert "losses: all 75 rounds within 1e-05 (relative)" in text
 
 
 @pytest.mark.parametrize("argv, message", [
