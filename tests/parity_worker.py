@@ -94,7 +94,9 @@ def run_updates(case: str):
                "mlp_dueling": {"double_q": True}}[case]
     agent_class = {"mlp_sarsa": kerasrl.SARSA, "mlp_expected_sarsa": kerasrl.ExpectedSARSA}.get(
         case, kerasrl.DQN)
-    agent = agent_class(env, model=model, seed=0, learning_rate=1e-3, max_grad_norm=10.0, **options)
+    # check_env=False: a stand-in env whose observations are not what the model is fed here
+    agent = agent_class(env, model=model, seed=0, learning_rate=1e-3, max_grad_norm=10.0,
+                        check_env=False, **options)
     losses = []
     for i, batch in enumerate(batches(obs_shape, n_actions, 32, seed=2)):
         tau = 1.0 if i % 10 == 0 else 0.0  # a hard sync every 10 updates

@@ -109,6 +109,7 @@ def run_actions():
     init_weights(agent.actor, 5)
     init_weights(agent.critic, 6)
     agent.state = agent._initial_state()
+    taken.clear()  # the training run's actions only, not those of the env check at creation
     agent.fit(2000, progress=False)
     return {"actions": np.array(taken), "losses": agent.history.losses}
 

@@ -39,7 +39,7 @@ def test_ppo_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, sa
     saved = np.load(worker_runs / f"ppo-policy-{saved_on}-saved.npz")
     assert saved["log_std"].shape == (1,) and saved["count"] > 300
     assert np.max(np.abs(saved["mean"])) > 0.05 and not np.allclose(saved["var"], 1.0)
-    assert np.ptp(saved["actions"]) > 0.1  # the policy is not constant
+    assert np.ptp(saved["actions"]) > 0.05  # the policy is not constant
     for loaded_on in BACKENDS:
         loaded = np.load(worker_runs / f"ppo-policy-{saved_on}-on-{loaded_on}.npz")
         for key in ("log_std", "mean", "var", "count"):
