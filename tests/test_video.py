@@ -47,13 +47,13 @@ def test_bad_video_requests_raise_where_the_mistake_is(tmp_path):
     class TextOnly(Snake):  # an env whose only drawing is text
         metadata = {**Snake.metadata, "render_modes": ["ansi"]}
 
-    gym.register("kerasrl_test/TextOnly-v0", entry_point=TextOnly)
+    gym.register("kerasrl_test/VideoTextOnly-v0", entry_point=TextOnly)
     try:
-        with pytest.raises(ValueError, match=r"TextOnly-v0 cannot draw itself as an image \(its "
+        with pytest.raises(ValueError, match=r"VideoTextOnly-v0 cannot draw itself as an image \(its "
                                              r"render modes: ansi\)"):
-            recording_env("kerasrl_test/TextOnly-v0", {}, tmp_path / "v.gif")
+            recording_env("kerasrl_test/VideoTextOnly-v0", {}, tmp_path / "v.gif")
     finally:
-        gym.registry.pop("kerasrl_test/TextOnly-v0")
+        gym.registry.pop("kerasrl_test/VideoTextOnly-v0")
 
 
 def test_recording_env_records_every_frame_of_every_episode(tmp_path):
