@@ -35,14 +35,15 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(tmp_path):
         proc = subprocess.Popen([sys.executable, str(WORKER), "crash", str(tmp_path)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = []
-        # Wait until it trains (past start-up), then kill it at a random moment.
+        # Wait until it trains past its first checkpoint, then kill it at a random moment.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
             lines.append(line)
-            if line.startswith("step"):
+            # past the first checkpoint (every 20 steps): an episode can end before step 20
+            if line.startswith("step") and int(line.split()[1]) >= 20:
                 break
         assert proc.poll() is None, f"worker ended early:\n{proc.stderr.read()[-3000:]}"
         time.sleep(rng.uniform(0.0, 1.5))
