@@ -131,6 +131,7 @@ def run_actions():
                         learning_rate=1e-3, learning_starts=WARMUP, train_freq=1, batch_size=32,
                         target_update_interval=50, exploration_fraction=0.3,
                         exploration_final_eps=0.05)
+    taken.clear()  # the env check's steps when the agent was made; the run's actions are counted
     act_greedy = agent._act_greedy
 
     def record_greedy(observations):
