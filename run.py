@@ -3,13 +3,15 @@
 
     python3 run.py demo    install everything into .venv, train DQN on CartPole-v1, print the evaluation
     python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend),
-                           and (when given no pytest arguments) the two CI steps below; two lanes
+                           and (when given no pytest arguments) the CI steps below; two lanes
                            side by side, one core each
     python3 run.py slow    the slow tier: learning runs to real thresholds
     python3 run.py bench   install the benchmark peers (Stable-Baselines3, SBX) and run the benchmarks
 
-The CI steps that `run.py test` ends with, each also a command of its own:
+The CI steps that `run.py test` runs besides the JAX pass, each also a command of its own:
 
+    python3 run.py other-backends  the tests marked `backend` on TensorFlow and PyTorch
+    python3 run.py cross-backend   the tests that start every backend in its own processes
     python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0
                                    (public framework APIs only, as after a fast path fails)
     python3 run.py lowest          install the lowest versions that pyproject.toml allows
@@ -53,14 +55,28 @@ THREAD_ENV = {
 }
 
 # The fast-paths-off step: the tests that show the public-API paths give the same numbers and
-# still learn. The parity tests run every backend in its own process, so one run covers all three;
-# one short learning check per algorithm (DQN with every variant flag, SARSA, Gaussian PPO) runs
-# on the two backends that have fast paths.
-PARITY_TESTS = ("tests/test_parity.py", "tests/test_ppo_parity.py")
+# still learn. The DQN-family parity test runs every backend in its own process, so one run covers
+# all three (the fast paths are the learners' shared compiled-function machinery; each backend's
+# test_fast_paths_off_gives_the_results_of_the_fast_paths compares the two directly, so PPO's and
+# the continuous learners' parity follow); one short learning check per algorithm (DQN with every
+# variant flag, SARSA, Gaussian PPO) runs on the two backends that have fast paths.
+PARITY_TESTS = ("tests/test_parity.py",)
 LEARNING_TESTS = ("tests/agents/test_dqn.py", "tests/agents/test_sarsa.py",
                   "tests/agents/test_ppo.py")
 LEARNING_SELECTION = ("(test_dqn and double_dueling_n_step_prioritized_learns) or"
                       " (test_sarsa and learns_identity_env) or (test_ppo and continuous_target)")
+
+# The TensorFlow and PyTorch passes: the tests marked `backend`, except those marked
+# `slow_on_other_backends` (learning runs and in-process resumes of the algorithms whose every
+# update the parity tests show equal to JAX's: they run on JAX in the fast tier, on the other two
+# in the slow tier).
+OTHER_BACKENDS_FAST = "backend and not slow and not slow_on_other_backends"
+OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
+
+# CI's two lanes (`run.py test` without arguments), one core each, balanced by the last CI log's
+# step times: the JAX pass and then JAX_LANE_AFTER in one, OTHER_LANE in the other.
+JAX_LANE_AFTER = ("no-fast-paths",)
+OTHER_LANE = ("other-backends", "cross-backend", "lowest")
 
 # The lowest-versions step: a smoke subset of what differs most between library versions, a few
 # minutes on every backend: keras.ops against numpy, Adam against Keras's, Gymnasium's vector API,
@@ -282,8 +298,9 @@ def test(extra_args: list[str]) -> int:
     the fast-paths-off and lowest-versions steps.
 
     A pytest process holds one core (one thread per library), so CI runs two lanes side by side on
-    the 2-core machine: the JAX pass here; the TensorFlow and PyTorch passes, the fast-paths-off
-    step and the lowest-versions step in the background. .venv-lowest installs in a third process
+    the 2-core machine: the JAX pass and then JAX_LANE_AFTER here, OTHER_LANE in the background
+    (the TensorFlow and PyTorch passes, the cross-backend tests, the fast-paths-off step and the
+    lowest-versions step are shared out between the two). .venv-lowest installs in a third process
     meanwhile (it mostly waits for downloads; a lock keeps the lowest step from installing beside
     it)."""
     install()
@@ -297,15 +314,27 @@ def test(extra_args: list[str]) -> int:
         failed |= other_backends(extra_args)
         return step("fast tier on every backend", start, failed)
     installing = start_logged("install-lowest")
-    other_lane = start_logged("lane", "other-backends", "no-fast-paths", "lowest")
-    failed = step("JAX pass", start, run(*jax_pass, env=test_env("jax")))
+    other_lane = start_logged("lane", *OTHER_LANE)
+    failed = step("JAX pass", start, run(*jax_pass, "-m", "not slow and not cross_backend",
+                                         env=test_env("jax")))
+    failed |= lane(JAX_LANE_AFTER)
     failed |= step(".venv-lowest install (in the background; waited for)", start,
                    finish_logged(*installing))
-    failed |= step("TensorFlow and PyTorch passes, fast paths off, lowest versions (the other "
-                   "lane)", start, finish_logged(*other_lane))
+    failed |= step(f"{', '.join(OTHER_LANE)} (the other lane)", start,
+                   finish_logged(*other_lane))
     print(("All test runs passed" if not failed else "Some test runs FAILED") +
           f" ({time.monotonic() - start:.0f} s).", flush=True)
     return 1 if failed else 0
+
+
+def cross_backend(extra_args: list[str]) -> int:
+    """The tests that run every backend in processes of their own (marker `cross_backend`:
+    parity, same seed, cross-backend checkpoints and policies, `kerasrl compare`)."""
+    install()
+    start = time.monotonic()
+    failed = run(*pytest_command(), *extra_args, "-m", "cross_backend and not slow",
+                 env=test_env("jax"))
+    return step("cross-backend tests", start, failed)
 
 
 def other_backends(extra_args: list[str]) -> int:
@@ -314,7 +343,7 @@ def other_backends(extra_args: list[str]) -> int:
     start = time.monotonic()
     failed = 0
     for name in BACKENDS[1:]:
-        failed |= run(*pytest_command(), *extra_args, "-m", "backend and not slow",
+        failed |= run(*pytest_command(), *extra_args, "-m", OTHER_BACKENDS_FAST,
                       env=test_env(name))
     return step("TensorFlow and PyTorch passes", start, failed)
 
@@ -380,7 +409,10 @@ def slow(extra_args: list[str]) -> int:
     pytest = pytest_command()
     failed = run(*pytest, *extra_args, "-m", "slow", env=test_env("jax"))
     for name in BACKENDS[1:]:
-        failed |= run(*pytest, *extra_args, "-m", "slow and backend", env=test_env(name))
+        failed |= run(*pytest, *extra_args, "-m", OTHER_BACKENDS_SLOW, env=test_env(name))
+    if not extra_args:  # the docs once more, every command in a fresh process as a user types it
+        failed |= run(*pytest, "tests/test_docs.py",
+                      env=test_env("jax", KERASRL_DOC_CLI="subprocess"))
     return 1 if failed else 0
 
 
@@ -390,7 +422,8 @@ def bench(extra_args: list[str]) -> int:
 
 
 COMMANDS = {"test": test, "slow": slow, "bench": bench, "no-fast-paths": no_fast_paths,
-            "lowest": lowest, "other-backends": other_backends, "lane": lane}
+            "lowest": lowest, "other-backends": other_backends, "cross-backend": cross_backend,
+            "lane": lane}
 
 
 def main() -> int:

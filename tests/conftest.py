@@ -14,3 +14,10 @@ for _name, _value in {
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "backend: depends on the Keras backend; run on every backend by run.py test")
+    config.addinivalue_line(
+        "markers", "slow_on_other_backends: a `backend` test (a learning run, an in-process "
+        "resume) of an algorithm whose updates the parity tests show equal on every backend: run "
+        "on JAX by run.py test, on TensorFlow and PyTorch by run.py slow")
+    config.addinivalue_line(
+        "markers", "cross_backend: runs every backend in its own processes (parity, same seed, "
+        "cross-backend loading); run.py test runs these in the lane beside the JAX pass")

@@ -22,7 +22,7 @@ from kerasrl.checkpoint import (CheckpointError, list_checkpoints, read_manifest
                                 write_manifest)
 
 WORKER = Path(__file__).with_name("checkpoint_worker.py")
-ROUNDS = 5
+ROUNDS = 3  # each round is a fresh process (about 20 s): three kills, two resumes
 
 
 def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(tmp_path):

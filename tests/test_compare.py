@@ -10,6 +10,8 @@ import pytest
 from kerasrl import cli
 from kerasrl.compare import BackendRun, divergence
 
+pytestmark = pytest.mark.cross_backend
+
 
 def run(name, losses, actions, initial=0.0, final=0.0, returns=(10.0, 12.0)):
     return BackendRun(backend=name, initial_weights=[np.full((2, 2), initial)],

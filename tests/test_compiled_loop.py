@@ -19,6 +19,7 @@ ZOO_PPO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
                learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear")
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.backend
 def test_seeds_trained_together_are_the_seeds_trained_alone_and_resume_exactly(tmp_path):
     together = CompiledDQN("CartPole", seeds=[3, 4], **TINY_DQN)
@@ -43,6 +44,7 @@ def test_seeds_trained_together_are_the_seeds_trained_alone_and_resume_exactly(t
         CompiledDQN("CartPole", seeds=[3, 5], **TINY_DQN).load(tmp_path / "run.npz")
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.backend
 def test_short_learning_check_ppo_cartpole():
     agent = CompiledPPO("CartPole", seeds=0, **dict(ZOO_PPO, n_epochs=10))

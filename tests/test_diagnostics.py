@@ -309,6 +309,7 @@ def test_the_env_is_checked_when_the_agent_is_made_unless_turned_off():
                                                        3 + diagnostics.ENV_CHECK_STEPS // 20)
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.backend
 def test_a_seeded_run_is_the_same_with_and_without_the_env_check():
     def run(check):

@@ -14,11 +14,12 @@ e.g. a preset, has none; `--resume` keeps the run's own total), and `--checkpoin
 of it; Ray runs get at most 2 actors (`workers=`, `--workers`) on this 2-core machine. Nothing
 else is changed.
 
-A command that reads what an earlier one saved (`evaluate`, `export`, `play`, `train --resume`)
-or names another backend runs in a fresh process, as a user's next command would; `backends` and
-`train` run through `kerasrl.cli.main` in this process, which saves each the 10 s or so of
-importing Keras, TensorFlow and PyTorch again. `KERASRL_DOC_CLI=subprocess` runs every command in
-a fresh process.
+A command runs through `kerasrl.cli.main` in this process, which saves each the 10 s or so of
+starting Python and importing Keras, TensorFlow and PyTorch again (the fast tier's docs ran 25 fresh
+processes); one that names another backend runs in a fresh process. Every command reads what an
+earlier one saved from disk either way; that a fresh process loads it alone is what
+tests/test_policy_io.py and tests/test_resume_processes.py show. `KERASRL_DOC_CLI=subprocess` runs
+every command in a fresh process, as a user types them (`python3 run.py slow` does).
 
 A block that cannot run here is skipped only by a visible marker in the markdown just above it,
 `<!-- skip: next "the reason" -->` (Sybil's skip directive); the reason is shown by pytest -ra.
@@ -194,10 +195,10 @@ def _run_in_process(argv: list[str], shown: str, cwd: Path) -> str:
 
 
 def _needs_fresh_process(argv: list[str]) -> bool:
-    """Commands that load saved files or switch backends: see the module docstring."""
+    """Commands that name another backend (every command with KERASRL_DOC_CLI=subprocess)."""
     from kerasrl import backend
 
-    if ALL_IN_SUBPROCESSES or argv[1] not in ("backends", "train") or "--resume" in argv:
+    if ALL_IN_SUBPROCESSES:
         return True
     names = [argv[i + 1] for i, token in enumerate(argv[:-1]) if token == "--backend"]
     names += [token.split("=", 1)[1] for token in argv if token.startswith("--backend=")]

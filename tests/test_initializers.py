@@ -34,16 +34,22 @@ STANDARD = [
 @pytest.mark.parametrize("initializer", STANDARD, ids=lambda i: type(i).__name__)
 def test_numpy_draw_has_the_distribution_of_the_keras_initializer(initializer):
     ours = draw(initializer, SHAPE, np.random.default_rng(0))
-    theirs = keras.ops.convert_to_numpy(initializer(SHAPE, dtype="float32"))
+    # Keras's own draw, seeded so that the comparison is the same on every run of this backend.
+    seeded = type(initializer).from_config({**initializer.get_config(), "seed": 7})
+    theirs = keras.ops.convert_to_numpy(seeded(SHAPE, dtype="float32"))
     assert ours.shape == SHAPE
-    # 60,000 draws: mean, spread and quantiles agree within a few standard errors; bounded
-    # distributions (uniform, truncated normal) also share their bounds.
+    # 60,000 draws each: mean, spread and quantiles agree within about 5 standard errors of the
+    # difference of two samples (for a normal: mean 0.006, std 0.004, median 0.007, 10% and 90%
+    # quantiles 0.010, 1% and 99% quantiles 0.022, in units of the spread), so that another seed
+    # or machine does not fail by chance; bounded distributions (uniform, truncated normal) also
+    # share their bounds.
     spread = theirs.std()
     assert abs(ours.mean() - theirs.mean()) < 0.03 * spread + 1e-6
     assert abs(ours.std() - spread) < 0.02 * spread
     quantiles = [0.01, 0.1, 0.5, 0.9, 0.99]
-    np.testing.assert_allclose(np.quantile(ours, quantiles), np.quantile(theirs, quantiles),
-                               atol=0.05 * spread)
+    tolerance = np.array([0.12, 0.05, 0.05, 0.05, 0.12]) * spread
+    difference = np.abs(np.quantile(ours, quantiles) - np.quantile(theirs, quantiles))
+    assert np.all(difference < tolerance), dict(zip(quantiles, difference / spread))
     if "Uniform" in type(initializer).__name__ or "Truncated" in type(initializer).__name__ or (
             getattr(initializer, "distribution", "") in ("uniform", "truncated_normal")):
         assert abs(ours.min() - theirs.min()) < 0.02 * spread

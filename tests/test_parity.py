@@ -16,6 +16,8 @@ import pytest
 
 from backend_processes import BACKENDS, parity_results, relative_difference
 
+pytestmark = pytest.mark.cross_backend
+
 WORKER = Path(__file__).with_name("parity_worker.py")
 TOLERANCE = 1e-5
 

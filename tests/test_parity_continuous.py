@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference
+from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
+
+pytestmark = pytest.mark.cross_backend
 
 WORKER = Path(__file__).with_name("continuous_parity_worker.py")
 TOLERANCE = 1e-5
@@ -20,11 +22,14 @@ CASES = ("td3", "sac", "ddpg")
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("parity_continuous"), CASES)
+def results(request, tmp_path_factory):
+    return parity_results(WORKER, tmp_path_factory.mktemp("parity_continuous"),
+                          selected_cases(request, CASES))
 
 
-@pytest.mark.parametrize("case", CASES)
+# DDPG's update is TD3's with one critic and no delay or target smoothing: the slow tier runs it.
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case == "ddpg"
+                                  else case for case in CASES])
 def test_200_updates_agree_within_1e_5(results, case):
     runs = results(case)
     reference = runs["jax"]

@@ -20,6 +20,7 @@ def worker_runs(tmp_path_factory):
     return checkpoint_runs(tmp_path_factory)
 
 
+@pytest.mark.cross_backend
 @pytest.mark.parametrize("saved_on", BACKENDS)
 def test_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_on):
     """1,000 fixed observations: identical actions, Q-values within 1e-5 (measured: 7.2e-7)."""
@@ -31,6 +32,7 @@ def test_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_
         assert np.max(np.abs(other["q"] - reference["q"])) <= 1e-5, (saved_on, loaded_on)
 
 
+@pytest.mark.cross_backend
 @pytest.mark.parametrize("saved_on", BACKENDS)
 def test_ppo_policy_saved_on_each_backend_loads_on_every_backend(worker_runs, saved_on):
     """A Gaussian PPO policy with observation normalization, loaded by load_policy in a fresh

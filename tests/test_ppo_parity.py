@@ -12,6 +12,8 @@ import pytest
 
 from backend_processes import BACKENDS, parity_results, relative_difference
 
+pytestmark = pytest.mark.cross_backend
+
 WORKER = Path(__file__).with_name("ppo_parity_worker.py")
 CASES = ("discrete", "continuous", "discrete_fused", "actions")
 

@@ -21,6 +21,8 @@ import pytest
 from checkpoint_worker import AGENT_CASES, CROSS_CASES
 from checkpoint_runs import BACKENDS, checkpoint_runs
 
+pytestmark = pytest.mark.cross_backend
+
 
 @pytest.fixture(scope="session")
 def worker_runs(tmp_path_factory):

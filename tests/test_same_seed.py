@@ -14,20 +14,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference
+from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
 from same_seed_worker import STEPS
+
+pytestmark = pytest.mark.cross_backend
 
 WORKER = Path(__file__).with_name("same_seed_worker.py")
 CASES = ("dqn", "ppo", "sequential", "functional", "subclassed", "conv", "sarsa_soft",
          "expected_sarsa_soft")
 
 
+# The subclassed model (no `training` argument) stands for users' models in the fast tier; the
+# Sequential and functional ones run in the slow tier.
+PARAMS = [pytest.param(case, marks=pytest.mark.slow) if case in ("sequential", "functional")
+          else case for case in CASES]
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("same_seed"), CASES)
+def results(request, tmp_path_factory):
+    return parity_results(WORKER, tmp_path_factory.mktemp("same_seed"),
+                          selected_cases(request, CASES))
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", PARAMS)
 def test_same_seed_same_initial_weights_on_every_backend(results, case):
     runs = results(case)
     reference = runs["jax"]
@@ -39,7 +48,7 @@ def test_same_seed_same_initial_weights_on_every_backend(results, case):
             np.testing.assert_array_equal(runs[other][key], reference[key], err_msg=f"{other} {key}")
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", PARAMS)
 def test_same_seed_same_losses_actions_and_returns_on_every_backend(results, case):
     runs = results(case)
     reference = runs["jax"]

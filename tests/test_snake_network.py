@@ -62,6 +62,7 @@ def test_reference_network_modes_differ():
     assert not np.allclose(a, c)
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.backend
 def test_dqn_acts_in_inference_mode():
     """With Dropout(0.99) a training-mode pass is almost all noise: acting must not see it."""

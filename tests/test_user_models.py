@@ -161,6 +161,7 @@ def test_training_mode_reaches_nested_layers_of_a_call_without_training(model_cl
                                       keras.ops.convert_to_numpy(after))
 
 
+@pytest.mark.slow_on_other_backends
 def test_ppo_takes_subclassed_actor_critic_and_shared_models():
     class Shared(keras.Model):
         def __init__(self, **kwargs):
@@ -209,6 +210,7 @@ def test_wrong_output_names_the_fix():
 
 
 # -- saving a model Keras cannot serialize --------------------------------------------------------
+@pytest.mark.slow_on_other_backends
 def test_unregistered_model_is_reported_when_the_agent_is_made_and_saved_as_weights(tmp_path):
     with pytest.warns(UserWarning, match=r"NoTraining will be saved as weights only.*"
                                          r"model_factory"):

@@ -46,14 +46,17 @@ def trained():
     return trained_agent(kerasrl.DDPG, action_noise="ornstein_uhlenbeck", action_noise_std=0.3)
 
 
+@pytest.mark.slow_on_other_backends
 def test_learns_the_best_action_of_a_continuous_bandit(trained):
     check_learns_the_target(*trained)
 
 
+@pytest.mark.slow_on_other_backends
 def test_policy_saves_loads_and_exports_with_scaling_inside(trained, tmp_path):
     check_policy_saves_loads_and_exports(trained[0], tmp_path)
 
 
+@pytest.mark.slow_on_other_backends
 def test_resume_is_exact(tmp_path):
     check_exact_resume(kerasrl.DDPG, tmp_path, action_noise="ornstein_uhlenbeck")
 
@@ -62,5 +65,6 @@ def test_bad_input_is_refused_at_creation():
     check_bad_input_is_refused_at_creation(kerasrl.DDPG)
 
 
+@pytest.mark.slow_on_other_backends
 def test_user_models():
     check_user_models_are_used(kerasrl.DDPG, 1)

@@ -18,6 +18,7 @@ FAST = dict(learning_rate=1e-3, learning_starts=200, train_freq=1, batch_size=32
             target_update_interval=100, exploration_fraction=0.3, gamma=0.9, buffer_size=5000)
 
 
+@pytest.mark.slow_on_other_backends
 def test_learns_identity_env_to_the_optimum():
     agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
     random_return = agent.evaluate(episodes=10)["mean_return"]
@@ -27,6 +28,7 @@ def test_learns_identity_env_to_the_optimum():
     assert result["mean_return"] == 20.0, (random_return, result)
 
 
+@pytest.mark.slow_on_other_backends
 def test_learns_to_walk_the_chain_by_bootstrapping():
     # Bailing pays 0.1 at once; walking 5 states pays 1 at the end (0.9**4 = 0.66 discounted).
     agent = kerasrl.DQN(lambda: ChainEnv(5), seed=0, n_envs=2, **FAST)
@@ -47,6 +49,7 @@ class Subclassed(keras.Model):
         return self.head(self.hidden(x))
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("kind", ["sequential", "functional", "subclassed", "builder"])
 def test_any_keras_model_is_a_q_network(kind):
     if kind == "sequential":
@@ -65,6 +68,7 @@ def test_any_keras_model_is_a_q_network(kind):
         assert agent.model is model  # the agent owns the user's one copy and trains it
 
 
+@pytest.mark.slow_on_other_backends
 def test_default_network_is_a_cnn_for_image_observations():
     """Without model=, image-like observations (H, W, C) get the default CNN, with the 1/255
     scaling inside the network for uint8 images (so saved and exported policies take raw pixels);
@@ -187,6 +191,7 @@ def test_framework_tensor_observations_are_converted_once_with_a_warning():
     assert agent.buffer.observations.dtype == np.float32
 
 
+@pytest.mark.slow_on_other_backends
 def test_predict_and_policy_share_the_learned_weights():
     agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
     agent.fit(1500, progress=False)

@@ -132,6 +132,7 @@ def test_running_mean_std_matches_the_whole_batch():
 
 
 # -- learning ---------------------------------------------------------------------------------
+@pytest.mark.slow_on_other_backends
 def test_learns_identity_env_to_the_optimum():
     agent = kerasrl.PPO(lambda: IdentityEnv(4, 20), seed=0, ent_coef=0.0, **FAST)
     agent.fit(8000, progress=False)
@@ -165,6 +166,7 @@ class SharedSubclassed(keras.Model):
 
 @pytest.mark.parametrize("kind", ["default_shared", "functional_shared", "subclassed_shared",
                                   "separate", "builder", "value_model_only"])
+@pytest.mark.slow_on_other_backends
 def test_any_keras_model_learns(kind):
     options = {}
     space = gym.spaces.Box(0, 1, (4,))
@@ -223,6 +225,7 @@ def test_truncation_bootstraps_from_the_final_observation():
     assert np.all(agent.buffer.truncation_values[:4] == 0.0)
 
 
+@pytest.mark.slow_on_other_backends
 def test_observation_statistics_belong_to_the_policy():
     agent = kerasrl.PPO("CartPole-v1", seed=0, normalize_observations=True, **FAST)
     agent.fit(512, progress=False)
@@ -233,6 +236,7 @@ def test_observation_statistics_belong_to_the_policy():
     assert agent.buffer.observations.std() < 3  # stored as the network saw them
 
 
+@pytest.mark.slow_on_other_backends
 def test_same_seed_same_run_and_state_dict_resumes_exactly():
     make = lambda: kerasrl.PPO(TargetEnv, seed=3, normalize_observations=True,
                                normalize_reward=True, **FAST)
@@ -252,6 +256,7 @@ def test_same_seed_same_run_and_state_dict_resumes_exactly():
     np.testing.assert_allclose(resumed.obs_rms.mean, whole.obs_rms.mean)
 
 
+@pytest.mark.slow_on_other_backends
 def test_target_kl_stops_the_epochs_early():
     agent = kerasrl.PPO(lambda: IdentityEnv(4, 20), seed=0, target_kl=1e-6,
                         **{**FAST, "n_epochs": 10})
@@ -260,6 +265,7 @@ def test_target_kl_stops_the_epochs_early():
     assert 1 <= update["gradient_steps"] < 20
 
 
+@pytest.mark.slow_on_other_backends
 def test_nan_loss_stops_training_naming_the_update():
     class NaNReward(IdentityEnv):
         def step(self, action):
@@ -322,6 +328,7 @@ def test_unsupported_and_unbounded_action_spaces():
     assert any("infinite bounds" in str(w.message) for w in caught)
 
 
+@pytest.mark.slow_on_other_backends
 def test_batch_size_that_does_not_divide_the_rollout_warns():
     with pytest.warns(UserWarning, match="does not divide"):
         agent = kerasrl.PPO(lambda: IdentityEnv(4, 20), n_envs=2, n_steps=50, batch_size=64)

@@ -76,10 +76,12 @@ def trained():
     return trained_agent(kerasrl.SAC)
 
 
+@pytest.mark.slow_on_other_backends
 def test_learns_the_best_action_of_a_continuous_bandit(trained):
     check_learns_the_target(*trained)
 
 
+@pytest.mark.slow_on_other_backends
 def test_entropy_coefficient_is_tuned(trained):
     agent, _ = trained
     # From 1.0, alpha falls as the policy's entropy sits above the target (-1 for one dimension).
@@ -92,10 +94,12 @@ def test_entropy_coefficient_is_tuned(trained):
     assert isinstance(fixed.policy, kerasrl.SquashedGaussianPolicy)
 
 
+@pytest.mark.slow_on_other_backends
 def test_policy_saves_loads_and_exports_with_scaling_inside(trained, tmp_path):
     check_policy_saves_loads_and_exports(trained[0], tmp_path)
 
 
+@pytest.mark.slow_on_other_backends
 def test_resume_is_exact(tmp_path):
     check_exact_resume(kerasrl.SAC, tmp_path)
 
@@ -104,5 +108,6 @@ def test_bad_input_is_refused_at_creation():
     check_bad_input_is_refused_at_creation(kerasrl.SAC)
 
 
+@pytest.mark.slow_on_other_backends
 def test_user_models():
     check_user_models_are_used(kerasrl.SAC, 2)

@@ -14,6 +14,7 @@ FAST = dict(n_envs=4, n_steps=8, learning_rate=1e-3, loss="mse", target_update_i
             exploration_fraction=0.3, gamma=0.9)
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
 def test_learns_to_walk_the_chain(agent_class):
     # The walk pays only at the far end: exploring (30% of the run) must find it first.
@@ -30,6 +31,7 @@ def test_learns_identity_env():
     assert agent.evaluate(episodes=8)["mean_return"] >= 19
 
 
+@pytest.mark.slow_on_other_backends
 def test_sarsa_bootstraps_from_the_action_taken_next():
     """With exploration always on, SARSA values the random policy: on the chain that is far below
     the greedy value that Q-learning would find."""
@@ -68,6 +70,7 @@ def test_continuous_actions_are_refused():
         kerasrl.SARSA("Pendulum-v1")
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("tau", [0.1, 1.0])
 def test_target_sync_is_polyak_averaging_with_tau(tau):
     """Each round first moves the target by the syncs due, tau * online + (1 - tau) * target per
@@ -90,6 +93,7 @@ def test_target_sync_is_polyak_averaging_with_tau(tau):
         assert lag > 1e-5
 
 
+@pytest.mark.slow_on_other_backends
 def test_nan_loss_stops_training_naming_the_update():
     class NaNReward(IdentityEnv):
         def step(self, action):
@@ -104,6 +108,7 @@ def test_nan_loss_stops_training_naming_the_update():
     assert agent.num_timesteps == 8  # stopped at the first round
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
 def test_checkpoint_resumes_exactly(agent_class, tmp_path):
     straight = agent_class("CartPole-v1", seed=0, n_envs=2)

@@ -154,6 +154,7 @@ def test_snake_presets():
         gym.make(preset.env, **preset.eval_env_kwargs).close()
 
 
+@pytest.mark.slow_on_other_backends
 @pytest.mark.backend
 def test_cli_train_save_best_then_play(tmp_path, capsys):
     run = tmp_path / "run"

@@ -53,10 +53,12 @@ def trained():
     return trained_agent(kerasrl.TD3)
 
 
+@pytest.mark.slow_on_other_backends
 def test_learns_the_best_action_of_a_continuous_bandit(trained):
     check_learns_the_target(*trained)
 
 
+@pytest.mark.slow_on_other_backends
 def test_delayed_actor_updates(trained):
     agent, _ = trained
     # 800 learning steps: the critic moved at each, the actor and the targets at every second.
@@ -64,10 +66,12 @@ def test_delayed_actor_updates(trained):
     assert isinstance(agent.policy, kerasrl.DeterministicActorPolicy)
 
 
+@pytest.mark.slow_on_other_backends
 def test_policy_saves_loads_and_exports_with_scaling_inside(trained, tmp_path):
     check_policy_saves_loads_and_exports(trained[0], tmp_path, formats=("onnx", "saved_model"))
 
 
+@pytest.mark.slow_on_other_backends
 def test_resume_is_exact_with_ornstein_uhlenbeck_noise(tmp_path):
     check_exact_resume(kerasrl.TD3, tmp_path, action_noise="ornstein_uhlenbeck")
 
@@ -76,5 +80,6 @@ def test_bad_input_is_refused_at_creation():
     check_bad_input_is_refused_at_creation(kerasrl.TD3)
 
 
+@pytest.mark.slow_on_other_backends
 def test_user_models():
     check_user_models_are_used(kerasrl.TD3, 1)
