@@ -28,19 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from kerasrl import backend
+from kerasrl import backend, registry
 from kerasrl.envs import env_action
 from kerasrl.presets import PRESETS, get_preset
 
-ALGORITHMS = ("dqn", "ppo", "td3", "sac", "ddpg")
-
-
-def _agent_class(algorithm: str):
-    import kerasrl
-
-    classes = {"dqn": kerasrl.DQN, "ppo": kerasrl.PPO, "td3": kerasrl.TD3, "sac": kerasrl.SAC,
-               "ddpg": kerasrl.DDPG}
-    return classes[algorithm]
+ALGORITHMS = registry.CLI_ALGORITHMS
 
 
 def parse_assignment(text: str) -> tuple[str, object]:
@@ -56,10 +48,7 @@ def parse_assignment(text: str) -> tuple[str, object]:
 
 
 def _config_help(algorithm: str) -> str:
-    from kerasrl.config import DDPGConfig, DQNConfig, PPOConfig, SACConfig, TD3Config
-
-    config_class = {"dqn": DQNConfig, "ppo": PPOConfig, "td3": TD3Config, "sac": SACConfig,
-                    "ddpg": DDPGConfig}[algorithm]
+    config_class = registry.config_class(algorithm)
     lines = [f"{algorithm} fields for --set:"]
     for f in dataclasses.fields(config_class):
         lines.append(f"  {f.name} (default {f.default!r}): {f.metadata.get('help', '')}")
@@ -135,7 +124,7 @@ def cmd_train(args) -> int:
         from kerasrl.networks import model_builder
 
         model = model_builder(model_name)
-    agent = _agent_class(algorithm)(env_id, model=model, **hyperparameters)
+    agent = registry.agent_class(algorithm)(env_id, model=model, **hyperparameters)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(
         {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,

@@ -15,7 +15,10 @@ from typing import Any, Callable
 import keras
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, registry
+from kerasrl.checkpoint import (checkpoint_path, find_checkpoint, load_checkpoint,
+                                prune_checkpoints, save_checkpoint, serialization_problem,
+                                weights_only_note)
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
@@ -27,20 +30,11 @@ def variable_values(variables) -> list[np.ndarray]:
     return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
 
 
-AGENTS: dict[str, type] = {}
-"""Algorithm name (as saved in checkpoints) -> agent class; subclasses register themselves."""
-
-
 class Agent:
     """Base of every agent. See `kerasrl.DQN` for the public API."""
 
     config_class: type[CommonConfig] = CommonConfig
     algorithm: str = "agent"
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "algorithm" in cls.__dict__:
-            AGENTS[cls.algorithm] = cls
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
         if config is None:
@@ -92,8 +86,6 @@ class Agent:
 
     def _warn_weights_only(self) -> None:
         """Say now, not at the first checkpoint, when a model can be saved as weights only."""
-        from kerasrl.checkpoint import serialization_problem, weights_only_note
-
         for model in self.policy.models().values():
             problem = serialization_problem(model)
             if problem is not None:
@@ -122,8 +114,6 @@ class Agent:
         `kerasrl.distributed.RayEngine` with every option. See docs/scaling.md.
         """
         if checkpoint_every is not None:
-            from kerasrl import checkpoint
-
             if checkpoint_every < 1:
                 raise ValueError(f"checkpoint_every must be a positive number of env steps, "
                                  f"got {checkpoint_every}.")
@@ -151,8 +141,6 @@ class Agent:
             self._obs, _ = self.env.reset(seed=self.config.seed)
         learn, runner = self._learn, None
         if engine != "local":
-            from kerasrl.distributed import make_engine  # imports Ray only when asked for
-
             runner = make_engine(engine, workers=workers, address=address)
             learn = lambda *args: runner.learn(self, *args)  # noqa: E731
         try:
@@ -172,10 +160,9 @@ class Agent:
                 while self.num_timesteps < stop_at and not stopped:
                     boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
                     learn(total_steps, min(stop_at, boundary), logger, watch)
-                    checkpoint.save_checkpoint(
-                        self, checkpoint.checkpoint_path(checkpoint_dir, self.num_timesteps),
-                        total_steps=total_steps)
-                    checkpoint.prune_checkpoints(checkpoint_dir, keep_last)
+                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps),
+                                    total_steps=total_steps)
+                    prune_checkpoints(checkpoint_dir, keep_last)
         finally:
             logger.close(self.num_timesteps)
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
@@ -185,8 +172,6 @@ class Agent:
 
     def save(self, path) -> Path:
         """Write the full training state to the folder `path` (atomically); see `load`."""
-        from kerasrl.checkpoint import save_checkpoint
-
         return save_checkpoint(self, path, total_steps=getattr(self, "_fit_total_steps", None))
 
     @classmethod
@@ -198,8 +183,6 @@ class Agent:
         when the checkpoint holds its weights only (a class not registered with Keras).
         Nothing is unpickled: see docs/checkpoints.md.
         """
-        from kerasrl.checkpoint import find_checkpoint, load_checkpoint
-
         return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
                                model_factory=model_factory)
 
@@ -356,6 +339,19 @@ class Agent:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(env={self.env_name!r}, backend={backend.NAME!r}, "
                 f"num_timesteps={self.num_timesteps})")
+
+
+def make_engine(engine, *, workers: int = 2, address: str | None = None):
+    """The engine object for `fit(engine=...)`: a registered engine by name (its module, and Ray,
+    imported now), or `engine` itself."""
+    if isinstance(engine, str):
+        if engine not in registry.ENGINES:
+            raise ValueError(f"engine must be one of {('local', *registry.ENGINES)} (or a RayEngine), "
+                             f"got {engine!r}.")
+        return registry.engine_class(engine)(workers=workers, address=address)
+    if not hasattr(engine, "learn"):
+        raise TypeError(f"engine must be 'local', 'ray' or a RayEngine, got {type(engine).__name__}.")
+    return engine
 
 
 def flatten_arrays(prefix: str, tree) -> dict[str, np.ndarray]:
