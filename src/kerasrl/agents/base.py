@@ -23,6 +23,7 @@ from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
+from kerasrl.schedules import linear_schedule
 
 
 def variable_values(variables) -> list[np.ndarray]:
@@ -279,7 +280,7 @@ class Agent:
         """The learning rate now: constant, or linear from `learning_rate` to 0 over the run."""
         lr = self.config.learning_rate
         if self.config.lr_schedule == "linear":
-            lr *= max(0.0, 1.0 - self.num_timesteps / total_steps)
+            lr *= linear_schedule(1.0, 0.0, self.num_timesteps / total_steps)
         return lr
 
     def _check_loss(self, loss: float, update: int) -> None:

@@ -22,6 +22,7 @@ from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import dueling, is_image_space, mlp_torso
 from kerasrl.policies import epsilon_greedy
+from kerasrl.schedules import linear_schedule
 
 
 def double_q_target(next_q_target, next_q_online, batch):
@@ -123,8 +124,8 @@ class DQN(QAgentMixin, Agent):
         cfg = self.config
         target_tau = self._take_target_tau()
         if cfg.prioritized_replay:
-            progress = min(1.0, self.num_timesteps / total_steps)
-            self.buffer.beta = cfg.prioritized_replay_beta0 + progress * (1.0 - cfg.prioritized_replay_beta0)
+            self.buffer.beta = linear_schedule(cfg.prioritized_replay_beta0, 1.0,
+                                               self.num_timesteps / total_steps)
         batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
         indices = batches.pop("indices", None)
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau)

@@ -41,6 +41,7 @@ from kerasrl.networks import build_model, check_drivable, dummy_observation, sta
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
                               sample_gaussian)
+from kerasrl.schedules import linear_schedule
 
 # The order of the figures each compiled update reports (means over the minibatches it ran).
 METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -337,7 +338,7 @@ class PPO(Agent):
         """PPO's clip range now: constant, or linear to 0 over the run."""
         clip = self.config.clip_range
         if self.config.clip_range_schedule == "linear":
-            clip *= max(0.0, 1.0 - self.num_timesteps / total_steps)
+            clip *= linear_schedule(1.0, 0.0, self.num_timesteps / total_steps)
         return clip
 
     def _learn(self, total_steps, stop_at, logger, callback):

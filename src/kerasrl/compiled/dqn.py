@@ -36,6 +36,7 @@ from kerasrl.compiled.common import (
 )
 from kerasrl.config import DQNConfig
 from kerasrl.envs.ops.gym import make_ops_env
+from kerasrl.schedules import linear_schedule
 
 
 class CompiledDQN(CompiledLoop):
@@ -113,9 +114,8 @@ class CompiledDQN(CompiledLoop):
         from keras import ops
 
         cfg = self.config
-        progress = ops.cast(timesteps, "float32") / max(1.0, cfg.exploration_fraction * total_steps)
-        eps = cfg.exploration_initial_eps + progress * (cfg.exploration_final_eps - cfg.exploration_initial_eps)
-        eps = ops.where(progress >= 1.0, cfg.exploration_final_eps, eps)
+        eps = linear_schedule(cfg.exploration_initial_eps, cfg.exploration_final_eps,
+                              ops.cast(timesteps, "float32") / max(1.0, cfg.exploration_fraction * total_steps))
         if cfg.random_warmup:
             eps = ops.where(timesteps < cfg.learning_starts, 1.0, eps)
         return eps
@@ -204,7 +204,7 @@ class CompiledDQN(CompiledLoop):
                        pending_syncs=ops.zeros_like(state["pending_syncs"]))
         learning_rate = ops.convert_to_tensor(cfg.learning_rate, "float32")
         if cfg.lr_schedule == "linear":
-            learning_rate = cfg.learning_rate * ops.maximum(0.0, 1.0 - ops.cast(timesteps, "float32") / total_steps)
+            learning_rate = cfg.learning_rate * linear_schedule(1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
 
         gradient_step = self._piece("gradient", self._gradient_step)
 
