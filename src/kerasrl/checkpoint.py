@@ -17,6 +17,9 @@ A checkpoint is a folder:
 Nothing here unpickles or evaluates code. A folder appears under its final name only complete:
 it is written beside it under a temporary name, fsynced, and renamed.
 
+Only agents' public methods are used: `state_dict()` / `load_state_dict()` (the loop state, see
+`kerasrl.agents.base.LoopState`, learner, buffers, RNG, history), `policy`, `reset_envs()`.
+
 Environment state: `Agent.state_dict` leaves the envs out; here every layer of every sub-env (each
 wrapper and the unwrapped env) and the vector env itself is captured generically, attribute by
 attribute: numbers, strings, None, arrays, numpy Generators (their bit-generator state), and
@@ -363,8 +366,11 @@ def _restore_object(obj, state: dict[str, Any], arrays) -> None:
 
 
 # -- agents ------------------------------------------------------------------------------------
-def save_checkpoint(agent, path, *, total_steps: int | None = None) -> Path:
-    """Write `agent`'s full training state to the folder `path` (atomically). Returns the path."""
+def save_checkpoint(agent, path) -> Path:
+    """Write `agent`'s full training state to the folder `path` (atomically). Returns the path.
+
+    Only the agent's public interface is used: `state_dict()` (its loop state, learner, buffers,
+    RNG and history), `policy`, `config`, `env`."""
     path = Path(path)
     arrays, meta = agent.state_dict()
     env_state, env_arrays, reason = capture_env_state(agent.env)
@@ -383,7 +389,7 @@ def save_checkpoint(agent, path, *, total_steps: int | None = None) -> Path:
             "agent": meta,
             "env": env_state,
             "env_not_captured": reason,
-            "total_steps": total_steps,
+            "total_steps": agent.loop.total_steps,  # also in "agent"; here for older readers
         })
         write_manifest(tmp, {"format": CHECKPOINT_FORMAT, "algorithm": agent.algorithm,
                              "backend": backend.NAME, "env": agent.env_name,
@@ -434,8 +440,8 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
                             config=saved_class.config_class.from_dict(config["config"]))
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}
     env_arrays = {k: v for k, v in arrays.items() if k.startswith("env/")}
-    agent.load_state_dict(agent_arrays, state["agent"])
-    agent._fit_total_steps = state.get("total_steps")
+    # Checkpoints written before the loop state held total_steps keep it beside the agent's state.
+    agent.load_state_dict(agent_arrays, {"total_steps": state.get("total_steps"), **state["agent"]})
     _restore_envs(agent, state, env_arrays, path)
     return agent
 
@@ -448,16 +454,13 @@ def _restore_envs(agent, state, env_arrays, path) -> None:
             return
         except (CheckpointError, AttributeError, TypeError, ValueError, KeyError) as error:
             reason = f"restoring it failed ({error})"
-    if agent._obs is None:
+    if agent.loop.observations is None:
         return
     warnings.warn(
         f"The environment state in {path} could not be restored ({reason}): the envs start new "
         f"episodes, so this resume is NOT exact (weights, optimizer, replay buffer, RNG and "
         f"counters are).", stacklevel=3)
-    seed = int(agent.config.seed) + int(agent.num_timesteps)
-    agent._obs, _ = agent.env.reset(seed=seed)
-    agent._episode_returns[...] = 0
-    agent._episode_lengths[...] = 0
+    agent.reset_envs(seed=int(agent.config.seed) + int(agent.num_timesteps))
 
 
 # -- policies ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +25,52 @@ from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
 from kerasrl.schedules import linear_schedule
+
+
+@dataclass
+class LoopState:
+    """The training loop's state between env steps, saved and restored as one value (PureJaxRL's
+    `runner_state`): with the weights, optimizer, buffers and RNG it is all a resume needs."""
+
+    observations: np.ndarray | None
+    """(n_envs, *obs_shape): each env's current observation; None until the first reset."""
+    episode_returns: np.ndarray
+    """(n_envs,) float64: the return so far of each env's running episode."""
+    episode_lengths: np.ndarray
+    """(n_envs,) int64: the steps so far of each env's running episode."""
+    num_timesteps: int = 0
+    """Env steps taken, over all envs: the schedules' position."""
+    total_steps: int | None = None
+    """The run's length that the schedules span (the last `fit`'s total_steps); None before one."""
+
+    @classmethod
+    def start(cls, n_envs: int) -> LoopState:
+        """The state before any step: no observations yet, every counter at 0."""
+        return cls(None, np.zeros(n_envs), np.zeros(n_envs, dtype=np.int64))
+
+    def restart(self, observations: np.ndarray) -> None:
+        """Every env starts a new episode at `observations`; the step count goes on."""
+        self.observations = observations
+        self.episode_returns[...] = 0
+        self.episode_lengths[...] = 0
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(arrays, JSON-ready values), under the names checkpoints have always used."""
+        arrays = {"loop/episode_returns": self.episode_returns.copy(),
+                  "loop/episode_lengths": self.episode_lengths.copy()}
+        if self.observations is not None:
+            arrays["loop/observations"] = np.array(self.observations)
+        return arrays, {"num_timesteps": self.num_timesteps, "total_steps": self.total_steps}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned, in place."""
+        self.episode_returns[...] = arrays["loop/episode_returns"]
+        self.episode_lengths[...] = arrays["loop/episode_lengths"]
+        self.observations = (np.array(arrays["loop/observations"])
+                             if "loop/observations" in arrays else None)
+        self.num_timesteps = int(meta["num_timesteps"])
+        total = meta.get("total_steps")
+        self.total_steps = None if total is None else int(total)
 
 
 def variable_values(variables) -> list[np.ndarray]:
@@ -59,11 +106,8 @@ class Agent:
         # Every random draw outside the networks (exploration, replay sampling, env seeds) comes
         # from this numpy generator, so that all backends make the same draws.
         self.rng = np.random.default_rng(config.seed)
-        self.num_timesteps = 0
+        self.loop = LoopState.start(config.n_envs)
         self.history = History()
-        self._obs = None  # the vector env's current observations, (n_envs, *obs_shape)
-        self._episode_returns = np.zeros(config.n_envs)
-        self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
         self._build(model)
         self._warn_weights_only()
         if config.check_env:  # after _build: the agent's own refusals are the more specific
@@ -93,6 +137,20 @@ class Agent:
                 warnings.warn(weights_only_note(model, problem), stacklevel=3)
 
     # -- public API ---------------------------------------------------------------------------
+    @property
+    def num_timesteps(self) -> int:
+        """Env steps taken so far, over all envs (`self.loop.num_timesteps`)."""
+        return self.loop.num_timesteps
+
+    @num_timesteps.setter
+    def num_timesteps(self, value: int) -> None:
+        self.loop.num_timesteps = value
+
+    def reset_envs(self, seed: int | None = None) -> None:
+        """Start a new episode in every env (`env.reset(seed=seed)`); the step count goes on."""
+        observations, _ = self.env.reset(seed=seed)
+        self.loop.restart(observations)
+
     def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
             log_dir=None, log_interval: int | None = None,
             callback: Callable[[Agent, History], bool | None] | None = None,
@@ -138,8 +196,9 @@ class Agent:
                            log_interval=log_interval, start_step=self.num_timesteps,
                            history=self.history)
         self.diagnostics.start(self, total_steps, logger)
-        if self._obs is None:
-            self._obs, _ = self.env.reset(seed=self.config.seed)
+        if self.loop.observations is None:
+            self.reset_envs(seed=self.config.seed)
+        self.loop.total_steps = total_steps
         learn, runner = self._learn, None
         if engine != "local":
             runner = make_engine(engine, workers=workers, address=address)
@@ -161,19 +220,17 @@ class Agent:
                 while self.num_timesteps < stop_at and not stopped:
                     boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
                     learn(total_steps, min(stop_at, boundary), logger, watch)
-                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps),
-                                    total_steps=total_steps)
+                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
                     prune_checkpoints(checkpoint_dir, keep_last)
         finally:
             logger.close(self.num_timesteps)
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
-        self._fit_total_steps = total_steps
         return self.history
 
     def save(self, path) -> Path:
         """Write the full training state to the folder `path` (atomically); see `load`."""
-        return save_checkpoint(self, path, total_steps=getattr(self, "_fit_total_steps", None))
+        return save_checkpoint(self, path)
 
     @classmethod
     def load(cls, path, env=None, *, model_factory=None) -> Agent:
@@ -264,15 +321,16 @@ class Agent:
         truncated = np.asarray(truncated, dtype=bool)
         done = terminated | truncated
         final_obs = final_observations(next_obs, done, info)
-        self.num_timesteps += self.config.n_envs
-        self._episode_returns += rewards
-        self._episode_lengths += 1
+        loop = self.loop
+        loop.num_timesteps += self.config.n_envs
+        loop.episode_returns += rewards
+        loop.episode_lengths += 1
         if done.any():
             for i in np.flatnonzero(done):
-                logger.episode(self.num_timesteps, self._episode_returns[i],
-                               self._episode_lengths[i], **episode_extras(info, i))
-            self._episode_returns[done] = 0.0
-            self._episode_lengths[done] = 0
+                logger.episode(loop.num_timesteps, loop.episode_returns[i],
+                               loop.episode_lengths[i], **episode_extras(info, i))
+            loop.episode_returns[done] = 0.0
+            loop.episode_lengths[done] = 0
         logger.advance(self.num_timesteps, self.config.n_envs)
         return next_obs, rewards, terminated, truncated, final_obs, info
 
@@ -297,20 +355,15 @@ class Agent:
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The full training state as (arrays, meta): numpy arrays, and JSON-ready values.
 
-        Subclasses extend both with `_extra_state` (learner weights, optimizer, buffers, counters).
-        Environments are not included: their state belongs to the env (see kerasrl.checkpoint).
+        The loop state (`self.loop`) is saved whole; subclasses extend both with `_extra_state`
+        (learner weights, optimizer, buffers, counters). Environments are not included: their
+        state belongs to the env (see kerasrl.checkpoint).
         """
-        arrays = {
-            "loop/episode_returns": self._episode_returns.copy(),
-            "loop/episode_lengths": self._episode_lengths.copy(),
-        }
-        if self._obs is not None:
-            arrays["loop/observations"] = np.array(self._obs)
-        meta = {
-            "num_timesteps": self.num_timesteps,
+        arrays, meta = self.loop.state_dict()
+        meta.update({
             "rng": self.rng.bit_generator.state,
             "history": {"episodes": self.history.episodes, "updates": self.history.updates},
-        }
+        })
         extra_arrays, extra_meta = self._extra_state()
         arrays.update(extra_arrays)
         meta.update(extra_meta)
@@ -318,10 +371,7 @@ class Agent:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
         """Restore what `state_dict` returned (into an agent built with the same config)."""
-        self._episode_returns[...] = arrays["loop/episode_returns"]
-        self._episode_lengths[...] = arrays["loop/episode_lengths"]
-        self._obs = np.array(arrays["loop/observations"]) if "loop/observations" in arrays else None
-        self.num_timesteps = int(meta["num_timesteps"])
+        self.loop.load_state_dict(arrays, meta)
         self.rng.bit_generator.state = meta["rng"]
         self.history = History(episodes=list(meta["history"]["episodes"]),
                                updates=list(meta["history"]["updates"]))

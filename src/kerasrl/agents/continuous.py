@@ -158,7 +158,7 @@ class ContinuousAgent(Agent):
     # -- the loop -----------------------------------------------------------------------------
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
-        obs = self._obs
+        obs = self.loop.observations
         while self.num_timesteps < stop_at:
             if self.num_timesteps < cfg.learning_starts:
                 unit = self.rng.uniform(-1.0, 1.0, (cfg.n_envs, self.action_dim)).astype(np.float32)
@@ -168,7 +168,7 @@ class ContinuousAgent(Agent):
             next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
             self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
             self._episodes_ended(terminated | truncated)
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % cfg.train_freq == 0 and self.num_timesteps > cfg.learning_starts:
                 losses = self._train_round(total_steps)

@@ -83,7 +83,7 @@ class DQN(QAgentMixin, Agent):
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
         sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as SB3
-        obs = self._obs
+        obs = self.loop.observations
         while self.num_timesteps < stop_at:
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
             if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
@@ -93,7 +93,7 @@ class DQN(QAgentMixin, Agent):
                 actions = epsilon_greedy(greedy, self.n_actions, epsilon, self.rng)
             next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
             self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % sync_every == 0:
                 self._pending_syncs += 1

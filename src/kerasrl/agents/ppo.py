@@ -342,7 +342,7 @@ class PPO(Agent):
         return clip
 
     def _learn(self, total_steps, stop_at, logger, callback):
-        obs = self._obs
+        obs = self.loop.observations
         while self.num_timesteps < stop_at:
             obs_in = self._normalize(obs, update=True)
             policy, values = self._evaluate_networks(obs_in)
@@ -359,7 +359,7 @@ class PPO(Agent):
             rewards = self._scale_rewards(rewards, terminated | truncated)
             self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
                             truncation_values)
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             if self.buffer.full:
                 self._update(total_steps, logger)
             if callback is not None and (terminated.any() or truncated.any()):
@@ -367,7 +367,7 @@ class PPO(Agent):
                     break
 
     def _update(self, total_steps: int, logger) -> None:
-        self.learn_from_rollout(self.buffer, self._obs, total_steps, logger)
+        self.learn_from_rollout(self.buffer, self.loop.observations, total_steps, logger)
         self.buffer.reset()
 
     def learn_from_rollout(self, buffer, last_obs, total_steps: int, logger) -> None:
