@@ -370,10 +370,11 @@ def save_checkpoint(agent, path) -> Path:
     """Write `agent`'s full training state to the folder `path` (atomically). Returns the path.
 
     Only the agent's public interface is used: `state_dict()` (its loop state, learner, buffers,
-    RNG and history), `policy`, `config`, `env`."""
+    RNG and history), `sync_model()` and `policy`, `config`, `env`."""
     path = Path(path)
     arrays, meta = agent.state_dict()
     env_state, env_arrays, reason = capture_env_state(agent.env)
+    agent.sync_model()
     policy = agent.policy
     with atomic_folder(path) as tmp:
         formats = _save_models(policy.models(), tmp, weights_only=False)

@@ -125,8 +125,11 @@ class Agent:
         """Deterministic actions for a batch of float32 observations, from the learner's weights."""
         raise NotImplementedError
 
-    def _sync_model(self) -> None:
-        """Write the learner's current weights into the Keras model(s)."""
+    def sync_model(self) -> None:
+        """Write the learner's current weights into the Keras model(s) and the policy: the one
+        call through which weights leave the learner. `fit` ends with it and checkpoints make it
+        before they read the models; call it after driving the learner by hand.
+        """
         raise NotImplementedError
 
     def _warn_weights_only(self) -> None:
@@ -223,6 +226,7 @@ class Agent:
                     save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
                     prune_checkpoints(checkpoint_dir, keep_last)
         finally:
+            self.sync_model()
             logger.close(self.num_timesteps)
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
@@ -250,7 +254,8 @@ class Agent:
 
     @property
     def policy(self):
-        """The inference-only policy, holding the current weights."""
+        """The inference-only policy, holding the current weights (getting it calls
+        `sync_model()`, so that code written before that call existed reads current weights)."""
         raise NotImplementedError
 
     def evaluate(self, episodes: int = 20, *, env=None, deterministic: bool = True,

@@ -204,22 +204,23 @@ class ContinuousAgent(Agent):
         return losses
 
     # -- weights out --------------------------------------------------------------------------
-    def push_weights(self) -> None:
+    def sync_model(self) -> None:
         """Write the learner's current weights into the Keras actor and critics (`self.actor`,
         `self.critics`): the one call through which weights reach the models."""
         self.learner.push_weights()
 
-    _sync_model = push_weights
+    push_weights = sync_model  # the name DDPG, TD3 and SAC first had
 
     @property
     def model(self) -> keras.Model:
-        """The Keras actor. Its weights are the learner's as of the last `push_weights()`."""
+        """The Keras actor. Its weights are the learner's as of the last `sync_model()`."""
         return self.actor
 
     @property
     def policy(self):
-        """The inference-only policy on the actor, with the learner's current weights pushed."""
-        self.push_weights()
+        """The inference-only policy on the actor, with the learner's current weights (calls
+        `sync_model()`)."""
+        self.sync_model()
         if self._policy is None:
             self._policy = self._make_policy()
         return self._policy

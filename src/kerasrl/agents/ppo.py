@@ -426,10 +426,12 @@ class PPO(Agent):
         self.n_updates = int(meta["n_updates"])
         if not self.discrete:
             self._log_std = np.array(state["params"][-1])
-        self._sync_model()
+        self.sync_model()
 
     # -- weights out --------------------------------------------------------------------------
-    def _sync_model(self) -> None:
+    def sync_model(self) -> None:
+        """Write the learner's weights into the Keras actor and critic, and the log std and
+        observation statistics into the policy (see `Agent.sync_model`)."""
         params = backend.to_numpy(self.state["params"])
         states = backend.to_numpy(self.state["non_trainable"])
         models = [self.actor] + ([] if self.shared else [self.critic])
@@ -439,17 +441,22 @@ class PPO(Agent):
             variable.assign(np.array(value))
         for variable, value in zip(state_variables, states):
             variable.assign(np.array(value))
+        if self._policy is not None:
+            self._policy.log_std = self.log_std
+            self._policy.obs_rms = self.obs_rms
 
     @property
     def model(self) -> keras.Model:
-        """The Keras actor (or shared actor-critic) holding the current weights."""
-        self._sync_model()
+        """The Keras actor (or shared actor-critic) holding the current weights (calls
+        `sync_model()`)."""
+        self.sync_model()
         return self.actor
 
     @property
     def value_model(self) -> keras.Model | None:
-        """The Keras critic holding the current weights (None with a shared model)."""
-        self._sync_model()
+        """The Keras critic holding the current weights (None with a shared model; calls
+        `sync_model()`)."""
+        self.sync_model()
         return self.critic
 
     @property
@@ -460,14 +467,12 @@ class PPO(Agent):
     @property
     def policy(self) -> ActorCriticPolicy:
         """The current policy (inference only): models, log std, observation statistics."""
-        self._sync_model()
+        self.sync_model()
         if self._policy is None:
             self._policy = ActorCriticPolicy(
                 self.actor, self.observation_space, self.action_space, value_model=self.critic,
                 shared=self.shared, log_std=self.log_std, obs_rms=self.obs_rms,
                 clip_obs=self.config.clip_obs)
-        self._policy.log_std = self.log_std
-        self._policy.obs_rms = self.obs_rms
         return self._policy
 
 

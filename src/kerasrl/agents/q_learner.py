@@ -293,13 +293,14 @@ class QAgentMixin:
         self._vector_steps = int(meta["vector_steps"])
         self._pending_syncs = int(meta["pending_syncs"])
 
-    def _sync_model(self) -> None:
+    def sync_model(self) -> None:
+        """Write the online weights into the Keras Q-network (see `Agent.sync_model`)."""
         self.learner.sync_model()
 
     @property
     def model(self) -> keras.Model:
-        """The Keras Q-network holding the current online weights."""
-        self._sync_model()
+        """The Keras Q-network holding the current online weights (calls `sync_model()`)."""
+        self.sync_model()
         return self.q_network
 
     @property
