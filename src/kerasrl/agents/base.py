@@ -127,8 +127,8 @@ class Agent:
 
     def sync_model(self) -> None:
         """Write the learner's current weights into the Keras model(s) and the policy: the one
-        call through which weights leave the learner. `fit` ends with it and checkpoints make it
-        before they read the models; call it after driving the learner by hand.
+        call through which weights leave the learner. Checkpoints make it before they read the
+        models; call it after `fit` or after driving the learner by hand to read the models.
         """
         raise NotImplementedError
 
@@ -226,7 +226,6 @@ class Agent:
                     save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
                     prune_checkpoints(checkpoint_dir, keep_last)
         finally:
-            self.sync_model()
             logger.close(self.num_timesteps)
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
