@@ -438,7 +438,8 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")
         agent = saved_class(env, model=model, **models,
-                            config=saved_class.config_class.from_dict(config["config"]))
+                            config=saved_class.config_class.from_dict(
+                                saved_class.config_class.upgrade(config["config"], warn=False)))
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}
     env_arrays = {k: v for k, v in arrays.items() if k.startswith("env/")}
     # Checkpoints written before the loop state held total_steps keep it beside the agent's state.

@@ -88,7 +88,8 @@ class Agent:
         if config is None:
             config = self.config_class.from_dict(hyperparameters)
         elif hyperparameters:
-            config = self.config_class.from_dict({**config.to_dict(), **hyperparameters})
+            config = self.config_class.from_dict(
+                {**config.to_dict(), **self.config_class.upgrade(hyperparameters)})
         self.config = config
         backend.configure_threads()
         # Keras seeds each layer's random-op generator (dropout) from Python's `random`; the initial

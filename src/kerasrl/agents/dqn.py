@@ -73,7 +73,7 @@ class DQN(QAgentMixin, Agent):
     def _make_buffer(self):
         cfg = self.config
         args = (cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
-                self.observation_space.dtype, cfg.gamma, cfg.n_step)
+                self.observation_space.dtype, cfg.gamma, cfg.n_step_return)
         if cfg.prioritized_replay:
             return PrioritizedReplayBuffer(*args, alpha=cfg.prioritized_replay_alpha,
                                            eps=cfg.prioritized_replay_eps)

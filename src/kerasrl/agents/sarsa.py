@@ -24,8 +24,8 @@ from kerasrl.losses import expected_sarsa_target, sarsa_target
 from kerasrl.policies import epsilon_greedy
 
 # Options that only make sense with a replay buffer, and why SARSA refuses them.
-_REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step", "double_q", "train_freq",
-                "batch_size")
+_REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step_return", "n_step", "double_q",
+                "train_freq", "batch_size")
 
 
 # What one step of a round holds, in order.

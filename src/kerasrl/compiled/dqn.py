@@ -57,10 +57,10 @@ class CompiledDQN(CompiledLoop):
         from kerasrl.optim import Adam
 
         if config is None:
-            config = DQNConfig(**fields)
+            config = DQNConfig.from_dict(fields)
         elif fields:
-            config = dataclasses.replace(config, **fields)
-        for flag, default in (("n_step", 1), ("prioritized_replay", False), ("dueling", False)):
+            config = dataclasses.replace(config, **DQNConfig.upgrade(fields))
+        for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False)):
             if getattr(config, flag) != default:
                 raise ValueError(f"CompiledDQN does not support {flag}={getattr(config, flag)!r} yet; use "
                                  f"kerasrl.DQN (the Python loop) for it, or {flag}={default!r}.")
