@@ -460,7 +460,7 @@ def _restore_envs(agent, state, env_arrays, path) -> None:
         f"episodes, so this resume is NOT exact (weights, optimizer, replay buffer, RNG and "
         f"counters are).", stacklevel=3)
     seed = int(agent.config.seed) + int(agent.num_timesteps)
-    agent._obs, _ = agent.env.reset(seed=seed)
+    agent.reset_envs(seed)
     agent._episode_returns[...] = 0
     agent._episode_lengths[...] = 0
 

@@ -20,6 +20,7 @@ from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
+from kerasrl.masks import final_masks, masks_from_info
 
 
 def variable_values(variables) -> list[np.ndarray]:
@@ -36,6 +37,8 @@ class Agent:
 
     config_class: type[CommonConfig] = CommonConfig
     algorithm: str = "agent"
+    # Discrete agents set this to n_actions: the env's action masks are then read and obeyed.
+    _mask_size: int | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -67,6 +70,7 @@ class Agent:
         self.num_timesteps = 0
         self.history = History()
         self._obs = None  # the vector env's current observations, (n_envs, *obs_shape)
+        self._action_masks = None  # their action masks (n_envs, n_actions) bool, if the env has any
         self._episode_returns = np.zeros(config.n_envs)
         self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
         self._build(model)
@@ -83,7 +87,10 @@ class Agent:
         raise NotImplementedError
 
     def _act_greedy(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic actions for a batch of float32 observations, from the learner's weights."""
+        """Deterministic actions for a batch of float32 observations, from the learner's weights.
+
+        Agents with `_mask_size` also take `action_masks=` (B, n_actions) bool (only passed when
+        the env has masks)."""
         raise NotImplementedError
 
     def _sync_model(self) -> None:
@@ -148,7 +155,7 @@ class Agent:
                            history=self.history)
         self.diagnostics.start(self, total_steps, logger)
         if self._obs is None:
-            self._obs, _ = self.env.reset(seed=self.config.seed)
+            self.reset_envs(self.config.seed)
         learn, runner = self._learn, None
         if engine != "local":
             from kerasrl.distributed import make_engine  # imports Ray only when asked for
@@ -203,9 +210,34 @@ class Agent:
         return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
                                model_factory=model_factory)
 
-    def predict(self, observations, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of observations (or one), as numpy."""
-        return self.policy.predict(observations, deterministic=deterministic)
+    def predict(self, observations, deterministic: bool = True, action_mask=None) -> np.ndarray:
+        """Actions for a batch of observations (or one), as numpy; `action_mask` (Discrete
+        agents): 1 = allowed, one row per observation."""
+        if action_mask is None:
+            return self.policy.predict(observations, deterministic=deterministic)
+        return self.policy.predict(observations, deterministic=deterministic,
+                                   action_mask=action_mask)
+
+    def reset_envs(self, seed: int | None) -> None:
+        """Start new episodes in every env (seeded), and read their first action masks."""
+        self._obs, info = self.env.reset(seed=seed)
+        self._action_masks = self.read_action_masks(info, len(self._obs), "the envs' reset")
+
+    def read_action_masks(self, info: dict, n_envs: int, where: str) -> np.ndarray | None:
+        """The action masks (n_envs, n_actions) bool in a vector env's `info`, checked; None when
+        the env reports none or this agent does not use masks (continuous actions)."""
+        if self._mask_size is None:
+            return None
+        return masks_from_info(info, n_envs, self._mask_size, where)
+
+    def _masks_after_step(self, info: dict, done: np.ndarray):
+        """(masks of the observations the envs go on from, masks of the observations each step
+        led to) after `_step_envs`; both None for an env without masks."""
+        where = f"env step {self.num_timesteps}"
+        masks = self.read_action_masks(info, len(done), where)
+        if masks is None and self._action_masks is not None:
+            masks = np.ones_like(self._action_masks)  # the env stopped reporting: all allowed
+        return masks, final_masks(masks, done, info, self._mask_size or 0, where)
 
     @property
     def policy(self):
@@ -230,14 +262,17 @@ class Agent:
         counts = np.zeros(n, dtype=np.int64)
         returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
         results, extras = [], {}
-        obs, _ = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
+        obs, info = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
+        masks = self.read_action_masks(info, n, "evaluate's reset")
         eval_rng = np.random.default_rng(seed)
         try:
             while (counts < targets).any():
-                actions = self._act_greedy(np.asarray(obs, dtype=np.float32))
+                masked = {} if masks is None else {"action_masks": masks}
+                actions = self._act_greedy(np.asarray(obs, dtype=np.float32), **masked)
                 if not deterministic:
-                    actions = self._explore(actions, eval_rng)
+                    actions = self._explore(actions, eval_rng, **masked)
                 obs, rewards, terminated, truncated, info = envs.step(actions)
+                masks = self.read_action_masks(info, n, "evaluate's env step")
                 returns += rewards
                 lengths += 1
                 done = np.logical_or(terminated, truncated)
@@ -263,7 +298,8 @@ class Agent:
         return summary
 
     def _explore(self, greedy_actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Stochastic actions for evaluation with deterministic=False."""
+        """Stochastic actions for evaluation with deterministic=False (masked agents also take
+        `action_masks=`, as `_act_greedy`)."""
         return greedy_actions
 
     # -- shared mechanics for the subclasses --------------------------------------------------
@@ -322,6 +358,8 @@ class Agent:
         }
         if self._obs is not None:
             arrays["loop/observations"] = np.array(self._obs)
+        if self._action_masks is not None:
+            arrays["loop/action_masks"] = np.array(self._action_masks)
         meta = {
             "num_timesteps": self.num_timesteps,
             "rng": self.rng.bit_generator.state,
@@ -337,6 +375,8 @@ class Agent:
         self._episode_returns[...] = arrays["loop/episode_returns"]
         self._episode_lengths[...] = arrays["loop/episode_lengths"]
         self._obs = np.array(arrays["loop/observations"]) if "loop/observations" in arrays else None
+        self._action_masks = (np.array(arrays["loop/action_masks"])
+                              if "loop/action_masks" in arrays else None)
         self.num_timesteps = int(meta["num_timesteps"])
         self.rng.bit_generator.state = meta["rng"]
         self.history = History(episodes=list(meta["history"]["episodes"]),
