@@ -93,12 +93,15 @@ class Policy:
         return save_policy(self, path, weights_only=weights_only)
 
     def export(self, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
-               n_check: int = 256):
-        """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy."""
+               n_check: int = 256, action_mask: bool = False):
+        """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy.
+
+        `action_mask=True` (Discrete policies): the artifact takes a second input "action_mask"
+        (B, n_actions) float32, 1 = allowed, and never picks a masked action."""
         from kerasrl.export import export_policy
 
         return export_policy(self, path, format=format, include_values=include_values,
-                             n_check=n_check)
+                             n_check=n_check, action_mask=action_mask)
 
 
 class QPolicy(Policy):
