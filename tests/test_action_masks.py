@@ -208,6 +208,7 @@ def test_masked_agents_learn_the_masked_choice(agent_class):
     actions = agent.predict(obs, action_mask=masks)
     np.testing.assert_array_equal(actions, highest_allowed(masks))
     assert agent.evaluate(episodes=4)["mean_length"] == 10.0
+    assert agent.policy.action_masks  # saved with the policy: exports then take the mask
     if agent_class is kerasrl.PPO:
         assert agent.buffer.action_masks is not None
         logits = agent.policy.distribution(obs)
@@ -259,6 +260,7 @@ def test_loaded_policy_and_its_export_model_take_the_mask(tmp_path, agent_class)
     actions = policy.predict(obs, action_mask=masks)
     assert masks[np.arange(64), actions].all()
     np.testing.assert_array_equal(actions, agent.policy.predict(obs, action_mask=masks))
+    assert policy.action_masks is False  # not trained on the masked env yet
     model = policy.inference_model(action_mask=True)
     assert [i.name for i in model.inputs] == ["observation", "action_mask"]
     exported = ops.convert_to_numpy(model([obs, masks.astype(np.float32)]))

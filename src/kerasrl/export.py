@@ -63,11 +63,14 @@ def _check_inputs(policy, n: int, action_mask: bool, seed: int):
 
 
 def export_policy(policy, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
-                  n_check: int = 256, action_mask: bool = False) -> Path:
+                  n_check: int = 256, action_mask: bool | None = None) -> Path:
     """Export `policy` to `path` and check the artifact against it. Returns the path.
 
-    `action_mask=True`: the artifact takes the action mask as a second input (see above).
+    `action_mask=True`: the artifact takes the action mask as a second input (see above); None:
+    when the policy was trained on an env with action masks (`policy.action_masks`).
     """
+    if action_mask is None:
+        action_mask = bool(getattr(policy, "action_masks", False))
     from kerasrl import backend
 
     if format not in FORMATS:
@@ -170,8 +173,11 @@ def check_outputs(policy, observations, outputs, include_values: bool, what: str
 
 
 def compare_export(policy, path, format: str = "onnx", n: int = 1000, seed: int = 1,  # noqa: A002
-                   action_mask: bool = False) -> dict:
-    """Figures (actions differing, max value difference) of an export against the policy."""
+                   action_mask: bool | None = None) -> dict:
+    """Figures (actions differing, max value difference) of an export against the policy;
+    `action_mask` as in `export_policy`."""
+    if action_mask is None:
+        action_mask = bool(getattr(policy, "action_masks", False))
     inputs = _check_inputs(policy, n, action_mask, seed)
     outputs = run_export(Path(path), format, *inputs)
     return check_outputs(policy, inputs[0], outputs, len(outputs) > 1, f"{format} export {path}",

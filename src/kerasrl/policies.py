@@ -55,6 +55,8 @@ class Policy:
 
     policy_type: str = ""
     model: keras.Model
+    # True when trained on an env with action masks: exports then take the mask as an input.
+    action_masks: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -93,11 +95,12 @@ class Policy:
         return save_policy(self, path, weights_only=weights_only)
 
     def export(self, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
-               n_check: int = 256, action_mask: bool = False):
+               n_check: int = 256, action_mask: bool | None = None):
         """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy.
 
         `action_mask=True` (Discrete policies): the artifact takes a second input "action_mask"
-        (B, n_actions) float32, 1 = allowed, and never picks a masked action."""
+        (B, n_actions) float32, 1 = allowed, and never picks a masked action. None (default):
+        True when the policy was trained on an env with action masks."""
         from kerasrl.export import export_policy
 
         return export_policy(self, path, format=format, include_values=include_values,
@@ -114,11 +117,16 @@ class QPolicy(Policy):
 
     policy_type = "q"
 
-    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space):
+    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
+                 action_masks: bool = False):
         self.model = model
         self.observation_space = observation_space
         self.action_space = action_space
+        self.action_masks = bool(action_masks)
         self._forward = forward_fn(model)
+
+    def get_config(self) -> dict:
+        return {"action_masks": True} if self.action_masks else {}
 
     def _batch(self, observations) -> tuple[np.ndarray, bool]:
         obs = np.asarray(observations, dtype=np.float32)
@@ -420,6 +428,8 @@ class ActorCriticPolicy(Policy):
     def get_config(self) -> dict:
         config = {"shared": self.shared, "clip_obs": float(self.clip_obs),
                   "log_std": None if self.log_std is None else self.log_std.tolist()}
+        if self.action_masks:
+            config["action_masks"] = True
         if self.obs_rms is not None:  # float64 values round-trip exactly through JSON
             config["obs_rms"] = {"mean": self.obs_rms.mean.tolist(),
                                  "var": self.obs_rms.var.tolist(), "count": self.obs_rms.count}
@@ -432,10 +442,12 @@ class ActorCriticPolicy(Policy):
             obs_rms = RunningMeanStd(observation_space.shape)
             obs_rms.load_state_dict({k: np.asarray(v) for k, v in config["obs_rms"].items()})
         log_std = config.get("log_std")
-        return cls(models["model"], observation_space, action_space,
-                   value_model=models.get("value_model"), shared=bool(config.get("shared")),
-                   log_std=None if log_std is None else np.asarray(log_std, np.float32),
-                   obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+        policy = cls(models["model"], observation_space, action_space,
+                     value_model=models.get("value_model"), shared=bool(config.get("shared")),
+                     log_std=None if log_std is None else np.asarray(log_std, np.float32),
+                     obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+        policy.action_masks = bool(config.get("action_masks", False))
+        return policy
 
     def raw_outputs(self, observations) -> np.ndarray:
         """The logits or Gaussian means (what include_values exports beside the actions)."""

@@ -478,6 +478,7 @@ class PPO(Agent):
                 clip_obs=self.config.clip_obs)
         self._policy.log_std = self.log_std
         self._policy.obs_rms = self.obs_rms
+        self._policy.action_masks = self._action_masks is not None
         return self._policy
 
 

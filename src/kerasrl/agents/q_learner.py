@@ -318,4 +318,6 @@ class QAgentMixin:
     @property
     def policy(self) -> QPolicy:
         """The greedy policy of the current online weights (inference only)."""
-        return self.learner.policy(self.observation_space, self.action_space)
+        policy = self.learner.policy(self.observation_space, self.action_space)
+        policy.action_masks = self._action_masks is not None
+        return policy
