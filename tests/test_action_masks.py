@@ -226,8 +226,8 @@ def test_bad_masks_from_the_env_name_the_step():
     with pytest.raises(ActionMaskError, match=r"the envs' reset: info\['action_mask'\] has shape "
                                               r"\(3,\) per env; expected \(4,\)"):
         agent.fit(100, progress=False)
-    agent = kerasrl.PPO(lambda: MaskedChoiceEnv(N, empty_mask_at=37), seed=0, n_steps=64,
-                        batch_size=64, check_env=False)
+    agent = kerasrl.PPO(lambda: MaskedChoiceEnv(N, episode_length=100, empty_mask_at=37), seed=0,
+                        n_steps=64, batch_size=64, check_env=False)
     with pytest.raises(ActionMaskError, match=r"env step 37: the action mask of row 0 allows no "
                                               r"action"):
         agent.fit(100, progress=False)

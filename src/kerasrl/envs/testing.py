@@ -132,7 +132,8 @@ class MaskedChoiceEnv(gym.Env):
     observation which actions are allowed.
 
     `mask_via="method"` reports the mask through an `action_masks()` method instead of the info
-    (sb3-contrib's convention); `mask_shape` and `empty_mask_at` make broken masks for tests.
+    (sb3-contrib's convention); `mask_shape` and `empty_mask_at` (a step of the episode from
+    which the mask allows nothing) make broken masks for tests.
     """
 
     metadata = {"render_modes": []}
@@ -150,12 +151,11 @@ class MaskedChoiceEnv(gym.Env):
         self.action_space = spaces.Discrete(n)
         self._mask = np.ones(n, dtype=np.int8)
         self._t = 0
-        self._steps = 0  # over all episodes, for empty_mask_at
 
     def _draw_mask(self) -> None:
         mask = (self.np_random.random(self.n) < 0.5).astype(np.int8)
         mask[self.np_random.integers(self.n)] = 1  # at least one allowed
-        if self.empty_mask_at is not None and self._steps >= self.empty_mask_at:
+        if self.empty_mask_at is not None and self._t >= self.empty_mask_at:
             mask[:] = 0
         self._mask = mask
 
@@ -177,7 +177,6 @@ class MaskedChoiceEnv(gym.Env):
     def step(self, action):
         action = int(action)
         self._t += 1
-        self._steps += 1
         if not self._mask[action]:
             obs, info = self._result()
             return obs, -1.0, True, False, info
