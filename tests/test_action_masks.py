@@ -13,7 +13,6 @@ import pytest
 from keras import ops
 
 import kerasrl
-from kerasrl import backend
 from kerasrl.envs.testing import MaskedChoiceEnv
 from kerasrl.losses import (MASKED_VALUE, categorical_entropy, categorical_log_prob,
                             expected_sarsa_target, mask_values, q_learning_target)

@@ -3,8 +3,9 @@
 An environment says which of its Discrete actions are allowed in the current state the Gymnasium
 way, `info["action_mask"]` (an int8 or bool array of shape (n_actions,), 1 = allowed), or with an
 `action_masks()` method (as sb3-contrib's MaskablePPO reads it; `ActionMasksInfo` moves that into
-the info). A vector env stacks the per-env masks to (n_envs, n_actions) in its info, and in SAME_STEP
-auto-reset mode the mask of an episode's true final observation is in `info["final_info"]`.
+the info). A vector env stacks the per-env masks to (n_envs, n_actions) in its info, and in
+SAME_STEP auto-reset mode the mask of an episode's true final observation is in
+`info["final_info"]`.
 
 Masks travel as bool numpy arrays (B, n_actions) from the env to the buffers and into the compiled
 steps, where `kerasrl.losses` uses them (masked max, masked expectation, masked logits). Every

@@ -25,7 +25,7 @@ from kerasrl.policies import epsilon_greedy, random_actions
 
 
 def double_q_target(next_q_target, next_q_online, batch):
-    """Double DQN: the online network picks the next (allowed) action, the target network values it."""
+    """Double DQN: the online network picks the next (allowed) action, the target values it."""
     return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online,
                              next_masks=batch.get("next_action_masks"))
 

@@ -280,8 +280,8 @@ class QAgentMixin:
         return masked_argmax(self.learner.q_values(observations), action_masks)
 
     def _explore(self, greedy_actions, rng, action_masks=None):
-        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng,
-                              action_masks)
+        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps,
+                              rng, action_masks)
 
     def _take_target_tau(self) -> float:
         """The Polyak step for the syncs due since the last round, and clear them.

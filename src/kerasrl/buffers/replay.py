@@ -153,7 +153,7 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer exactly, as numpy arrays (no Python objects)."""
-        return {
+        state = {
             "observations": self.observations,
             "next_observations": self.next_observations,
             "actions": self.actions,
@@ -162,7 +162,10 @@ class ReplayBuffer:
             "truncated": self.truncated,
             "position": np.asarray(self.position),
             "full": np.asarray(self.full),
-        } | ({} if self.next_action_masks is None else {"next_action_masks": self.next_action_masks})
+        }
+        if self.next_action_masks is not None:
+            state["next_action_masks"] = self.next_action_masks
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore from `state_dict()` output, checking that the shapes match this buffer."""
