@@ -221,7 +221,8 @@ def test_masked_agents_learn_the_masked_choice(agent_class):
 
 @pytest.mark.backend
 def test_bad_masks_from_the_env_name_the_step():
-    agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N, mask_shape=(3,)), seed=0, check_env=False)
+    agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N, mask_shape=(3,)), seed=0, check_env=False,
+                        learning_starts=10, target_update_interval=10)
     with pytest.raises(ActionMaskError, match=r"the envs' reset: info\['action_mask'\] has shape "
                                               r"\(3,\) per env; expected \(4,\)"):
         agent.fit(100, progress=False)
