@@ -122,18 +122,21 @@ def test_masked_targets_match_numpy():
     rewards = rng.standard_normal(6).astype(np.float32)
     discounts = np.array([0.9, 0.9, 0.0, 0.9, 0.9, 0.9], np.float32)
     masked_target = np.where(masks, q_target, -np.inf)
-    got = ops.convert_to_numpy(q_learning_target(q_target, rewards, discounts, next_masks=masks))
+    t = ops.convert_to_tensor  # PyTorch does not mix numpy arrays into tensor arithmetic
+    got = ops.convert_to_numpy(q_learning_target(t(q_target), t(rewards), t(discounts),
+                                                 next_masks=t(masks)))
     np.testing.assert_allclose(got, rewards + discounts * masked_target.max(1), rtol=1e-6)
     chosen = np.argmax(np.where(masks, q_online, -np.inf), axis=1)
-    got = ops.convert_to_numpy(q_learning_target(q_target, rewards, discounts, q_online, masks))
+    got = ops.convert_to_numpy(q_learning_target(t(q_target), t(rewards), t(discounts),
+                                                 t(q_online), t(masks)))
     np.testing.assert_allclose(got, rewards + discounts * q_target[np.arange(6), chosen],
                                rtol=1e-6)
     epsilon = np.full((6, 1), 0.2, np.float32)
     probs = 0.2 * masks / masks.sum(1, keepdims=True)
     probs[np.arange(6), chosen] += 0.8
     expected = rewards + discounts * (probs * np.where(masks, q_target, 0.0)).sum(1)
-    got = ops.convert_to_numpy(expected_sarsa_target(q_target, rewards, discounts, epsilon,
-                                                     q_online, masks))
+    got = ops.convert_to_numpy(expected_sarsa_target(t(q_target), t(rewards), t(discounts),
+                                                     t(epsilon), t(q_online), t(masks)))
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
