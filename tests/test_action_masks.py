@@ -186,8 +186,8 @@ def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
     counts = {"taken": 0, "masked": 0}
     agent = agent_class(counted_env(counts, mask_via=mask_via), seed=0, n_envs=4, n_steps=8,
                         exploration_fraction=1.0, check_env=False)
-    agent.fit(1000, progress=False)
-    assert counts == {"taken": 1000, "masked": 0}
+    agent.fit(500, progress=False)
+    assert counts == {"taken": 500, "masked": 0}
     assert agent.n_updates > 0
 
 
@@ -199,11 +199,11 @@ def test_masked_agents_learn_the_masked_choice(agent_class):
     counts = {"taken": 0, "masked": 0}
     if agent_class is kerasrl.DQN:
         agent = kerasrl.DQN(counted_env(counts), seed=0, check_env=False, **DQN_FAST)
-        agent.fit(1500, progress=False)
+        agent.fit(1000, progress=False)
     else:
         agent = kerasrl.PPO(counted_env(counts), seed=0, n_envs=4, n_steps=32, batch_size=64,
                             n_epochs=4, learning_rate=3e-3, ent_coef=0.0, check_env=False)
-        agent.fit(2560, progress=False)
+        agent.fit(1536, progress=False)
     assert counts["masked"] == 0
     masks = sample_masks(256)
     obs = masks.astype(np.float32)
@@ -273,7 +273,7 @@ def test_loaded_policy_and_its_export_model_take_the_mask(tmp_path, agent_class)
 @pytest.mark.backend
 def test_masks_are_part_of_the_training_state(tmp_path):
     agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N), seed=0, check_env=False, **DQN_FAST)
-    agent.fit(300, progress=False)
+    agent.fit(250, progress=False)
     agent.save(tmp_path / "ckpt")
     loaded = kerasrl.DQN.load(tmp_path / "ckpt", env=lambda: MaskedChoiceEnv(N))
     np.testing.assert_array_equal(loaded._action_masks, agent._action_masks)
