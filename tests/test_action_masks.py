@@ -162,6 +162,7 @@ def test_masked_logits_give_masked_actions_exactly_zero_probability():
 
 
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends
 def test_masked_dqn_with_epsilon_1_never_takes_a_masked_action_in_10000_steps():
     """Epsilon 1 throughout, Double DQN with dueling heads, 3-step prioritized replay, training
     rounds on masked targets in the last 2,000 steps."""
@@ -182,6 +183,7 @@ def test_masked_dqn_with_epsilon_1_never_takes_a_masked_action_in_10000_steps():
 @pytest.mark.backend
 @pytest.mark.parametrize("agent_class, mask_via", [(kerasrl.SARSA, "method"),
                                                    (kerasrl.ExpectedSARSA, "info")])
+@pytest.mark.slow_on_other_backends
 def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
     counts = {"taken": 0, "masked": 0}
     agent = agent_class(counted_env(counts, mask_via=mask_via), seed=0, n_envs=4, n_steps=8,
@@ -193,6 +195,7 @@ def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
 
 @pytest.mark.backend
 @pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.PPO])
+@pytest.mark.slow_on_other_backends
 def test_masked_agents_learn_the_masked_choice(agent_class):
     """With the mask the answer is "the highest allowed action" in every state; no action taken
     in training or evaluation is a masked one."""
@@ -271,6 +274,7 @@ def test_loaded_policy_and_its_export_model_take_the_mask(tmp_path, agent_class)
 
 
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends
 def test_masks_are_part_of_the_training_state(tmp_path):
     agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N), seed=0, check_env=False, **DQN_FAST)
     agent.fit(250, progress=False)
