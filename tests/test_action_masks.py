@@ -195,7 +195,6 @@ def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
 
 @pytest.mark.backend
 @pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.PPO])
-@pytest.mark.slow_on_other_backends
 def test_masked_agents_learn_the_masked_choice(agent_class):
     """With the mask the answer is "the highest allowed action" in every state; no action taken
     in training or evaluation is a masked one."""
