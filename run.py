@@ -2,13 +2,15 @@
 """The two commands of the README, for a fresh machine with only Python 3.11 and pip.
 
     python3 run.py demo    install everything into .venv, train DQN on CartPole-v1, print the evaluation
-    python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend),
-                           and (when given no pytest arguments) the CI steps below; two lanes
-                           side by side, one core each
-    python3 run.py slow    the slow tier: learning runs to real thresholds
+    python3 run.py test    install everything into .venv, run the test suite (fast tier, every backend):
+                           the JAX pass, and (when given no pytest arguments) the two steps below
+                           beside it; two lanes side by side, one core each
+    python3 run.py slow    the slow tier: learning runs to real thresholds, the other backends'
+                           learning runs, the docs with every command in a fresh process, and the
+                           fast-paths-off and lowest-versions steps below
     python3 run.py bench   install the benchmark peers (Stable-Baselines3, SBX) and run the benchmarks
 
-The CI steps that `run.py test` runs besides the JAX pass, each also a command of its own:
+Steps of `run.py test` and `run.py slow`, each also a command of its own:
 
     python3 run.py other-backends  the tests marked `backend` on TensorFlow and PyTorch
     python3 run.py cross-backend   the tests that start every backend in its own processes
@@ -75,8 +77,8 @@ OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 
 # CI's two lanes (`run.py test` without arguments), one core each, balanced by the last CI log's
 # step times: the JAX pass and then JAX_LANE_AFTER in one, OTHER_LANE in the other.
-JAX_LANE_AFTER = ("no-fast-paths",)
-OTHER_LANE = ("other-backends", "cross-backend", "lowest")
+JAX_LANE_AFTER: tuple[str, ...] = ()
+OTHER_LANE = ("other-backends", "cross-backend")
 
 # The lowest-versions step: a smoke subset of what differs most between library versions, a few
 # minutes on every backend: keras.ops against numpy, Adam against Keras's, Gymnasium's vector API,
@@ -294,15 +296,10 @@ def demo() -> int:
 
 def test(extra_args: list[str]) -> int:
     """The fast tier: everything once on the default backend (JAX), every backend-dependent test
-    (marker `backend`) on TensorFlow and PyTorch too; without pytest arguments (as CI runs it) also
-    the fast-paths-off and lowest-versions steps.
+    (marker `backend`) on TensorFlow and PyTorch too, and the cross-backend tests.
 
     A pytest process holds one core (one thread per library), so CI runs two lanes side by side on
-    the 2-core machine: the JAX pass and then JAX_LANE_AFTER here, OTHER_LANE in the background
-    (the TensorFlow and PyTorch passes, the cross-backend tests, the fast-paths-off step and the
-    lowest-versions step are shared out between the two). .venv-lowest installs in a third process
-    meanwhile (it mostly waits for downloads; a lock keeps the lowest step from installing beside
-    it)."""
+    the 2-core machine: the JAX pass (and JAX_LANE_AFTER) here, OTHER_LANE in the background."""
     install()
     start = time.monotonic()
     pytest = pytest_command()
@@ -313,13 +310,10 @@ def test(extra_args: list[str]) -> int:
         failed = run(*jax_pass, env=test_env("jax"))
         failed |= other_backends(extra_args)
         return step("fast tier on every backend", start, failed)
-    installing = start_logged("install-lowest")
     other_lane = start_logged("lane", *OTHER_LANE)
     failed = step("JAX pass", start, run(*jax_pass, "-m", "not slow and not cross_backend",
                                          env=test_env("jax")))
     failed |= lane(JAX_LANE_AFTER)
-    failed |= step(".venv-lowest install (in the background; waited for)", start,
-                   finish_logged(*installing))
     failed |= step(f"{', '.join(OTHER_LANE)} (the other lane)", start,
                    finish_logged(*other_lane))
     print(("All test runs passed" if not failed else "Some test runs FAILED") +
@@ -410,9 +404,12 @@ def slow(extra_args: list[str]) -> int:
     failed = run(*pytest, *extra_args, "-m", "slow", env=test_env("jax"))
     for name in BACKENDS[1:]:
         failed |= run(*pytest, *extra_args, "-m", OTHER_BACKENDS_SLOW, env=test_env(name))
-    if not extra_args:  # the docs once more, every command in a fresh process as a user types it
+    if not extra_args:
+        # the docs once more, every command in a fresh process as a user types it
         failed |= run(*pytest, "tests/test_docs.py",
                       env=test_env("jax", KERASRL_DOC_CLI="subprocess"))
+        failed |= no_fast_paths([])
+        failed |= lowest([])
     return 1 if failed else 0
 
 

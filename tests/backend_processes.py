@@ -31,13 +31,14 @@ def assert_backend_tests_pass(test_file: str, backend: str) -> None:
                       test_file)
 
 
-def selected_cases(request, cases) -> tuple:
-    """The `case` parameters of this module's tests that the session runs, in `cases`' order: a
-    case marked slow is run by its worker only in the slow tier."""
+def selected_cases(request, cases, always=()) -> tuple:
+    """The `case` parameters of this module's tests that the session runs, and `always` (the cases
+    of tests without one), in `cases`' order: a case marked slow is run by its worker only in the
+    slow tier."""
     params = [getattr(item, "callspec", None) for item in request.session.items
               if getattr(item, "module", None) is request.module]
     chosen = {callspec.params.get("case") for callspec in params if callspec is not None}
-    return tuple(case for case in cases if case in chosen)
+    return tuple(case for case in cases if case in chosen or case in always)
 
 
 def parity_results(worker: Path, out_dir: Path, cases, prefix: str = ""):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference
+from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
 
 pytestmark = pytest.mark.cross_backend
 
@@ -19,11 +19,14 @@ CASES = ("discrete", "continuous", "discrete_fused", "actions")
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("ppo_parity"), CASES, prefix="ppo-")
+def results(request, tmp_path_factory):
+    return parity_results(WORKER, tmp_path_factory.mktemp("ppo_parity"),
+                          selected_cases(request, CASES, always=("actions",)), prefix="ppo-")
 
 
-@pytest.mark.parametrize("case", ["discrete", "continuous", "discrete_fused"])
+# The fused round (every epoch in one compiled call) runs in the slow tier.
+@pytest.mark.parametrize("case", ["discrete", "continuous",
+                                  pytest.param("discrete_fused", marks=pytest.mark.slow)])
 def test_200_ppo_updates_agree_within_1e_5(results, case):
     runs = results(case)
     reference = runs["jax"]

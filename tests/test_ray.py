@@ -59,6 +59,7 @@ def test_dqn_learns_with_two_workers(local_ray):
 DQN_BAR = 4 * RANDOM_CARTPOLE
 
 
+@pytest.mark.slow  # the fast tier's Ray PPO run is test_cli_train_with_ray_engine
 def test_ppo_learns_with_two_workers(local_ray):
     agent = kerasrl.PPO("CartPole-v1", seed=0, n_envs=4, n_steps=32, batch_size=64, n_epochs=10,
                         learning_rate=1e-3, gamma=0.98, gae_lambda=0.8)
@@ -78,7 +79,8 @@ def test_ppo_learns_with_two_workers(local_ray):
 PPO_BAR = 250.0
 
 
-@pytest.mark.parametrize("max_restarts", [1, 0])
+# Restarting is the slow tier's (a new actor process): the fast tier kills one and goes on without.
+@pytest.mark.parametrize("max_restarts", [pytest.param(1, marks=pytest.mark.slow), 0])
 def test_killed_actor_is_restarted_or_dropped(local_ray, max_restarts):
     agent = kerasrl.DQN("CartPole-v1", **DQN_SETTINGS)
     engine = RayEngine(workers=2, rollout_steps=32, max_restarts=max_restarts)

@@ -24,10 +24,11 @@ CASES = ("dqn", "ppo", "sequential", "functional", "subclassed", "conv", "sarsa_
          "expected_sarsa_soft")
 
 
-# The subclassed model (no `training` argument) stands for users' models in the fast tier; the
-# Sequential and functional ones run in the slow tier.
-PARAMS = [pytest.param(case, marks=pytest.mark.slow) if case in ("sequential", "functional")
-          else case for case in CASES]
+# The subclassed model (no `training` argument) stands for users' models in the fast tier, SARSA
+# for the Deep SARSA scenario; the Sequential and functional models and Expected SARSA run in the
+# slow tier.
+PARAMS = [pytest.param(case, marks=pytest.mark.slow)
+          if case in ("sequential", "functional", "expected_sarsa_soft") else case for case in CASES]
 
 
 @pytest.fixture(scope="module")

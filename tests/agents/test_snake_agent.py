@@ -42,6 +42,7 @@ def _random_policy_return(episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
+@pytest.mark.slow  # 60,000 steps: the fast tier's learning checks are the shorter ones
 def test_short_learning_run_beats_random():
     """Vectorized DQN on 5x5 Snake eats fruits that a random policy does not.
 
