@@ -56,8 +56,8 @@ def test_short_learning_check_ppo_cartpole():
 
 
 def test_unsupported_settings_are_named():
-    with pytest.raises(ValueError, match="n_step=3"):
-        CompiledDQN("CartPole", n_step=3)
+    with pytest.raises(ValueError, match="n_step_return=3"):
+        CompiledDQN("CartPole", n_step_return=3)
     with pytest.raises(ValueError, match="discrete actions"):
         CompiledDQN("Pendulum")
     with pytest.raises(ValueError, match="target_kl"):

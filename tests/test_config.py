@@ -95,3 +95,32 @@ def test_to_dict_from_dict_round_trip():
 def test_from_dict_validates():
     with pytest.raises(ValueError, match="^gamma"):
         DQNConfig.from_dict({"gamma": 1.5})
+
+
+def test_n_step_is_now_n_step_return_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="'n_step' is now called 'n_step_return'"):
+        config = DQNConfig.from_dict({"n_step": 3})
+    assert config.n_step_return == 3 and "n_step" not in config.to_dict()
+    with pytest.raises(TypeError, match="pass only 'n_step_return'"):
+        DQNConfig.from_dict({"n_step": 3, "n_step_return": 3})
+    assert DQNConfig.upgrade({"n_step": 2}, warn=False) == {"n_step_return": 2}  # old checkpoints
+
+
+def test_a_checkpoint_saved_with_n_step_loads_silently(tmp_path):
+    import warnings
+
+    import kerasrl
+    from kerasrl.checkpoint import read_manifest, write_manifest
+
+    agent = kerasrl.DQN("CartPole-v1", seed=0, n_step_return=2, learning_starts=8, batch_size=4,
+                        buffer_size=64, hidden_sizes=(8,))
+    path = agent.save(tmp_path / "ckpt")
+    saved = json.loads((path / "config.json").read_text())
+    saved["config"]["n_step"] = saved["config"].pop("n_step_return")  # as written before the rename
+    (path / "config.json").write_text(json.dumps(saved))
+    manifest = read_manifest(path)
+    write_manifest(path, {k: v for k, v in manifest.items()
+                          if k not in ("files", "format_version", "kerasrl_version")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert kerasrl.DQN.load(path).config.n_step_return == 2

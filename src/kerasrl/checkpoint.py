@@ -17,6 +17,9 @@ A checkpoint is a folder:
 Nothing here unpickles or evaluates code. A folder appears under its final name only complete:
 it is written beside it under a temporary name, fsynced, and renamed.
 
+Only agents' public methods are used: `state_dict()` / `load_state_dict()` (the loop state, see
+`kerasrl.agents.base.LoopState`, learner, buffers, RNG, history), `policy`, `reset_envs()`.
+
 Environment state: `Agent.state_dict` leaves the envs out; here every layer of every sub-env (each
 wrapper and the unwrapped env) and the vector env itself is captured generically, attribute by
 attribute: numbers, strings, None, arrays, numpy Generators (their bit-generator state), and
@@ -43,7 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import keras
 import numpy as np
+
+from kerasrl import __version__, backend, registry
+from kerasrl.networks import dummy_observation
 
 FORMAT_VERSION = 1
 CHECKPOINT_FORMAT = "kerasrl-checkpoint"
@@ -117,8 +124,6 @@ def _json_default(value):
 
 def write_manifest(folder: Path, header: dict[str, Any]) -> None:
     """The manifest of every file now in `folder`, with the format version; written last."""
-    from kerasrl import __version__
-
     files = {file.name: {"bytes": file.stat().st_size, "sha256": sha256_file(file)}
              for file in sorted(folder.iterdir()) if file.name != MANIFEST}
     write_json(folder / MANIFEST, {**header, "format_version": FORMAT_VERSION,
@@ -153,8 +158,6 @@ def read_manifest(folder, formats=(CHECKPOINT_FORMAT, POLICY_FORMAT)) -> dict[st
 
 
 def _kerasrl_version() -> str:
-    from kerasrl import __version__
-
     return __version__
 
 
@@ -202,8 +205,6 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
 
 def load_keras_model(path: Path):
     """A `.keras` file, loaded with safe_mode=True (no Lambda, no unregistered classes)."""
-    import keras
-
     try:
         return keras.saving.load_model(path, safe_mode=True, compile=False)
     except Exception as error:  # Keras raises TypeError/ValueError/... for refused content
@@ -365,12 +366,15 @@ def _restore_object(obj, state: dict[str, Any], arrays) -> None:
 
 
 # -- agents ------------------------------------------------------------------------------------
-def save_checkpoint(agent, path, *, total_steps: int | None = None) -> Path:
-    """Write `agent`'s full training state to the folder `path` (atomically). Returns the path."""
-    from kerasrl import backend
+def save_checkpoint(agent, path) -> Path:
+    """Write `agent`'s full training state to the folder `path` (atomically). Returns the path.
+
+    Only the agent's public interface is used: `state_dict()` (its loop state, learner, buffers,
+    RNG and history), `sync_model()` and `policy`, `config`, `env`."""
     path = Path(path)
     arrays, meta = agent.state_dict()
     env_state, env_arrays, reason = capture_env_state(agent.env)
+    agent.sync_model()
     policy = agent.policy
     with atomic_folder(path) as tmp:
         formats = _save_models(policy.models(), tmp, weights_only=False)
@@ -386,7 +390,7 @@ def save_checkpoint(agent, path, *, total_steps: int | None = None) -> Path:
             "agent": meta,
             "env": env_state,
             "env_not_captured": reason,
-            "total_steps": total_steps,
+            "total_steps": agent.loop.total_steps,  # also in "agent"; here for older readers
         })
         write_manifest(tmp, {"format": CHECKPOINT_FORMAT, "algorithm": agent.algorithm,
                              "backend": backend.NAME, "env": agent.env_name,
@@ -405,17 +409,15 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
     object or a function rather than an id). `model_factory(observation_space, action_space)`
     builds the models that were saved as weights only (classes Keras could not serialize).
     """
-    from kerasrl.agents.base import AGENTS
-
     path = Path(path)
     manifest = read_manifest(path, formats=(CHECKPOINT_FORMAT,))
     verify_files(path, manifest, CHECKPOINT_FILES)
     config = read_json(path / "config.json")
     algorithm = config.get("algorithm")
-    saved_class = AGENTS.get(algorithm)
-    if saved_class is None:
+    if algorithm not in registry.AGENTS:
         raise CheckpointError(f"{path / 'config.json'} names algorithm {algorithm!r}, which this "
-                              f"kerasrl does not have (known: {', '.join(sorted(AGENTS))}).")
+                              f"kerasrl does not have (known: {', '.join(sorted(registry.AGENTS))}).")
+    saved_class = registry.agent_class(algorithm)
     if agent_class is not None and not issubclass(saved_class, agent_class):
         raise CheckpointError(f"{path} holds a {saved_class.__name__} ({algorithm}) checkpoint, "
                               f"not a {agent_class.__name__} one: load it with "
@@ -436,11 +438,12 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")
         agent = saved_class(env, model=model, **models,
-                            config=saved_class.config_class.from_dict(config["config"]))
+                            config=saved_class.config_class.from_dict(
+                                saved_class.config_class.upgrade(config["config"], warn=False)))
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}
     env_arrays = {k: v for k, v in arrays.items() if k.startswith("env/")}
-    agent.load_state_dict(agent_arrays, state["agent"])
-    agent._fit_total_steps = state.get("total_steps")
+    # Checkpoints written before the loop state held total_steps keep it beside the agent's state.
+    agent.load_state_dict(agent_arrays, {"total_steps": state.get("total_steps"), **state["agent"]})
     _restore_envs(agent, state, env_arrays, path)
     return agent
 
@@ -453,16 +456,13 @@ def _restore_envs(agent, state, env_arrays, path) -> None:
             return
         except (CheckpointError, AttributeError, TypeError, ValueError, KeyError) as error:
             reason = f"restoring it failed ({error})"
-    if agent._obs is None:
+    if agent.loop.observations is None:
         return
     warnings.warn(
         f"The environment state in {path} could not be restored ({reason}): the envs start new "
         f"episodes, so this resume is NOT exact (weights, optimizer, replay buffer, RNG and "
         f"counters are).", stacklevel=3)
-    seed = int(agent.config.seed) + int(agent.num_timesteps)
-    agent._obs, _ = agent.env.reset(seed=seed)
-    agent._episode_returns[...] = 0
-    agent._episode_lengths[...] = 0
+    agent.reset_envs(seed=int(agent.config.seed) + int(agent.num_timesteps))
 
 
 # -- policies ---------------------------------------------------------------------------------
@@ -506,8 +506,6 @@ def serialization_problem(model) -> str | None:
     kerasrl loads `.keras` files with safe_mode=True: no Lambda layers, and every class that is not
     Keras's own must be registered with Keras and have a JSON-ready get_config().
     """
-    import keras
-
     for layer in model._flatten_layers(include_self=True, recursive=True):
         cls = type(layer)
         if isinstance(layer, keras.layers.Lambda):
@@ -570,8 +568,6 @@ def _load_models(path: Path, header: dict[str, Any], manifest, observation_space
                  model_factory, what: str) -> dict:
     """The models of a policy or checkpoint folder: `.keras` files loaded safely, weights files
     into the models that `model_factory` builds."""
-    from kerasrl.networks import dummy_observation
-
     files = model_files(header)
     verify_files(path, manifest, files.values())
     models = {name: load_keras_model(path / file)
@@ -607,16 +603,12 @@ def _load_models(path: Path, header: dict[str, Any], manifest, observation_space
 
 
 def _keras_json_default(value):
-    import keras
-
     return keras.saving.serialize_keras_object(value)
 
 
 def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
     """policy.json: the policy's type, spaces, models (each saved whole or as weights, and its
     class) and config."""
-    from kerasrl import backend
-
     models = policy.models()
     return {"type": policy.policy_type, "observation_space": space_to_json(policy.observation_space),
             "action_space": space_to_json(policy.action_space),
@@ -629,8 +621,6 @@ def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
 
 def save_policy(policy, path, *, weights_only: bool = False) -> Path:
     """Write a policy folder: manifest.json, policy.json, and a .keras (or .weights.h5) per model."""
-    from kerasrl import backend
-
     path = Path(path)
     if not policy.policy_type:
         raise CheckpointError(f"{type(policy).__name__} has no policy_type: it cannot be saved.")
@@ -653,9 +643,6 @@ def load_policy(path, *, model_factory=None):
     weights_only=True needs `model_factory(observation_space, action_space) -> keras.Model` (or a
     dict of models, by name, for policies with several).
     """
-    from kerasrl import backend
-    from kerasrl.policies import POLICY_TYPES
-
     backend.configure_threads()
     path = Path(path)
     if not (path / MANIFEST).is_file() and path.is_dir():
@@ -663,11 +650,11 @@ def load_policy(path, *, model_factory=None):
     manifest = read_manifest(path)
     verify_files(path, manifest, ["policy.json"])
     header = read_json(path / "policy.json")
-    cls = POLICY_TYPES.get(header.get("type"))
-    if cls is None:
+    if header.get("type") not in registry.POLICIES:
         raise CheckpointError(f"{path / 'policy.json'} names policy type {header.get('type')!r}, "
                               f"which this kerasrl does not know (known: "
-                              f"{', '.join(sorted(POLICY_TYPES))}).")
+                              f"{', '.join(sorted(registry.POLICIES))}).")
+    cls = registry.policy_class(header["type"])
     observation_space = space_from_json(header["observation_space"])
     action_space = space_from_json(header["action_space"])
     models = _load_models(path, header, manifest, observation_space, action_space, model_factory,

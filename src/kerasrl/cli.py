@@ -28,19 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from kerasrl import backend
+from kerasrl import backend, registry
 from kerasrl.envs import env_action
 from kerasrl.presets import PRESETS, get_preset
 
-ALGORITHMS = ("dqn", "ppo", "td3", "sac", "ddpg")
-
-
-def _agent_class(algorithm: str):
-    import kerasrl
-
-    classes = {"dqn": kerasrl.DQN, "ppo": kerasrl.PPO, "td3": kerasrl.TD3, "sac": kerasrl.SAC,
-               "ddpg": kerasrl.DDPG}
-    return classes[algorithm]
+ALGORITHMS = registry.CLI_ALGORITHMS
 
 
 def parse_assignment(text: str) -> tuple[str, object]:
@@ -56,10 +48,7 @@ def parse_assignment(text: str) -> tuple[str, object]:
 
 
 def _config_help(algorithm: str) -> str:
-    from kerasrl.config import DDPGConfig, DQNConfig, PPOConfig, SACConfig, TD3Config
-
-    config_class = {"dqn": DQNConfig, "ppo": PPOConfig, "td3": TD3Config, "sac": SACConfig,
-                    "ddpg": DDPGConfig}[algorithm]
+    config_class = registry.config_class(algorithm)
     lines = [f"{algorithm} fields for --set:"]
     for f in dataclasses.fields(config_class):
         lines.append(f"  {f.name} (default {f.default!r}): {f.metadata.get('help', '')}")
@@ -135,7 +124,7 @@ def cmd_train(args) -> int:
         from kerasrl.networks import model_builder
 
         model = model_builder(model_name)
-    agent = _agent_class(algorithm)(env_id, model=model, **hyperparameters)
+    agent = registry.agent_class(algorithm)(env_id, model=model, **hyperparameters)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(
         {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
@@ -149,7 +138,7 @@ def cmd_train(args) -> int:
               checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
               engine=args.engine, workers=args.workers, address=args.address)
     train_time = time.perf_counter() - start
-    final = save_final_checkpoint(agent, out, steps, args.keep_last)
+    final = save_final_checkpoint(agent, out, args.keep_last)
     steps = agent.num_timesteps  # fewer than asked if --stop-at-return stopped the run
     if stopper is not None:
         if stopper.reached_step is not None:
@@ -182,7 +171,7 @@ def cmd_train(args) -> int:
     return 0
 
 
-def save_final_checkpoint(agent, out: Path, total_steps: int, keep_last: int | None) -> Path:
+def save_final_checkpoint(agent, out: Path, keep_last: int | None) -> Path:
     """The run's last checkpoint, `RUN/checkpoints/ckpt-<step>` (unless --checkpoint-every just
     wrote it): what `evaluate`, `export`, `play`, `train --resume`, `kerasrl.load_policy` and
     `Agent.load` read from a run folder."""
@@ -191,7 +180,7 @@ def save_final_checkpoint(agent, out: Path, total_steps: int, keep_last: int | N
     directory = out / "checkpoints"
     path = checkpoint_path(directory, agent.num_timesteps)
     if not (path / MANIFEST).is_file():
-        save_checkpoint(agent, path, total_steps=total_steps)
+        save_checkpoint(agent, path)
     prune_checkpoints(directory, keep_last)
     return path
 
@@ -528,7 +517,7 @@ def _resume_training(args) -> int:
     path = find_checkpoint(run)
     factory = _import_factory(args.model_factory) if args.model_factory else None
     agent = kerasrl.Agent.load(path, model_factory=factory)
-    steps = args.steps or agent._fit_total_steps
+    steps = args.steps or agent.loop.total_steps
     if not steps and (run / "config.json").is_file():
         steps = read_json(run / "config.json").get("total_steps")
     print(f"Resuming {agent.algorithm.upper()} on {agent.env_name} from {path} at step "
@@ -536,7 +525,7 @@ def _resume_training(args) -> int:
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=run,
               checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
-    save_final_checkpoint(agent, run, steps, args.keep_last)
+    save_final_checkpoint(agent, run, args.keep_last)
     result = agent.evaluate(episodes=args.eval_episodes)
     (run / "evaluation.json").write_text(json.dumps(result, indent=2))
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "

@@ -184,12 +184,11 @@ def _load_run(name: str, path: Path) -> BackendRun:
 # -- the worker: one backend's run, in its own process ---------------------------------------------
 def agent_class(algorithm: str) -> type:
     """The agent class registered under `algorithm` ('dqn', 'ppo', 'sarsa', ...)."""
-    import kerasrl.agents  # noqa: F401  (each agent registers itself on import)
-    from kerasrl.agents.base import AGENTS
+    from kerasrl import registry
 
-    if algorithm not in AGENTS:
-        raise ValueError(f"Unknown algorithm {algorithm!r}; known: {', '.join(sorted(AGENTS))}.")
-    return AGENTS[algorithm]
+    if algorithm not in registry.AGENTS:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; known: {', '.join(sorted(registry.AGENTS))}.")
+    return registry.agent_class(algorithm)
 
 
 def _model_weights(agent) -> list[np.ndarray]:

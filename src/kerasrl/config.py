@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 def hp(default, help: str):  # noqa: A002  (the word the CLI uses)
@@ -22,6 +23,9 @@ def hp(default, help: str):  # noqa: A002  (the word the CLI uses)
 @dataclass(frozen=True, kw_only=True)
 class CommonConfig:
     """Fields every agent has."""
+
+    RENAMED: ClassVar[dict[str, str]] = {}
+    """Old field name -> new one: accepted by `from_dict` with a DeprecationWarning."""
 
     seed: int = hp(0, "Seed of every random stream: weights, exploration, sampling, env resets.")
     n_envs: int = hp(1, "Environments stepped together; one forward pass acts for all of them.")
@@ -60,8 +64,26 @@ class CommonConfig:
                 for f in dataclasses.fields(self)}
 
     @classmethod
+    def upgrade(cls, values: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
+        """`values` with renamed fields under their new names (a DeprecationWarning for each old
+        one when `warn`; checkpoints written before a rename load silently)."""
+        values = dict(values)
+        for old, new in cls.RENAMED.items():
+            if old not in values:
+                continue
+            if new in values:
+                raise TypeError(f"{cls.__name__}: {old!r} is the old name of {new!r}; pass only {new!r}.")
+            if warn:
+                warnings.warn(f"{cls.__name__} field {old!r} is now called {new!r}; the old name "
+                              f"will stop working in a future release.", DeprecationWarning, stacklevel=4)
+            values[new] = values.pop(old)
+        return values
+
+    @classmethod
     def from_dict(cls, values: dict[str, Any]):
-        """The config for `values`, with a clear error for a name this config does not have."""
+        """The config for `values`, with a clear error for a name this config does not have (an old
+        name of a renamed field is accepted, with a DeprecationWarning: see `RENAMED`)."""
+        values = cls.upgrade(values)
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
@@ -102,12 +124,16 @@ class QConfig(CommonConfig):
 class DQNConfig(QConfig):
     """Deep Q-learning (Mnih et al., 2015) and its variants."""
 
+    RENAMED: ClassVar[dict[str, str]] = {"n_step": "n_step_return"}
+
     buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
     batch_size: int = hp(32, "Transitions per gradient step.")
     train_freq: int = hp(4, "Env steps (per env) between training rounds.")
     double_q: bool = hp(False, "Double DQN: the online net picks the next action, the target values it.")
     dueling: bool = hp(False, "Dueling head (value + advantage streams) on the model, or the default MLP torso.")
-    n_step: int = hp(1, "Sum rewards over n steps before bootstrapping (stops at episode ends).")
+    n_step_return: int = hp(1, "Rewards summed before bootstrapping: the n of an n-step return (stops "
+                               "at episode ends; 1: one-step TD). Was `n_step` (RLlib's name), renamed "
+                               "because PPO's and SARSA's `n_steps` means steps per rollout.")
     prioritized_replay: bool = hp(False, "Sample transitions in proportion to their TD error (PER).")
     prioritized_replay_alpha: float = hp(0.6, "PER: how much prioritization is used, in [0, 1].")
     prioritized_replay_beta0: float = hp(0.4, "PER: importance-sampling exponent at the start, annealed to 1.")
@@ -120,8 +146,8 @@ class DQNConfig(QConfig):
         check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(self.train_freq >= 1, "train_freq", self.train_freq, "at least 1")
-        check(int(self.n_step) == self.n_step and self.n_step >= 1, "n_step", self.n_step,
-              "an integer of at least 1 (1 is plain one-step TD)")
+        check(int(self.n_step_return) == self.n_step_return and self.n_step_return >= 1,
+              "n_step_return", self.n_step_return, "an integer of at least 1 (1 is plain one-step TD)")
         check(0.0 <= self.prioritized_replay_alpha <= 1.0, "prioritized_replay_alpha",
               self.prioritized_replay_alpha, "in [0, 1]")
         check(0.0 <= self.prioritized_replay_beta0 <= 1.0, "prioritized_replay_beta0",

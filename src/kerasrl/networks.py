@@ -14,8 +14,9 @@ import keras
 import numpy as np
 from keras import layers
 
-from kerasrl import backend
+from kerasrl import backend, registry
 from kerasrl.initializers import seed_initial_weights
+from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
 
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
@@ -308,21 +309,11 @@ def snake_small_network(observation_space_or_shape, n_actions: int = 3,
     return keras.Model(inputs, outputs, name=name)
 
 
-MODEL_BUILDERS: dict[str, Callable] = {
-    "snake_reference": snake_reference_network,
-    "snake_small": snake_small_network,
-}
-"""Named model builders, for presets and the CLI: name -> f(observation_space, n_actions)."""
-
-
 def model_builder(name: str) -> Callable:
     """A builder `(observation_space, action_space) -> keras.Model` for a name in MODEL_BUILDERS."""
-    try:
-        build = MODEL_BUILDERS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown model {name!r}. Known models: {', '.join(sorted(MODEL_BUILDERS))}."
-        ) from None
+    if name not in MODEL_BUILDERS:
+        raise ValueError(f"Unknown model {name!r}. Known models: {', '.join(sorted(MODEL_BUILDERS))}.")
+    build = registry.load(MODEL_BUILDERS[name])
 
     def builder(observation_space, action_space):
         return build(observation_space, int(action_space.n))

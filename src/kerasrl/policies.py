@@ -11,6 +11,8 @@ import keras
 import numpy as np
 
 from kerasrl import backend
+from kerasrl.checkpoint import save_policy
+from kerasrl.export import export_policy
 from kerasrl.networks import stateless_apply
 
 
@@ -39,14 +41,11 @@ def greedy_fn(model: keras.Model):
     return backend.compile(greedy)
 
 
-POLICY_TYPES: dict[str, type] = {}
-"""Saved policy type name -> Policy class; a subclass with a `policy_type` registers itself."""
-
-
 class Policy:
     """Base of every policy: numpy observations in, numpy actions out; saved and exported alone.
 
-    A subclass sets `policy_type` (the name written in policy.json), holds its Keras models in
+    A subclass sets `policy_type` (the name written in policy.json, listed in
+    `kerasrl.registry.POLICIES`), holds its Keras models in
     `models()`, puts any other saved values (JSON-ready) in `get_config()`, rebuilds itself in
     `from_saved`, and gives `inference_model()`: one Keras model from raw observations (float32)
     to actions, with the preprocessing inside, which is what exports are made from.
@@ -54,11 +53,6 @@ class Policy:
 
     policy_type: str = ""
     model: keras.Model
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("policy_type"):
-            POLICY_TYPES[cls.policy_type] = cls
 
     def predict(self, observations, deterministic: bool = True) -> np.ndarray:
         """Actions for a batch of observations (or one observation)."""
@@ -87,15 +81,11 @@ class Policy:
 
     def save(self, path, *, weights_only: bool = False):
         """Write this policy alone to the folder `path` (see kerasrl.load_policy)."""
-        from kerasrl.checkpoint import save_policy
-
         return save_policy(self, path, weights_only=weights_only)
 
     def export(self, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
                n_check: int = 256):
         """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy."""
-        from kerasrl.export import export_policy
-
         return export_policy(self, path, format=format, include_values=include_values,
                              n_check=n_check)
 

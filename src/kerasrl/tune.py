@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from kerasrl import registry
+
 NET_ARCH = {"tiny": (64,), "small": (64, 64), "medium": (256, 256)}
 
 
@@ -114,12 +116,6 @@ def _optuna():
     return optuna
 
 
-def _agent_class(algorithm: str):
-    import kerasrl
-
-    return {"dqn": kerasrl.DQN, "ppo": kerasrl.PPO}[algorithm]
-
-
 def steps_to_target(evaluations: list[tuple[int, float]], target: float | None) -> int | None:
     """The first evaluated step whose mean return reached `target` (None if none did)."""
     if target is None:
@@ -134,7 +130,7 @@ def run_trial(algorithm: str, env_id: str, config: dict, steps: int, eval_every:
 
     `report(step, mean_return)` is called after each evaluation; returning True stops the trial
     (the pruner's verdict)."""
-    agent = _agent_class(algorithm)(env_id, **config)
+    agent = registry.agent_class(algorithm)(env_id, **config)
     evaluations = []
     for stop in range(eval_every, steps + eval_every, eval_every):
         stop = min(stop, steps)

@@ -220,7 +220,7 @@ def test_unknown_hyperparameter_lists_the_known_ones():
 
 def test_double_dueling_n_step_prioritized_learns_the_chain():
     agent = kerasrl.DQN(lambda: ChainEnv(5), seed=0, n_envs=2, double_q=True, dueling=True,
-                        n_step=3, prioritized_replay=True, **FAST)
+                        n_step_return=3, prioritized_replay=True, **FAST)
     agent.fit(3000, progress=False)
     assert agent.evaluate(episodes=4)["mean_return"] == 1.0
     assert agent.buffer.beta > 0.9  # annealed toward 1 over the run
@@ -228,7 +228,7 @@ def test_double_dueling_n_step_prioritized_learns_the_chain():
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("n_step", 0, "n_step must be an integer of at least 1"),
+    ("n_step_return", 0, "n_step_return must be an integer of at least 1"),
     ("prioritized_replay_alpha", 1.5, r"prioritized_replay_alpha must be in \[0, 1\]"),
     ("prioritized_replay_alpha", -0.1, r"prioritized_replay_alpha must be in \[0, 1\]"),
 ])

@@ -37,7 +37,7 @@ def test_dqn_zoo_settings_solve_cartpole_for_2_of_3_seeds():
 
 
 def test_double_dueling_n_step_prioritized_dqn_solves_cartpole():
-    agent = kerasrl.DQN("CartPole-v1", seed=0, double_q=True, dueling=True, n_step=3,
+    agent = kerasrl.DQN("CartPole-v1", seed=0, double_q=True, dueling=True, n_step_return=3,
                         prioritized_replay=True, **ZOO)
     means = evaluations_until(agent, 50_000, 475)
     assert max(means) >= 475, means

@@ -9,26 +9,73 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import keras
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, registry
+from kerasrl.checkpoint import (checkpoint_path, find_checkpoint, load_checkpoint,
+                                prune_checkpoints, save_checkpoint, serialization_problem,
+                                weights_only_note)
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
+from kerasrl.schedules import linear_schedule
+
+
+@dataclass
+class LoopState:
+    """The training loop's state between env steps, saved and restored as one value (PureJaxRL's
+    `runner_state`): with the weights, optimizer, buffers and RNG it is all a resume needs."""
+
+    observations: np.ndarray | None
+    """(n_envs, *obs_shape): each env's current observation; None until the first reset."""
+    episode_returns: np.ndarray
+    """(n_envs,) float64: the return so far of each env's running episode."""
+    episode_lengths: np.ndarray
+    """(n_envs,) int64: the steps so far of each env's running episode."""
+    num_timesteps: int = 0
+    """Env steps taken, over all envs: the schedules' position."""
+    total_steps: int | None = None
+    """The run's length that the schedules span (the last `fit`'s total_steps); None before one."""
+
+    @classmethod
+    def start(cls, n_envs: int) -> LoopState:
+        """The state before any step: no observations yet, every counter at 0."""
+        return cls(None, np.zeros(n_envs), np.zeros(n_envs, dtype=np.int64))
+
+    def restart(self, observations: np.ndarray) -> None:
+        """Every env starts a new episode at `observations`; the step count goes on."""
+        self.observations = observations
+        self.episode_returns[...] = 0
+        self.episode_lengths[...] = 0
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(arrays, JSON-ready values), under the names checkpoints have always used."""
+        arrays = {"loop/episode_returns": self.episode_returns.copy(),
+                  "loop/episode_lengths": self.episode_lengths.copy()}
+        if self.observations is not None:
+            arrays["loop/observations"] = np.array(self.observations)
+        return arrays, {"num_timesteps": self.num_timesteps, "total_steps": self.total_steps}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned, in place."""
+        self.episode_returns[...] = arrays["loop/episode_returns"]
+        self.episode_lengths[...] = arrays["loop/episode_lengths"]
+        self.observations = (np.array(arrays["loop/observations"])
+                             if "loop/observations" in arrays else None)
+        self.num_timesteps = int(meta["num_timesteps"])
+        total = meta.get("total_steps")
+        self.total_steps = None if total is None else int(total)
 
 
 def variable_values(variables) -> list[np.ndarray]:
     """Copies of Keras variables' values as numpy (never views of the backend's buffers)."""
     return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
-
-
-AGENTS: dict[str, type] = {}
-"""Algorithm name (as saved in checkpoints) -> agent class; subclasses register themselves."""
 
 
 class Agent:
@@ -37,16 +84,12 @@ class Agent:
     config_class: type[CommonConfig] = CommonConfig
     algorithm: str = "agent"
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "algorithm" in cls.__dict__:
-            AGENTS[cls.algorithm] = cls
-
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
         if config is None:
             config = self.config_class.from_dict(hyperparameters)
         elif hyperparameters:
-            config = self.config_class.from_dict({**config.to_dict(), **hyperparameters})
+            config = self.config_class.from_dict(
+                {**config.to_dict(), **self.config_class.upgrade(hyperparameters)})
         self.config = config
         backend.configure_threads()
         # Keras seeds each layer's random-op generator (dropout) from Python's `random`; the initial
@@ -64,11 +107,8 @@ class Agent:
         # Every random draw outside the networks (exploration, replay sampling, env seeds) comes
         # from this numpy generator, so that all backends make the same draws.
         self.rng = np.random.default_rng(config.seed)
-        self.num_timesteps = 0
+        self.loop = LoopState.start(config.n_envs)
         self.history = History()
-        self._obs = None  # the vector env's current observations, (n_envs, *obs_shape)
-        self._episode_returns = np.zeros(config.n_envs)
-        self._episode_lengths = np.zeros(config.n_envs, dtype=np.int64)
         self._build(model)
         self._warn_weights_only()
         if config.check_env:  # after _build: the agent's own refusals are the more specific
@@ -86,20 +126,35 @@ class Agent:
         """Deterministic actions for a batch of float32 observations, from the learner's weights."""
         raise NotImplementedError
 
-    def _sync_model(self) -> None:
-        """Write the learner's current weights into the Keras model(s)."""
+    def sync_model(self) -> None:
+        """Write the learner's current weights into the Keras model(s) and the policy: the one
+        call through which weights leave the learner. Checkpoints make it before they read the
+        models; call it after `fit` or after driving the learner by hand to read the models.
+        """
         raise NotImplementedError
 
     def _warn_weights_only(self) -> None:
         """Say now, not at the first checkpoint, when a model can be saved as weights only."""
-        from kerasrl.checkpoint import serialization_problem, weights_only_note
-
         for model in self.policy.models().values():
             problem = serialization_problem(model)
             if problem is not None:
                 warnings.warn(weights_only_note(model, problem), stacklevel=3)
 
     # -- public API ---------------------------------------------------------------------------
+    @property
+    def num_timesteps(self) -> int:
+        """Env steps taken so far, over all envs (`self.loop.num_timesteps`)."""
+        return self.loop.num_timesteps
+
+    @num_timesteps.setter
+    def num_timesteps(self, value: int) -> None:
+        self.loop.num_timesteps = value
+
+    def reset_envs(self, seed: int | None = None) -> None:
+        """Start a new episode in every env (`env.reset(seed=seed)`); the step count goes on."""
+        observations, _ = self.env.reset(seed=seed)
+        self.loop.restart(observations)
+
     def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
             log_dir=None, log_interval: int | None = None,
             callback: Callable[[Agent, History], bool | None] | None = None,
@@ -122,8 +177,6 @@ class Agent:
         `kerasrl.distributed.RayEngine` with every option. See docs/scaling.md.
         """
         if checkpoint_every is not None:
-            from kerasrl import checkpoint
-
             if checkpoint_every < 1:
                 raise ValueError(f"checkpoint_every must be a positive number of env steps, "
                                  f"got {checkpoint_every}.")
@@ -147,12 +200,11 @@ class Agent:
                            log_interval=log_interval, start_step=self.num_timesteps,
                            history=self.history)
         self.diagnostics.start(self, total_steps, logger)
-        if self._obs is None:
-            self._obs, _ = self.env.reset(seed=self.config.seed)
+        if self.loop.observations is None:
+            self.reset_envs(seed=self.config.seed)
+        self.loop.total_steps = total_steps
         learn, runner = self._learn, None
         if engine != "local":
-            from kerasrl.distributed import make_engine  # imports Ray only when asked for
-
             runner = make_engine(engine, workers=workers, address=address)
             learn = lambda *args: runner.learn(self, *args)  # noqa: E731
         try:
@@ -172,22 +224,17 @@ class Agent:
                 while self.num_timesteps < stop_at and not stopped:
                     boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
                     learn(total_steps, min(stop_at, boundary), logger, watch)
-                    checkpoint.save_checkpoint(
-                        self, checkpoint.checkpoint_path(checkpoint_dir, self.num_timesteps),
-                        total_steps=total_steps)
-                    checkpoint.prune_checkpoints(checkpoint_dir, keep_last)
+                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
+                    prune_checkpoints(checkpoint_dir, keep_last)
         finally:
             logger.close(self.num_timesteps)
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
-        self._fit_total_steps = total_steps
         return self.history
 
     def save(self, path) -> Path:
         """Write the full training state to the folder `path` (atomically); see `load`."""
-        from kerasrl.checkpoint import save_checkpoint
-
-        return save_checkpoint(self, path, total_steps=getattr(self, "_fit_total_steps", None))
+        return save_checkpoint(self, path)
 
     @classmethod
     def load(cls, path, env=None, *, model_factory=None) -> Agent:
@@ -198,8 +245,6 @@ class Agent:
         when the checkpoint holds its weights only (a class not registered with Keras).
         Nothing is unpickled: see docs/checkpoints.md.
         """
-        from kerasrl.checkpoint import find_checkpoint, load_checkpoint
-
         return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
                                model_factory=model_factory)
 
@@ -209,7 +254,8 @@ class Agent:
 
     @property
     def policy(self):
-        """The inference-only policy, holding the current weights."""
+        """The inference-only policy, holding the current weights (getting it calls
+        `sync_model()`, so that code written before that call existed reads current weights)."""
         raise NotImplementedError
 
     def evaluate(self, episodes: int = 20, *, env=None, deterministic: bool = True,
@@ -280,15 +326,16 @@ class Agent:
         truncated = np.asarray(truncated, dtype=bool)
         done = terminated | truncated
         final_obs = final_observations(next_obs, done, info)
-        self.num_timesteps += self.config.n_envs
-        self._episode_returns += rewards
-        self._episode_lengths += 1
+        loop = self.loop
+        loop.num_timesteps += self.config.n_envs
+        loop.episode_returns += rewards
+        loop.episode_lengths += 1
         if done.any():
             for i in np.flatnonzero(done):
-                logger.episode(self.num_timesteps, self._episode_returns[i],
-                               self._episode_lengths[i], **episode_extras(info, i))
-            self._episode_returns[done] = 0.0
-            self._episode_lengths[done] = 0
+                logger.episode(loop.num_timesteps, loop.episode_returns[i],
+                               loop.episode_lengths[i], **episode_extras(info, i))
+            loop.episode_returns[done] = 0.0
+            loop.episode_lengths[done] = 0
         logger.advance(self.num_timesteps, self.config.n_envs)
         return next_obs, rewards, terminated, truncated, final_obs, info
 
@@ -296,7 +343,7 @@ class Agent:
         """The learning rate now: constant, or linear from `learning_rate` to 0 over the run."""
         lr = self.config.learning_rate
         if self.config.lr_schedule == "linear":
-            lr *= max(0.0, 1.0 - self.num_timesteps / total_steps)
+            lr *= linear_schedule(1.0, 0.0, self.num_timesteps / total_steps)
         return lr
 
     def _check_loss(self, loss: float, update: int) -> None:
@@ -313,20 +360,15 @@ class Agent:
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The full training state as (arrays, meta): numpy arrays, and JSON-ready values.
 
-        Subclasses extend both with `_extra_state` (learner weights, optimizer, buffers, counters).
-        Environments are not included: their state belongs to the env (see kerasrl.checkpoint).
+        The loop state (`self.loop`) is saved whole; subclasses extend both with `_extra_state`
+        (learner weights, optimizer, buffers, counters). Environments are not included: their
+        state belongs to the env (see kerasrl.checkpoint).
         """
-        arrays = {
-            "loop/episode_returns": self._episode_returns.copy(),
-            "loop/episode_lengths": self._episode_lengths.copy(),
-        }
-        if self._obs is not None:
-            arrays["loop/observations"] = np.array(self._obs)
-        meta = {
-            "num_timesteps": self.num_timesteps,
+        arrays, meta = self.loop.state_dict()
+        meta.update({
             "rng": self.rng.bit_generator.state,
             "history": {"episodes": self.history.episodes, "updates": self.history.updates},
-        }
+        })
         extra_arrays, extra_meta = self._extra_state()
         arrays.update(extra_arrays)
         meta.update(extra_meta)
@@ -334,10 +376,7 @@ class Agent:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
         """Restore what `state_dict` returned (into an agent built with the same config)."""
-        self._episode_returns[...] = arrays["loop/episode_returns"]
-        self._episode_lengths[...] = arrays["loop/episode_lengths"]
-        self._obs = np.array(arrays["loop/observations"]) if "loop/observations" in arrays else None
-        self.num_timesteps = int(meta["num_timesteps"])
+        self.loop.load_state_dict(arrays, meta)
         self.rng.bit_generator.state = meta["rng"]
         self.history = History(episodes=list(meta["history"]["episodes"]),
                                updates=list(meta["history"]["updates"]))
@@ -356,6 +395,19 @@ class Agent:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(env={self.env_name!r}, backend={backend.NAME!r}, "
                 f"num_timesteps={self.num_timesteps})")
+
+
+def make_engine(engine, *, workers: int = 2, address: str | None = None):
+    """The engine object for `fit(engine=...)`: a registered engine by name (its module, and Ray,
+    imported now), or `engine` itself."""
+    if isinstance(engine, str):
+        if engine not in registry.ENGINES:
+            raise ValueError(f"engine must be one of {('local', *registry.ENGINES)} (or a RayEngine), "
+                             f"got {engine!r}.")
+        return registry.engine_class(engine)(workers=workers, address=address)
+    if not hasattr(engine, "learn"):
+        raise TypeError(f"engine must be 'local', 'ray' or a RayEngine, got {type(engine).__name__}.")
+    return engine
 
 
 def flatten_arrays(prefix: str, tree) -> dict[str, np.ndarray]:

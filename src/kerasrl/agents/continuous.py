@@ -158,7 +158,7 @@ class ContinuousAgent(Agent):
     # -- the loop -----------------------------------------------------------------------------
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
-        obs = self._obs
+        obs = self.loop.observations
         while self.num_timesteps < stop_at:
             if self.num_timesteps < cfg.learning_starts:
                 unit = self.rng.uniform(-1.0, 1.0, (cfg.n_envs, self.action_dim)).astype(np.float32)
@@ -168,7 +168,7 @@ class ContinuousAgent(Agent):
             next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
             self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
             self._episodes_ended(terminated | truncated)
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % cfg.train_freq == 0 and self.num_timesteps > cfg.learning_starts:
                 losses = self._train_round(total_steps)
@@ -204,22 +204,23 @@ class ContinuousAgent(Agent):
         return losses
 
     # -- weights out --------------------------------------------------------------------------
-    def push_weights(self) -> None:
+    def sync_model(self) -> None:
         """Write the learner's current weights into the Keras actor and critics (`self.actor`,
         `self.critics`): the one call through which weights reach the models."""
         self.learner.push_weights()
 
-    _sync_model = push_weights
+    push_weights = sync_model  # the name DDPG, TD3 and SAC first had
 
     @property
     def model(self) -> keras.Model:
-        """The Keras actor. Its weights are the learner's as of the last `push_weights()`."""
+        """The Keras actor. Its weights are the learner's as of the last `sync_model()`."""
         return self.actor
 
     @property
     def policy(self):
-        """The inference-only policy on the actor, with the learner's current weights pushed."""
-        self.push_weights()
+        """The inference-only policy on the actor, with the learner's current weights (calls
+        `sync_model()`)."""
+        self.sync_model()
         if self._policy is None:
             self._policy = self._make_policy()
         return self._policy

@@ -22,6 +22,7 @@ from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import dueling, is_image_space, mlp_torso
 from kerasrl.policies import epsilon_greedy
+from kerasrl.schedules import linear_schedule
 
 
 def double_q_target(next_q_target, next_q_online, batch):
@@ -72,7 +73,7 @@ class DQN(QAgentMixin, Agent):
     def _make_buffer(self):
         cfg = self.config
         args = (cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
-                self.observation_space.dtype, cfg.gamma, cfg.n_step)
+                self.observation_space.dtype, cfg.gamma, cfg.n_step_return)
         if cfg.prioritized_replay:
             return PrioritizedReplayBuffer(*args, alpha=cfg.prioritized_replay_alpha,
                                            eps=cfg.prioritized_replay_eps)
@@ -82,7 +83,7 @@ class DQN(QAgentMixin, Agent):
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
         sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as SB3
-        obs = self._obs
+        obs = self.loop.observations
         while self.num_timesteps < stop_at:
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
             if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
@@ -92,7 +93,7 @@ class DQN(QAgentMixin, Agent):
                 actions = epsilon_greedy(greedy, self.n_actions, epsilon, self.rng)
             next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
             self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % sync_every == 0:
                 self._pending_syncs += 1
@@ -123,8 +124,8 @@ class DQN(QAgentMixin, Agent):
         cfg = self.config
         target_tau = self._take_target_tau()
         if cfg.prioritized_replay:
-            progress = min(1.0, self.num_timesteps / total_steps)
-            self.buffer.beta = cfg.prioritized_replay_beta0 + progress * (1.0 - cfg.prioritized_replay_beta0)
+            self.buffer.beta = linear_schedule(cfg.prioritized_replay_beta0, 1.0,
+                                               self.num_timesteps / total_steps)
         batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
         indices = batches.pop("indices", None)
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau)

@@ -41,6 +41,7 @@ from kerasrl.networks import build_model, check_drivable, dummy_observation, sta
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
                               sample_gaussian)
+from kerasrl.schedules import linear_schedule
 
 # The order of the figures each compiled update reports (means over the minibatches it ran).
 METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -337,11 +338,11 @@ class PPO(Agent):
         """PPO's clip range now: constant, or linear to 0 over the run."""
         clip = self.config.clip_range
         if self.config.clip_range_schedule == "linear":
-            clip *= max(0.0, 1.0 - self.num_timesteps / total_steps)
+            clip *= linear_schedule(1.0, 0.0, self.num_timesteps / total_steps)
         return clip
 
     def _learn(self, total_steps, stop_at, logger, callback):
-        obs = self._obs
+        obs = self.loop.observations
         while self.num_timesteps < stop_at:
             obs_in = self._normalize(obs, update=True)
             policy, values = self._evaluate_networks(obs_in)
@@ -358,7 +359,7 @@ class PPO(Agent):
             rewards = self._scale_rewards(rewards, terminated | truncated)
             self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
                             truncation_values)
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             if self.buffer.full:
                 self._update(total_steps, logger)
             if callback is not None and (terminated.any() or truncated.any()):
@@ -366,7 +367,7 @@ class PPO(Agent):
                     break
 
     def _update(self, total_steps: int, logger) -> None:
-        self.learn_from_rollout(self.buffer, self._obs, total_steps, logger)
+        self.learn_from_rollout(self.buffer, self.loop.observations, total_steps, logger)
         self.buffer.reset()
 
     def learn_from_rollout(self, buffer, last_obs, total_steps: int, logger) -> None:
@@ -425,10 +426,12 @@ class PPO(Agent):
         self.n_updates = int(meta["n_updates"])
         if not self.discrete:
             self._log_std = np.array(state["params"][-1])
-        self._sync_model()
+        self.sync_model()
 
     # -- weights out --------------------------------------------------------------------------
-    def _sync_model(self) -> None:
+    def sync_model(self) -> None:
+        """Write the learner's weights into the Keras actor and critic, and the log std and
+        observation statistics into the policy (see `Agent.sync_model`)."""
         params = backend.to_numpy(self.state["params"])
         states = backend.to_numpy(self.state["non_trainable"])
         models = [self.actor] + ([] if self.shared else [self.critic])
@@ -438,17 +441,22 @@ class PPO(Agent):
             variable.assign(np.array(value))
         for variable, value in zip(state_variables, states):
             variable.assign(np.array(value))
+        if self._policy is not None:
+            self._policy.log_std = self.log_std
+            self._policy.obs_rms = self.obs_rms
 
     @property
     def model(self) -> keras.Model:
-        """The Keras actor (or shared actor-critic) holding the current weights."""
-        self._sync_model()
+        """The Keras actor (or shared actor-critic) holding the current weights (calls
+        `sync_model()`)."""
+        self.sync_model()
         return self.actor
 
     @property
     def value_model(self) -> keras.Model | None:
-        """The Keras critic holding the current weights (None with a shared model)."""
-        self._sync_model()
+        """The Keras critic holding the current weights (None with a shared model; calls
+        `sync_model()`)."""
+        self.sync_model()
         return self.critic
 
     @property
@@ -459,14 +467,12 @@ class PPO(Agent):
     @property
     def policy(self) -> ActorCriticPolicy:
         """The current policy (inference only): models, log std, observation statistics."""
-        self._sync_model()
+        self.sync_model()
         if self._policy is None:
             self._policy = ActorCriticPolicy(
                 self.actor, self.observation_space, self.action_space, value_model=self.critic,
                 shared=self.shared, log_std=self.log_std, obs_rms=self.obs_rms,
                 clip_obs=self.config.clip_obs)
-        self._policy.log_std = self.log_std
-        self._policy.obs_rms = self.obs_rms
         return self._policy
 
 

@@ -26,6 +26,7 @@ from kerasrl.losses import select, td_loss
 from kerasrl.networks import build_model, default_network, stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
 from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn, greedy_fn
+from kerasrl.schedules import linear_schedule
 
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
 TargetFn = Callable[..., object]
@@ -46,11 +47,8 @@ def has_convolutions(model: keras.Model) -> bool:
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
     """Epsilon now: linear from initial to final over `exploration_fraction` of the run."""
-    progress = num_timesteps / max(1.0, config.exploration_fraction * total_steps)
-    if progress >= 1.0:
-        return config.exploration_final_eps
-    return config.exploration_initial_eps + progress * (
-        config.exploration_final_eps - config.exploration_initial_eps)
+    return linear_schedule(config.exploration_initial_eps, config.exploration_final_eps,
+                           num_timesteps / max(1.0, config.exploration_fraction * total_steps))
 
 
 class QLearner:
@@ -295,13 +293,14 @@ class QAgentMixin:
         self._vector_steps = int(meta["vector_steps"])
         self._pending_syncs = int(meta["pending_syncs"])
 
-    def _sync_model(self) -> None:
+    def sync_model(self) -> None:
+        """Write the online weights into the Keras Q-network (see `Agent.sync_model`)."""
         self.learner.sync_model()
 
     @property
     def model(self) -> keras.Model:
-        """The Keras Q-network holding the current online weights."""
-        self._sync_model()
+        """The Keras Q-network holding the current online weights (calls `sync_model()`)."""
+        self.sync_model()
         return self.q_network
 
     @property

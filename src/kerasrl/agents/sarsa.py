@@ -24,8 +24,8 @@ from kerasrl.losses import expected_sarsa_target, sarsa_target
 from kerasrl.policies import epsilon_greedy
 
 # Options that only make sense with a replay buffer, and why SARSA refuses them.
-_REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step", "double_q", "train_freq",
-                "batch_size")
+_REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step_return", "n_step", "double_q",
+                "train_freq", "batch_size")
 
 
 # What one step of a round holds, in order.
@@ -89,7 +89,7 @@ class SARSA(QAgentMixin, Agent):
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
         sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)
-        obs = self._obs
+        obs = self.loop.observations
         rollout = self._rollout
         while self.num_timesteps < stop_at:
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
@@ -106,7 +106,7 @@ class SARSA(QAgentMixin, Agent):
             if done.any():  # the envs that reset act from their first observation instead
                 self._actions[done] = self._behaviour(next_obs[done], epsilon)
             rollout.append((obs, actions, rewards, final_obs, next_actions, terminated, epsilon))
-            obs = self._obs = next_obs
+            obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % sync_every == 0:
                 self._pending_syncs += 1

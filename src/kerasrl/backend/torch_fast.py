@@ -50,7 +50,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kerasrl.backend import fall_back
-from kerasrl.backend.torch import _flatten, _unflatten
+from kerasrl.backend.tree import flatten as _flatten
+from kerasrl.backend.tree import unflatten as _unflatten
 
 # Each private import on its own, so that one missing costs only its own fast path.
 _IMPORT_ERRORS: dict[str, Exception] = {}

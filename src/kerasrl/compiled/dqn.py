@@ -36,6 +36,7 @@ from kerasrl.compiled.common import (
 )
 from kerasrl.config import DQNConfig
 from kerasrl.envs.ops.gym import make_ops_env
+from kerasrl.schedules import linear_schedule
 
 
 class CompiledDQN(CompiledLoop):
@@ -56,10 +57,10 @@ class CompiledDQN(CompiledLoop):
         from kerasrl.optim import Adam
 
         if config is None:
-            config = DQNConfig(**fields)
+            config = DQNConfig.from_dict(fields)
         elif fields:
-            config = dataclasses.replace(config, **fields)
-        for flag, default in (("n_step", 1), ("prioritized_replay", False), ("dueling", False)):
+            config = dataclasses.replace(config, **DQNConfig.upgrade(fields))
+        for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False)):
             if getattr(config, flag) != default:
                 raise ValueError(f"CompiledDQN does not support {flag}={getattr(config, flag)!r} yet; use "
                                  f"kerasrl.DQN (the Python loop) for it, or {flag}={default!r}.")
@@ -113,9 +114,8 @@ class CompiledDQN(CompiledLoop):
         from keras import ops
 
         cfg = self.config
-        progress = ops.cast(timesteps, "float32") / max(1.0, cfg.exploration_fraction * total_steps)
-        eps = cfg.exploration_initial_eps + progress * (cfg.exploration_final_eps - cfg.exploration_initial_eps)
-        eps = ops.where(progress >= 1.0, cfg.exploration_final_eps, eps)
+        eps = linear_schedule(cfg.exploration_initial_eps, cfg.exploration_final_eps,
+                              ops.cast(timesteps, "float32") / max(1.0, cfg.exploration_fraction * total_steps))
         if cfg.random_warmup:
             eps = ops.where(timesteps < cfg.learning_starts, 1.0, eps)
         return eps
@@ -204,7 +204,7 @@ class CompiledDQN(CompiledLoop):
                        pending_syncs=ops.zeros_like(state["pending_syncs"]))
         learning_rate = ops.convert_to_tensor(cfg.learning_rate, "float32")
         if cfg.lr_schedule == "linear":
-            learning_rate = cfg.learning_rate * ops.maximum(0.0, 1.0 - ops.cast(timesteps, "float32") / total_steps)
+            learning_rate = cfg.learning_rate * linear_schedule(1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
 
         gradient_step = self._piece("gradient", self._gradient_step)
 

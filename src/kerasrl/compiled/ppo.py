@@ -21,6 +21,7 @@ from kerasrl import backend
 from kerasrl.compiled.common import CompiledLoop, episode_init, episode_update, parse_seeds, seed_streams, uniform01
 from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
+from kerasrl.schedules import linear_schedule
 
 
 class CompiledPPO(CompiledLoop):
@@ -178,7 +179,7 @@ class CompiledPPO(CompiledLoop):
 
         rounds = state["rounds"] + 1
         progress = ops.cast(rounds * self.n_samples, "float32") / total_steps
-        remaining = ops.maximum(0.0, 1.0 - progress)
+        remaining = linear_schedule(1.0, 0.0, progress)
         learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else ops.ones_like(remaining))
         clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else ops.ones_like(remaining))
         grad_fn = backend.value_and_grad(self._loss)

@@ -1,6 +1,7 @@
 """Distributed rollouts: Ray actors collect experience, the one learner trains on it.
 
-Nothing here is imported by the core: `Agent.fit(engine="ray")` imports this package on demand, and
+Nothing here is imported by the core: `Agent.fit(engine="ray")` imports the engine named in
+`kerasrl.registry.ENGINES` on demand, and
 this package imports Ray only when an engine starts (so importing it without Ray installed works,
 and the error says what to install). See docs/scaling.md.
 
@@ -14,20 +15,11 @@ and the error says what to install). See docs/scaling.md.
 
 from __future__ import annotations
 
-ENGINES = ("local", "ray")
+from kerasrl import registry
+from kerasrl.agents.base import make_engine
 
-
-def make_engine(engine, *, workers: int = 2, address: str | None = None):
-    """The engine object for `fit(engine=...)`: a `RayEngine` for "ray", or `engine` itself."""
-    if isinstance(engine, str):
-        if engine != "ray":
-            raise ValueError(f"engine must be one of {ENGINES} (or a RayEngine), got {engine!r}.")
-        from kerasrl.distributed.ray_engine import RayEngine
-
-        return RayEngine(workers=workers, address=address)
-    if not hasattr(engine, "learn"):
-        raise TypeError(f"engine must be 'local', 'ray' or a RayEngine, got {type(engine).__name__}.")
-    return engine
+ENGINES = ("local", *registry.ENGINES)
+__all__ = ["ENGINES", "RayEngine", "RolloutWorker", "apex_epsilons", "make_engine"]
 
 
 def __getattr__(name: str):

@@ -533,7 +533,7 @@ class RayEngine:
             submit(i)  # the actor collects the next chunk while the learner trains on this one
             n_rows = chunk["actions"].shape[0]
             truncated = chunk["truncated"]
-            if cfg.n_step > 1:
+            if cfg.n_step_return > 1:
                 # Rows of different actors interleave in the buffer: end n-step sums at the chunk's
                 # last row, which then bootstraps from its own next observation (still correct).
                 truncated = truncated.copy()

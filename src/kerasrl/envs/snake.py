@@ -27,6 +27,8 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from kerasrl.registry import ENV_IDS, SNAKE_ID
+
 __all__ = [
     "DEATH_REWARD",
     "FRUIT_REWARD",
@@ -569,9 +571,6 @@ class SnakeVectorEnv(gym.vector.VectorEnv):
         return tuple(render(board) for board in boards)
 
 
-_SNAKE_ID = "kerasrl/Snake-v0"
-
-
 def register_envs() -> None:
     """Registers ``kerasrl/Snake-v0`` (9x9, one fruit, length 2, no step limit); safe to call twice.
 
@@ -581,11 +580,5 @@ def register_envs() -> None:
     ``make_vec`` (Gymnasium refuses ``vector_kwargs`` for a vector entry point); with
     ``vectorization_mode="sync"`` it goes in ``vector_kwargs`` as usual.
     """
-    if _SNAKE_ID in gym.registry:
-        return
-    gym.register(
-        id=_SNAKE_ID,
-        entry_point="kerasrl.envs.snake:Snake",
-        vector_entry_point="kerasrl.envs.snake:SnakeVectorEnv",
-        kwargs={"height": 9, "width": 9, "n_fruits": 1, "initial_length": 2, "max_steps_without_fruit": None},
-    )
+    if SNAKE_ID not in gym.registry:
+        gym.register(id=SNAKE_ID, **ENV_IDS[SNAKE_ID])

@@ -15,10 +15,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from kerasrl import registry
 from kerasrl.envs.ops.base import OpsEnv, make_rng
 
-_ENVS = {"CartPole": "cartpole:CartPole", "Acrobot": "acrobot:Acrobot", "MountainCar": "mountain_car:MountainCar",
-         "Pendulum": "pendulum:Pendulum", "Snake": "snake:Snake"}
 
 
 def make_ops_env(name: str | OpsEnv, **kwargs) -> OpsEnv:
@@ -27,12 +26,9 @@ def make_ops_env(name: str | OpsEnv, **kwargs) -> OpsEnv:
         if kwargs:
             raise ValueError("make_ops_env: keyword arguments go with an env name, not an OpsEnv instance.")
         return name
-    if name not in _ENVS:
-        raise ValueError(f"Unknown ops env {name!r}; choose one of {sorted(_ENVS)}.")
-    import importlib
-
-    module, cls = _ENVS[name].split(":")
-    return getattr(importlib.import_module(f"kerasrl.envs.ops.{module}"), cls)(**kwargs)
+    if name not in registry.OPS_ENVS:
+        raise ValueError(f"Unknown ops env {name!r}; choose one of {sorted(registry.OPS_ENVS)}.")
+    return registry.load(registry.OPS_ENVS[name])(**kwargs)
 
 
 def _split_kwargs(env: OpsEnv, kwargs: dict) -> tuple[dict, Any]:
@@ -143,16 +139,9 @@ class OpsGymEnv(gym.Env):
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
 
 
-_IDS = {"CartPole": "kerasrl/OpsCartPole-v1", "Acrobot": "kerasrl/OpsAcrobot-v1",
-        "MountainCar": "kerasrl/OpsMountainCar-v0", "Pendulum": "kerasrl/OpsPendulum-v1",
-        "Snake": "kerasrl/OpsSnake-v0"}
-
-
 def register_ops_envs() -> None:
-    """Registers the ops envs with Gymnasium (ids in `_IDS`); safe to call twice. Nothing is imported
-    until one is made."""
-    for name, env_id in _IDS.items():
-        if env_id in gym.registry:
-            continue
-        gym.register(id=env_id, entry_point="kerasrl.envs.ops.gym:OpsGymEnv",
-                     vector_entry_point="kerasrl.envs.ops.gym:OpsVectorEnv", kwargs={"env": name})
+    """Registers the ops envs with Gymnasium (their ids in `kerasrl.registry.ENV_IDS`); safe to call
+    twice. Nothing is imported until one is made."""
+    for env_id, keywords in registry.ENV_IDS.items():
+        if keywords["entry_point"].startswith("kerasrl.envs.ops.") and env_id not in gym.registry:
+            gym.register(id=env_id, **keywords)

@@ -1,0 +1,187 @@
+"""The module graph: no import cycle at any depth, every module importable, every registry entry real.
+
+The graph is read statically (ast) from src/kerasrl and holds every kerasrl-internal import,
+module-level and function-level alike: an import moved into a function to dodge a cycle is still a
+cycle. Imports of other packages (Ray, Optuna, matplotlib, TensorFlow for export) are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kerasrl
+from kerasrl import registry
+
+SRC = Path(kerasrl.__file__).resolve().parent.parent
+# The backends' own modules import their framework: only the running backend's are imported.
+BACKEND_MODULES = {
+    "jax": {"kerasrl.backend.jax"},
+    "tensorflow": {"kerasrl.backend.tensorflow", "kerasrl.backend.tensorflow_fast",
+                   "kerasrl.backend.saved_model"},
+    "torch": {"kerasrl.backend.torch", "kerasrl.backend.torch_fast"},
+}
+
+
+def kerasrl_modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> file."""
+    modules = {}
+    for path in sorted((SRC / "kerasrl").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {kerasrl module it imports: line}, for imports anywhere in the file."""
+
+    def owner(name: str) -> str | None:  # the module a dotted name lives in
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [owner(alias.name) for alias in node.names
+                           if alias.name.split(".")[0] == "kerasrl"]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                if base.split(".")[0] != "kerasrl":
+                    continue
+                # `from kerasrl import backend` imports the module kerasrl.backend.
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules
+                           else owner(base) for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target is not None and target != name:
+                    edges.setdefault(target, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for target in graph[node]:
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_import_cycle():
+    modules = kerasrl_modules()
+    graph = import_graph(modules)
+    cycle = find_cycle(graph)
+    if cycle:
+        steps = [f"{a} (line {graph[a][b]}) -> {b}" for a, b in zip(cycle, cycle[1:])]
+        pytest.fail("Import cycle:\n  " + "\n  ".join(steps))
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 2}}) is None
+
+
+def test_registry_is_a_leaf():
+    """The registry imports nothing from kerasrl: anything may read it."""
+    graph = import_graph(kerasrl_modules())
+    assert graph["kerasrl.registry"] == {}
+
+
+def test_the_core_never_imports_distributed_or_the_cli():
+    graph = import_graph(kerasrl_modules())
+    for name, edges in graph.items():
+        if name.startswith(("kerasrl.distributed", "kerasrl.cli")):
+            continue
+        assert not [t for t in edges if t.startswith("kerasrl.distributed")], name
+        assert "kerasrl.cli" not in edges, name
+
+
+def test_every_module_imports_in_a_fresh_process():
+    """Each module in turn, in one new interpreter; a module that needs an optional package that
+    is not installed (Ray, Starlette, ...) may say so, and nothing else."""
+    names = [name for name in kerasrl_modules()
+             if not any(name in mods for backend_name, mods in BACKEND_MODULES.items()
+                        if backend_name != kerasrl.backend.NAME)]
+    script = (
+        "import importlib, json, sys\n"
+        "failed = {}\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError as error:\n"
+        "        if (error.name or '').split('.')[0] == 'kerasrl':\n"
+        "            failed[name] = repr(error)\n"
+        "    except Exception as error:\n"
+        "        failed[name] = repr(error)\n"
+        "print(json.dumps(failed))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(names)], capture_output=True,
+                            text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    failed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert failed == {}
+
+
+@pytest.mark.parametrize("table", ["AGENTS", "CONFIGS", "POLICIES", "ENGINES", "MODEL_BUILDERS", "OPS_ENVS"])
+def test_every_registry_entry_resolves(table):
+    for name, entry in getattr(registry, table).items():
+        obj = registry.load(entry)
+        if table == "AGENTS":
+            assert obj.algorithm == name
+            assert obj.config_class is registry.config_class(name)
+        if table == "POLICIES":
+            assert obj.policy_type == name
+
+
+def test_every_registered_env_id_is_registered_with_gymnasium():
+    import gymnasium as gym
+
+    for env_id, keywords in registry.ENV_IDS.items():
+        assert gym.spec(env_id).entry_point == keywords["entry_point"]
+
+
+def test_presets_name_registered_algorithms_and_models():
+    for name, preset in registry.PRESETS.items():
+        assert preset.algorithm in registry.AGENTS, name
+        assert preset.model is None or preset.model in registry.MODEL_BUILDERS, name
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(KeyError, match="known: .*dqn"):
+        registry.agent_class("a2c")
