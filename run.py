@@ -54,6 +54,11 @@ THREAD_ENV = {
     "TF_NUM_INTEROP_THREADS": "1",
     # Keras writes its config under KERAS_HOME; keep it inside the repository.
     "KERAS_HOME": str(ROOT / ".keras_home"),
+    # JAX's persistent compilation cache: agents made afresh in test after test compile the same
+    # programs again (new closures miss jit's in-memory cache; this one is keyed by the program).
+    # Measured: the DQN and SARSA tests 15% faster from a cold cache in one run.
+    "JAX_COMPILATION_CACHE_DIR": str(ROOT / ".jax_cache"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
 }
 
 # The fast-paths-off step: the tests that show the public-API paths give the same numbers and

@@ -34,6 +34,7 @@ def test_divergence_names_the_first_round_action_and_the_weight_differences():
     assert nan.first_loss_difference == 1
 
 
+@pytest.mark.slow  # three backends' runs: the fast tier runs docs/reproducibility.md's compare
 def test_compare_command_on_every_backend(tmp_path, capsys):
     out = tmp_path / "compare.json"
     code = cli.main(["compare", "dqn", "--env", "CartPole-v1", "--steps", "400", "--seed", "3",

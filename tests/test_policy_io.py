@@ -15,9 +15,9 @@ from checkpoint_runs import BACKENDS, checkpoint_runs
 
 
 @pytest.fixture(scope="session")
-def worker_runs(tmp_path_factory):
+def worker_runs(request, tmp_path_factory):
     """tests/checkpoint_worker.py's results (made once per session, see checkpoint_runs.py)."""
-    return checkpoint_runs(tmp_path_factory)
+    return checkpoint_runs(request, tmp_path_factory)
 
 
 @pytest.mark.cross_backend

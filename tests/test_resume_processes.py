@@ -25,9 +25,9 @@ pytestmark = pytest.mark.cross_backend
 
 
 @pytest.fixture(scope="session")
-def worker_runs(tmp_path_factory):
+def worker_runs(request, tmp_path_factory):
     """tests/checkpoint_worker.py's results (made once per session, see checkpoint_runs.py)."""
-    return checkpoint_runs(tmp_path_factory)
+    return checkpoint_runs(request, tmp_path_factory)
 
 
 PARITY_TOLERANCE = 1e-5
@@ -51,7 +51,11 @@ def assert_same_arrays(whole, resumed, float_tolerance=0.0):
             assert np.array_equal(a, b), (key, np.max(np.abs(a.astype(float) - b.astype(float))))
 
 
-@pytest.mark.parametrize("case", ["cartpole", "snake", *AGENT_CASES])
+# The conv-net DQN on Snake and Expected SARSA (SARSA's bookkeeping with another target) run in
+# the slow tier.
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow)
+                                  if case in ("snake", "expected_sarsa") else case
+                                  for case in ("cartpole", "snake", *AGENT_CASES)])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_resume_in_a_fresh_process_is_exact(worker_runs, case, backend):
     """2N steps in one go == N steps, save, load in another process, N more steps: every array
