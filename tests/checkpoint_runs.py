@@ -32,7 +32,7 @@ def checkpoint_runs(request, tmp_path_factory) -> Path:
     cases (DQN on CartPole, PPO) and the other cases that the session's tests ask for."""
     if "out" not in _DONE:
         out = tmp_path_factory.mktemp("checkpoint_runs")
-        asked = {getattr(item, "callspec", None) for item in request.session.items}
+        asked = [getattr(item, "callspec", None) for item in request.session.items]
         cases = {"cartpole", "ppo"} | {callspec.params.get("case") for callspec in asked
                                        if callspec is not None}
         for mode in ("first", "second"):
