@@ -17,6 +17,7 @@ from keras import layers
 from kerasrl import backend, registry
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
+from kerasrl.spaces import FlatObservations, split_layer, structure_of
 
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
@@ -98,10 +99,16 @@ def dueling(torso: keras.Model, input_shape, n_actions: int, name="dueling_q_net
     return keras.Model(inputs, DuelingCombine(name="q_values")(value, advantages), name=name)
 
 
-def mlp_torso(input_shape, hidden_sizes=(64, 64), activation="relu", name="torso"):
-    """An MLP without an output layer: observations to the last hidden layer's features."""
+def mlp_torso(input_shape, hidden_sizes=(64, 64), activation="relu", name="torso",
+              observation_space: gym.Space | None = None):
+    """An MLP without an output layer: observations to the last hidden layer's features (on the
+    leaves' encoders when `observation_space` is a Dict or Tuple one)."""
     inputs = keras.Input(shape=tuple(input_shape), name="observation")
-    return keras.Model(inputs, _hidden_layers(inputs, input_shape, hidden_sizes, activation),
+    x = inputs
+    if isinstance(observation_space, FlatObservations):
+        x = encode_leaves(inputs, observation_space)
+        input_shape = tuple(x.shape[1:])
+    return keras.Model(inputs, _hidden_layers(x, input_shape, hidden_sizes, activation),
                        name=name)
 
 
@@ -116,11 +123,88 @@ def is_image_space(space: gym.Space) -> bool:
 
 
 def default_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64)):
-    """An MLP for vector observations, a CNN for image-like ones."""
+    """An MLP for vector observations, a CNN for image-like ones; for a Dict or Tuple observation,
+    one encoder per leaf, concatenated, then the MLP (see `encode_leaves`)."""
+    if isinstance(observation_space, FlatObservations):
+        inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
+        x = encode_leaves(inputs, observation_space)
+        x = _hidden_layers(x, x.shape[1:], hidden_sizes, "relu")
+        outputs = linear(n_outputs, x.shape[-1], name="output")(x)
+        return keras.Model(inputs, outputs, name="multi_input_mlp")
     if is_image_space(observation_space):
         scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else None
         return nature_cnn(observation_space.shape, n_outputs, scale=scale)
     return mlp(observation_space.shape, n_outputs, hidden_sizes)
+
+
+# -- Dict and Tuple observations (kerasrl.spaces) --------------------------------------------------
+def _leaf_cnn(x, leaf):
+    """The CNN of `nature_cnn` without its head, on one image leaf (B, H, W, C) -> (B, F)."""
+    name, shape = leaf.name, leaf.shape
+    if leaf.space.dtype == np.uint8:
+        x = layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(x)
+    if min(shape[:2]) >= 36:
+        x = layers.Conv2D(32, 8, strides=4, activation="relu", name=f"{name}_conv_0")(x)
+        x = layers.Conv2D(64, 4, strides=2, activation="relu", name=f"{name}_conv_1")(x)
+        x = layers.Conv2D(64, 3, strides=1, activation="relu", name=f"{name}_conv_2")(x)
+    else:
+        x = layers.Conv2D(32, 3, padding="same", activation="relu", name=f"{name}_conv_0")(x)
+        x = layers.Conv2D(64, 3, padding="same", activation="relu", name=f"{name}_conv_1")(x)
+    x = layers.Flatten(name=f"{name}_flatten")(x)
+    return layers.Dense(512 if min(shape[:2]) >= 36 else 256, activation="relu",
+                        name=f"{name}_features")(x)
+
+
+def encode_leaves(inputs, observation_space: FlatObservations):
+    """Features (B, F) of flat Dict / Tuple observations: the leaves split apart, a CNN on each
+    image leaf (H, W, C <= 4, sides >= 7; uint8 scaled by 1/255 inside), vectors and matrices
+    flattened, all concatenated in the leaves' order (the default networks' torso)."""
+    parts = split_layer(observation_space)(inputs)
+    features = []
+    for leaf in observation_space.leaves:
+        x = parts[leaf.name]
+        if is_image_space(leaf.space):
+            x = _leaf_cnn(x, leaf)
+        elif len(leaf.shape) > 3:
+            names = ", ".join(repr(other.name) for other in observation_space.leaves)
+            raise ValueError(
+                f"The default networks cannot encode observation leaf {leaf.name!r} "
+                f"({leaf.space}): they read vectors, matrices and images (height, width, "
+                f"channels <= 4). Pass model= a Keras model that takes the leaves by name "
+                f"({names}), as a dict.")
+        elif len(leaf.shape) > 1:
+            x = layers.Flatten(name=f"{leaf.name}_flatten")(x)
+        features.append(x)
+    if len(features) == 1:
+        return features[0]
+    return layers.Concatenate(name="leaf_features")(features)
+
+
+def adapt_model(model: keras.Model, observation_space: gym.Space) -> keras.Model:
+    """A user's model for a Dict or Tuple observation space, taking the flat vector kerasrl carries:
+    the model itself receives a dict {leaf name: (B, *leaf shape)} (a functional model's inputs
+    are matched by name). Any other space: `model` unchanged."""
+    if not isinstance(observation_space, FlatObservations) or getattr(model, "_kerasrl_leaves",
+                                                                          False):
+        return model
+    inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
+    outputs = model(split_layer(observation_space)(inputs))
+    adapted = keras.Model(inputs, outputs, name=f"{model.name}_on_leaves")
+    adapted._kerasrl_leaves = True
+    model._kerasrl_owned = True  # its weights are the adapted model's
+    return adapted
+
+
+def _adapt_critic(critic: keras.Model, observation_space: gym.Space, action_dim: int
+                  ) -> keras.Model:
+    """`adapt_model` for a critic [observations, actions] -> Q: it receives [leaves dict, actions]."""
+    if not isinstance(observation_space, FlatObservations):
+        return critic
+    observations = keras.Input(shape=tuple(observation_space.shape), name="observation")
+    actions = keras.Input(shape=(action_dim,), name="action")
+    outputs = critic([split_layer(observation_space)(observations), actions])
+    critic._kerasrl_owned = True  # its weights are the adapted critic's
+    return keras.Model([observations, actions], outputs, name=f"{critic.name}_on_leaves")
 
 
 def stateless_apply(model: keras.Model, params, non_trainable, inputs, training: bool):
@@ -203,6 +287,7 @@ def build_model(
     weights are then drawn from that seed with numpy (kerasrl.initializers), the same on every
     backend; `stream` (default: `role`) keeps an agent's several models apart.
     """
+    user_model = model is not None
     if model is None:
         model = default() if default is not None else default_network(observation_space, n_outputs)
     elif not isinstance(model, keras.Model):
@@ -211,7 +296,7 @@ def build_model(
                 f"{role} must be a keras.Model, a callable (observation_space, action_space) -> "
                 f"keras.Model, or None; got {type(model).__name__}."
             )
-        built = model(observation_space, action_space)
+        built = model(structure_of(observation_space), action_space)
         if not isinstance(built, keras.Model):
             raise TypeError(
                 f"The {role} builder {getattr(model, '__name__', model)!r} returned "
@@ -223,6 +308,8 @@ def build_model(
             f"This Keras model already belongs to another kerasrl agent. An agent owns its "
             f"model's weights; pass a new model, or a function that builds one, as {role}=."
         )
+    if user_model:
+        model = adapt_model(model, observation_space)
     batch = dummy_observation(observation_space, batch_size=2)
     try:
         out = model(batch, training=False)
@@ -330,7 +417,11 @@ def actor_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(40
     by the policy); SAC a linear one of 2 * action_dim (Gaussian means, then log stds)."""
     shape = tuple(observation_space.shape)
     inputs = keras.Input(shape=shape, name="observation")
-    x = _hidden_layers(inputs, shape, hidden_sizes, "relu")
+    x = inputs
+    if isinstance(observation_space, FlatObservations):
+        x = encode_leaves(inputs, observation_space)
+        shape = tuple(x.shape[1:])
+    x = _hidden_layers(x, shape, hidden_sizes, "relu")
     outputs = linear(n_outputs, x.shape[-1], activation=output_activation, name="output")(x)
     return keras.Model(inputs, outputs, name=name)
 
@@ -343,6 +434,8 @@ def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(
     observations = keras.Input(shape=shape, name="observation")
     actions = keras.Input(shape=(int(action_dim),), name="action")
     flat = layers.Flatten()(observations) if len(shape) > 1 else observations
+    if isinstance(observation_space, FlatObservations):
+        flat = encode_leaves(observations, observation_space)
     x = layers.Concatenate(name="observation_action")([flat, actions])
     for i, size in enumerate(hidden_sizes):
         x = linear(size, x.shape[-1], activation="relu", name=f"hidden_{i}")(x)
@@ -361,13 +454,15 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
         if not callable(critic):
             raise TypeError(f"{role} must be a keras.Model, a callable (observation_space, "
                             f"action_space) -> keras.Model, or None; got {type(critic).__name__}.")
-        critic = critic(observation_space, action_space)
+        critic = critic(structure_of(observation_space), action_space)
         if not isinstance(critic, keras.Model):
             raise TypeError(f"The {role} builder returned {type(critic).__name__}, not a keras.Model.")
     if getattr(critic, "_kerasrl_owned", False):
         raise ValueError(f"This Keras model already belongs to another kerasrl agent; pass a new "
                          f"model, or a function that builds one, as {role}=.")
     action_dim = int(np.prod(action_space.shape))
+    if user_critic:
+        critic = _adapt_critic(critic, observation_space, action_dim)
     observations = dummy_observation(observation_space, batch_size=2)
     actions = np.zeros((2, action_dim), dtype=np.float32)
     expected = (f"[observations (batch, {', '.join(map(str, observation_space.shape))}), "

@@ -15,6 +15,7 @@ from kerasrl.checkpoint import save_policy
 from kerasrl.export import export_policy
 from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
 from kerasrl.networks import stateless_apply
+from kerasrl.spaces import FlatObservations, flatten
 
 
 def forward_fn(model: keras.Model):
@@ -119,6 +120,8 @@ class QPolicy(Policy):
         return {"action_masks": True} if self.action_masks else {}
 
     def _batch(self, observations) -> tuple[np.ndarray, bool]:
+        if isinstance(self.observation_space, FlatObservations):  # a dict / tuple observation
+            observations = flatten(self.observation_space, observations)
         obs = np.asarray(observations, dtype=np.float32)
         single = obs.shape == tuple(self.observation_space.shape)
         if single:

@@ -20,7 +20,8 @@ from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
 from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
-from kerasrl.networks import dueling, is_image_space, mlp_torso
+from kerasrl.networks import adapt_model, dueling, is_image_space, mlp_torso
+from kerasrl.spaces import structure_of
 from kerasrl.policies import epsilon_greedy, random_actions
 from kerasrl.schedules import linear_schedule
 
@@ -67,9 +68,12 @@ class DQN(QAgentMixin, Agent):
             if is_image_space(self.observation_space):
                 raise ValueError("dueling=True on image observations needs a torso: pass model= "
                                  "(a Keras model from observations to features).")
-            torso = mlp_torso(shape, self.config.hidden_sizes)
-        elif not isinstance(torso, keras.Model):
-            torso = torso(self.observation_space, self.action_space)
+            torso = mlp_torso(shape, self.config.hidden_sizes,
+                              observation_space=self.observation_space)
+        else:
+            if not isinstance(torso, keras.Model):
+                torso = torso(structure_of(self.observation_space), self.action_space)
+            torso = adapt_model(torso, self.observation_space)
         return dueling(torso, shape, self.n_actions)
 
     def _make_buffer(self):

@@ -38,11 +38,13 @@ from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
 from kerasrl.masks import masked_logits
-from kerasrl.networks import build_model, check_drivable, dummy_observation, stateless_apply
+from kerasrl.networks import (adapt_model, build_model, check_drivable, dummy_observation,
+                               encode_leaves, stateless_apply)
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
                               sample_gaussian)
 from kerasrl.schedules import linear_schedule
+from kerasrl.spaces import FlatObservations, structure_of
 
 # The order of the figures each compiled update reports (means over the minibatches it ran).
 METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -60,6 +62,8 @@ def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=
 
     inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
     x = keras.layers.Flatten()(inputs) if len(observation_space.shape) > 1 else inputs
+    if isinstance(observation_space, FlatObservations):  # a Dict or Tuple observation
+        x = encode_leaves(inputs, observation_space)
     for i, size in enumerate(hidden_sizes):
         x = keras.layers.Dense(size, activation=activation, kernel_initializer=init(math.sqrt(2)),
                                name=f"hidden_{i}")(x)
@@ -127,11 +131,16 @@ class PPO(Agent):
             model = actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes, cfg.activation,
                                      cfg.ortho_init, shared=True)
         if model is not None and not isinstance(model, keras.Model) and callable(model):
-            built = model(obs_space, self.action_space)
+            built = model(structure_of(obs_space), self.action_space)
             if not isinstance(built, keras.Model):
                 raise TypeError(f"The model builder {getattr(model, '__name__', model)!r} returned "
                                 f"{type(built).__name__}, not a keras.Model.")
             model = built
+        if isinstance(model, keras.Model):  # a Dict / Tuple observation's leaves, by name
+            if getattr(model, "_kerasrl_owned", False):
+                raise ValueError("This Keras model already belongs to another kerasrl agent; "
+                                 "pass a new model, or a function that builds one, as model=.")
+            model = adapt_model(model, obs_space)
         if isinstance(model, keras.Model) and self._two_outputs(model):
             if self._value_model_spec is not None:
                 raise ValueError(

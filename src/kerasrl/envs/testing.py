@@ -6,6 +6,8 @@
 - `MaskedChoiceEnv`: a random set of actions is allowed each step (`info["action_mask"]`); the
   higher an allowed action, the more it pays, and a forbidden one ends the episode with a penalty.
   With the mask the answer is "the highest allowed action"; without it the agent cannot know.
+- `ImageVectorEnv`: a Dict (or Tuple, or nested Dict) observation of a small image and a vector;
+  the right action needs both (which half of the image is lit, and which flag the vector shows).
 """
 
 from __future__ import annotations
@@ -184,3 +186,78 @@ class MaskedChoiceEnv(gym.Env):
         self._draw_mask()
         obs, info = self._result()
         return obs, reward, False, self._t >= self.episode_length, info
+
+
+class ImageVectorEnv(gym.Env):
+    """Structured observations with a known answer: a `size` x `size` x 1 uint8 image with one lit
+    pixel (255) in its left or right half (columns < size // 2, or > size // 2), and a flag 0 or 1
+    in a vector leaf. The right action of Discrete(4) is `2 * side + flag` (side 1 = right): it
+    pays 1, any other 0. Each step draws a new image and flag, so the best action does not depend
+    on the future; episodes are truncated after `episode_length` steps.
+
+    The optimal return is `episode_length`; a policy that reads one leaf only gets half of it,
+    a uniform one a quarter.
+
+    `layout`: "dict" `{"image", "vector" Box(0, 1, (2,)) one-hot flag}`; "tuple" `(image, vector)`;
+    "nested" `{"image", "extra": {"flag": Discrete(2), "noise": Box(-1, 1, (3,))}}` (noise is
+    uninformative). `continuous=True`: a Box(-1, 1, (1,)) action whose best value is
+    `(2 * side - 1) * (0.5 if flag else 1.0)`, reward `-(action - best)^2` (the best return 0).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, size: int = 7, episode_length: int = 10, layout: str = "dict",
+                 continuous: bool = False):
+        if layout not in ("dict", "tuple", "nested"):
+            raise ValueError(f"layout must be 'dict', 'tuple' or 'nested', got {layout!r}.")
+        self.size, self.episode_length, self.layout = size, episode_length, layout
+        self.continuous = continuous
+        image = spaces.Box(0, 255, shape=(size, size, 1), dtype=np.uint8)
+        vector = spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+        if layout == "dict":
+            self.observation_space = spaces.Dict({"image": image, "vector": vector})
+        elif layout == "tuple":
+            self.observation_space = spaces.Tuple((image, vector))
+        else:
+            self.observation_space = spaces.Dict({"image": image, "extra": spaces.Dict({
+                "flag": spaces.Discrete(2),
+                "noise": spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)})})
+        self.action_space = (spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32) if continuous
+                             else spaces.Discrete(4))
+        self._side, self._flag, self._t = 0, 0, 0
+        self._image = np.zeros((size, size, 1), np.uint8)
+
+    def _draw(self):
+        self._side, self._flag = (int(v) for v in self.np_random.integers(0, 2, size=2))
+        half = self.size // 2
+        column = int(self.np_random.integers(0, half))
+        self._image = np.zeros((self.size, self.size, 1), np.uint8)
+        self._image[int(self.np_random.integers(0, self.size)),
+                    column + (self.size - half if self._side else 0), 0] = 255
+        vector = np.eye(2, dtype=np.float32)[self._flag]
+        if self.layout == "dict":
+            return {"image": self._image.copy(), "vector": vector}
+        if self.layout == "tuple":
+            return (self._image.copy(), vector)
+        noise = self.np_random.uniform(-1.0, 1.0, 3).astype(np.float32)
+        return {"image": self._image.copy(), "extra": {"flag": self._flag, "noise": noise}}
+
+    def best_action(self):
+        """The action that pays most now."""
+        if self.continuous:
+            return np.array([(2 * self._side - 1) * (0.5 if self._flag else 1.0)], np.float32)
+        return 2 * self._side + self._flag
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        best = self.best_action()
+        if self.continuous:
+            reward = -float(np.square(np.asarray(action, np.float64).ravel()[0] - best[0]))
+        else:
+            reward = 1.0 if int(action) == best else 0.0
+        self._t += 1
+        return self._draw(), reward, False, self._t >= self.episode_length, {}

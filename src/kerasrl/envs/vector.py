@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from kerasrl.envs.wrappers import ActionMasksInfo, ApiCheck, NumpyBoundary, has_action_masks_method
+from kerasrl.spaces import FlattenLeaves, is_structured
 
 EnvSpec = str | gym.Env | Callable[[], gym.Env]
 
@@ -30,7 +31,8 @@ def describe(env: EnvSpec) -> str:
 
 
 def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
-    """A function that returns a new environment each call, wrapped for the numpy boundary."""
+    """A function that returns a new environment each call, wrapped for the numpy boundary (and a
+    Dict or Tuple observation flattened there, see kerasrl.spaces)."""
     if isinstance(env, str):
         make = lambda: gym.make(env)  # noqa: E731
     elif isinstance(env, gym.Env):
@@ -58,6 +60,8 @@ def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
         checked = ApiCheck(made)
         if has_action_masks_method(made):
             checked = ActionMasksInfo(checked)
+        if is_structured(made.observation_space):
+            return FlattenLeaves(NumpyBoundary(checked))
         return NumpyBoundary(checked)
 
     return make_checked

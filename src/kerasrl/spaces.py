@@ -1,0 +1,214 @@
+"""Dict and Tuple observations (nested too) carried as one flat float32 vector, and split back into
+named leaves inside the networks.
+
+kerasrl's loop, buffers, vector envs (sync and subprocess), checkpoints and Ray actors all move
+numpy arrays of one shape. A structured observation is flattened once, at the env boundary
+(`FlattenLeaves`, as Gymnasium's `flatten`: Box leaves raveled, Discrete and MultiDiscrete one-hot,
+in the space's order), so that every one of those carries it unchanged; the networks undo it with
+`SplitLeaves`, a Keras layer that hands each leaf, in its own shape, to its encoder or to a user's
+model by name. Leaf names are the keys' path joined by "." ("image", "pos.x"; a Tuple's items are
+"0", "1", ...): Keras refuses "/" in input names, and ONNX inputs take these names.
+
+The price: an image leaf is stored as float32 (4 bytes a pixel where the env gives uint8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import keras
+import numpy as np
+
+LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+               gym.spaces.MultiBinary)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One leaf of a structured space: its name, its space, the shape the networks see it in
+    (Discrete (n,) one-hot, MultiDiscrete (sum nvec,) one-hot, a scalar Box (1,)), and where it
+    sits in the flat vector."""
+
+    name: str
+    space: gym.Space
+    shape: tuple[int, ...]
+    start: int
+    size: int
+
+
+def is_structured(space: gym.Space) -> bool:
+    """A Dict or Tuple space (what kerasrl flattens at the env boundary)."""
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def _leaf_spaces(space: gym.Space, prefix: str = ""):
+    if isinstance(space, gym.spaces.Dict):
+        items = space.spaces.items()
+    elif isinstance(space, gym.spaces.Tuple):
+        items = ((str(i), s) for i, s in enumerate(space.spaces))
+    else:
+        yield prefix, space
+        return
+    for key, child in items:
+        key = str(key)
+        if "/" in key or "." in key:
+            raise ValueError(f"Observation key {key!r} contains '/' or '.'; kerasrl names leaves "
+                             f"by their keys joined with '.': rename the key.")
+        yield from _leaf_spaces(child, f"{prefix}.{key}" if prefix else key)
+
+
+def leaves(space: gym.Space) -> list[Leaf]:
+    """The leaves of a Dict or Tuple space, in the order of its flat vector."""
+    found, start = [], 0
+    for name, leaf in _leaf_spaces(space):
+        if not isinstance(leaf, LEAF_SPACES):
+            raise ValueError(
+                f"Observation leaf {name!r} is a {type(leaf).__name__} space; kerasrl carries "
+                f"Box, Discrete, MultiDiscrete and MultiBinary leaves (arrays of a fixed size). "
+                f"Turn it into one of those with a gymnasium.ObservationWrapper.")
+        if isinstance(leaf, gym.spaces.Discrete):
+            shape = (int(leaf.n),)
+        elif isinstance(leaf, gym.spaces.MultiDiscrete):
+            shape = (int(np.sum(leaf.nvec)),)
+        else:
+            shape = tuple(int(d) for d in leaf.shape) or (1,)
+        size = int(np.prod(shape))
+        found.append(Leaf(name, leaf, shape, start, size))
+        start += size
+    return found
+
+
+def _flat_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(leaf.space, gym.spaces.Box):
+        return (np.asarray(leaf.space.low, np.float32).ravel(),
+                np.asarray(leaf.space.high, np.float32).ravel())
+    return np.zeros(leaf.size, np.float32), np.ones(leaf.size, np.float32)
+
+
+class FlatObservations(gym.spaces.Box):
+    """The flat float32 Box in which a Dict or Tuple observation travels; `structure` is the
+    env's own space and `leaves` its leaves (see `leaves`)."""
+
+    def __init__(self, structure: gym.Space):
+        self.structure = structure
+        self.leaves = leaves(structure)
+        bounds = [_flat_bounds(leaf) for leaf in self.leaves]
+        super().__init__(np.concatenate([low for low, _ in bounds]),
+                         np.concatenate([high for _, high in bounds]), dtype=np.float32)
+
+    def __repr__(self) -> str:
+        return f"FlatObservations({self.structure})"
+
+
+def structure_of(space: gym.Space) -> gym.Space:
+    """The env's own observation space: the Dict or Tuple behind a `FlatObservations`, else `space`."""
+    return space.structure if isinstance(space, FlatObservations) else space
+
+
+def _leaf_values(structure: gym.Space, obs, prefix: str = ""):
+    if isinstance(structure, gym.spaces.Dict):
+        if not isinstance(obs, dict):
+            raise ValueError(f"Expected a dict of observations for {structure}, got "
+                             f"{type(obs).__name__}.")
+        for key, child in structure.spaces.items():
+            if key not in obs:
+                raise ValueError(f"The observation has no key {key!r} "
+                                 f"(leaf {prefix + '.' if prefix else ''}{key}).")
+            yield from _leaf_values(child, obs[key], f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(structure, gym.spaces.Tuple):
+        if len(obs) != len(structure.spaces):
+            raise ValueError(f"Expected a tuple of {len(structure.spaces)} observations, got "
+                             f"{len(obs)}.")
+        for i, child in enumerate(structure.spaces):
+            yield from _leaf_values(child, obs[i], f"{prefix}.{i}" if prefix else str(i))
+    else:
+        yield obs
+
+
+def _flat_leaf(leaf: Leaf, value: np.ndarray, batch: int | None) -> np.ndarray:
+    """One leaf's values as (batch, size) float32 (or (size,) for batch None)."""
+    space = leaf.space
+    value = np.asarray(value)
+    lead = () if batch is None else (batch,)
+    if isinstance(space, gym.spaces.Discrete):
+        index = value.astype(np.int64).reshape(lead) - int(space.start)
+        return np.eye(leaf.size, dtype=np.float32)[index]
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        index = value.astype(np.int64).reshape(*lead, -1) - np.asarray(space.start).ravel()
+        parts = [np.eye(int(n), dtype=np.float32)[index[..., j]]
+                 for j, n in enumerate(space.nvec.ravel())]
+        return np.concatenate(parts, axis=-1)
+    return value.astype(np.float32, copy=False).reshape(*lead, leaf.size)
+
+
+def flatten(space: FlatObservations, obs) -> np.ndarray:
+    """A structured observation (dict / tuple of arrays), or a batch of them (each leaf with a
+    leading batch axis), as (D,) or (B, D) float32. An array is taken to be flat already."""
+    if isinstance(obs, np.ndarray):
+        return obs.astype(np.float32, copy=False)
+    values = list(_leaf_values(space.structure, obs))
+    first, leaf = np.asarray(values[0]), space.leaves[0]
+    raw_ndim = len(leaf.space.shape) if isinstance(leaf.space, gym.spaces.Box) else (
+        1 if isinstance(leaf.space, gym.spaces.MultiDiscrete) else 0)
+    batch = None if first.ndim == raw_ndim else len(first)
+    for value, leaf in zip(values, space.leaves):
+        want = (*(() if batch is None else (batch,)),
+                *(leaf.space.shape if not isinstance(leaf.space, gym.spaces.Discrete) else ()))
+        if np.shape(value) != want:
+            raise ValueError(f"Observation leaf {leaf.name!r} has shape {np.shape(value)}, "
+                             f"expected {want} for {leaf.space}.")
+    return np.concatenate([_flat_leaf(leaf, value, batch)
+                           for leaf, value in zip(space.leaves, values)], axis=-1)
+
+
+def split(space: FlatObservations, flat: np.ndarray) -> dict[str, np.ndarray]:
+    """Flat observations (B, D) as {leaf name: (B, *leaf.shape)} float32 (the networks' view)."""
+    flat = np.asarray(flat, np.float32)
+    return {leaf.name: flat[:, leaf.start:leaf.start + leaf.size].reshape(-1, *leaf.shape)
+            for leaf in space.leaves}
+
+
+class FlattenLeaves(gym.ObservationWrapper):
+    """Dict and Tuple observations as one float32 vector (see the module docstring)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.observation_space = FlatObservations(env.observation_space)
+
+    def observation(self, observation):
+        return flatten(self.observation_space, observation)
+
+
+@keras.saving.register_keras_serializable(package="kerasrl")
+class SplitLeaves(keras.layers.Layer):
+    """Flat observations (B, D) to {leaf name: (B, *leaf shape)}: the leaves of a Dict or Tuple
+    observation, each in its own shape, for the encoders or a user's model with named inputs.
+
+    Args:
+        leaves: [[name, shape], ...] in the flat vector's order (`FlatObservations.leaves`).
+    """
+
+    def __init__(self, leaves, **kwargs):
+        super().__init__(**kwargs)
+        self.leaves = [[str(name), [int(d) for d in shape]] for name, shape in leaves]
+
+    def call(self, inputs):
+        out, start = {}, 0
+        for name, shape in self.leaves:
+            size = int(np.prod(shape))
+            out[name] = keras.ops.reshape(inputs[:, start:start + size], (-1, *shape))
+            start += size
+        return out
+
+    def compute_output_spec(self, inputs):
+        return {name: keras.KerasTensor((inputs.shape[0], *shape), dtype=inputs.dtype)
+                for name, shape in self.leaves}
+
+    def get_config(self):
+        return {**super().get_config(), "leaves": self.leaves}
+
+
+def split_layer(space: FlatObservations, name: str = "leaves") -> SplitLeaves:
+    """The `SplitLeaves` layer of `space`."""
+    return SplitLeaves([[leaf.name, leaf.shape] for leaf in space.leaves], name=name)
