@@ -50,7 +50,8 @@ import keras
 import numpy as np
 
 from kerasrl import __version__, backend, registry
-from kerasrl.networks import dummy_observation
+from kerasrl.networks import adapt_model, dummy_observation
+from kerasrl.spaces import FlatObservations, structure_of
 
 FORMAT_VERSION = 1
 CHECKPOINT_FORMAT = "kerasrl-checkpoint"
@@ -467,7 +468,15 @@ def _restore_envs(agent, state, env_arrays, path) -> None:
 
 # -- policies ---------------------------------------------------------------------------------
 def space_to_json(space: gym.Space) -> dict[str, Any]:
-    """A Gymnasium space as JSON (Box, Discrete, MultiDiscrete, MultiBinary)."""
+    """A Gymnasium space as JSON (Box, Discrete, MultiDiscrete, MultiBinary; Dict and Tuple of
+    those, nested too, and the flat form kerasrl carries them in)."""
+    if isinstance(space, FlatObservations):
+        return {"type": "FlatObservations", "structure": space_to_json(space.structure)}
+    if isinstance(space, gym.spaces.Dict):  # a list of pairs: the key order is the leaves' order
+        return {"type": "Dict", "spaces": [[str(k), space_to_json(v)]
+                                           for k, v in space.spaces.items()]}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_json(v) for v in space.spaces]}
     if isinstance(space, gym.spaces.Box):
         return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.name,
                 "low": space.low.tolist(), "high": space.high.tolist()}
@@ -478,11 +487,18 @@ def space_to_json(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
     raise CheckpointError(f"Cannot save a policy for a {type(space).__name__} space; kerasrl "
-                          f"saves Box, Discrete, MultiDiscrete and MultiBinary spaces.")
+                          f"saves Box, Discrete, MultiDiscrete and MultiBinary spaces, and Dict "
+                          f"and Tuple spaces of those.")
 
 
 def space_from_json(value: dict[str, Any]) -> gym.Space:
     kind = value.get("type")
+    if kind == "FlatObservations":
+        return FlatObservations(space_from_json(value["structure"]))
+    if kind == "Dict":
+        return gym.spaces.Dict([(key, space_from_json(v)) for key, v in value["spaces"]])
+    if kind == "Tuple":
+        return gym.spaces.Tuple([space_from_json(v) for v in value["spaces"]])
     if kind == "Box":
         dtype = np.dtype(value["dtype"])
         if dtype.kind not in "fiub":
@@ -584,8 +600,9 @@ def _load_models(path: Path, header: dict[str, Any], manifest, observation_space
                 f"new keras.Model of the same architecture (a dict of models by name for "
                 f"{', '.join(files)}), to {what}. To save whole models next time, register the "
                 f"class with @keras.saving.register_keras_serializable().")
-        built = model_factory(observation_space, action_space)
+        built = model_factory(structure_of(observation_space), action_space)
         built = built if isinstance(built, dict) else {"model": built}
+        built = {name: adapt_model(model, observation_space) for name, model in built.items()}
         for name in weight_names:
             if name not in built:
                 raise CheckpointError(f"model_factory returned no model named {name!r} (it "

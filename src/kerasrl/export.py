@@ -5,7 +5,9 @@ actions, with the policy's preprocessing (observation normalization, scaling ins
 and the action choice (argmax, or the Gaussian mean clipped to the bounds) inside; with
 `include_values=True` the Q-values (or logits, or means) are a second output. With
 `action_mask=True` (Discrete policies) the artifact takes a second input, "action_mask"
-(B, n_actions) float32, 1 = allowed, and its argmax runs over the allowed actions only.
+(B, n_actions) float32, 1 = allowed, and its argmax runs over the allowed actions only. A policy
+of a Dict or Tuple observation space takes one float32 input per leaf, named as the leaf ("image",
+"pos.x"; see kerasrl.spaces), in the leaves' order, before any action mask.
 
 Every export checks itself before returning: it runs the artifact (onnxruntime, or
 `tf.saved_model.load`) on a sample of observations and compares with the policy. Any action that
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+
+from kerasrl.spaces import FlatObservations, split
 
 VALUE_TOLERANCE = 1e-5
 FORMATS = ("onnx", "saved_model")
@@ -87,7 +91,9 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
     model = (policy.inference_model(include_values=include_values, action_mask=True)
              if action_mask else policy.inference_model(include_values=include_values))
     # A model that has never been called cannot be exported.
-    model([x[:2] for x in inputs] if action_mask else inputs[0][:2])
+    first = artifact_inputs(policy.observation_space, inputs[0][:2],
+                            inputs[1][:2] if action_mask else None)
+    model(first if len(first) > 1 else first[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if format == "onnx":
@@ -103,10 +109,22 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
         raise ExportError(f"{format} export from the {backend.NAME} backend needs a package that "
                           f"is not installed ({error}). Install it with: pip install "
                           f"'kerasrl[export]'") from error
-    outputs = run_export(path, format, *inputs)
+    outputs = run_export(path, format, *inputs, space=policy.observation_space)
     check_outputs(policy, inputs[0], outputs, include_values, f"{format} export {path}",
                   masks=inputs[1] if action_mask else None)
     return path
+
+
+def artifact_inputs(space: gym.Space, observations: np.ndarray, masks: np.ndarray | None = None
+                    ) -> list[np.ndarray]:
+    """An artifact's inputs in order: the observations (B, *obs_shape), or for a Dict or Tuple
+    space each leaf (B, *leaf shape) from the flat observations; then the masks, if any."""
+    if isinstance(space, FlatObservations):
+        leaves = split(space, observations)
+        arrays = [leaves[leaf.name] for leaf in space.leaves]
+    else:
+        arrays = [observations]
+    return arrays + ([] if masks is None else [masks])
 
 
 def _require(module: str, package: str) -> None:
@@ -117,25 +135,28 @@ def _require(module: str, package: str) -> None:
 
 
 def run_export(path: Path, format: str, observations: np.ndarray,  # noqa: A002
-               masks: np.ndarray | None = None) -> list[np.ndarray]:
+               masks: np.ndarray | None = None, *, space: gym.Space | None = None
+               ) -> list[np.ndarray]:
     """The outputs of an exported artifact on `observations` (and action `masks`, for an
-    artifact with the mask input), as numpy."""
+    artifact with the mask input), as numpy; `space` (the policy's observation space) splits
+    flat observations into the leaves of a Dict or Tuple policy's artifact."""
+    arrays = artifact_inputs(space, observations, masks)
     if format == "onnx":
         _require("onnxruntime", "onnxruntime")
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
-        feeds = {names[0]: observations}
-        if masks is not None:
-            if len(names) < 2:
-                raise ExportError(f"{path} has no action-mask input (export it with "
-                                  f"action_mask=True).")
-            feeds[names[1]] = masks
-        return [np.asarray(o) for o in session.run(None, feeds)]
+        if len(names) < len(arrays):
+            raise ExportError(f"{path} takes {len(names)} input(s) ({', '.join(names)}), not "
+                              f"{len(arrays)}" + (" (export it with action_mask=True)"
+                                                  if masks is not None else "") + ".")
+        return [np.asarray(o) for o in session.run(None, dict(zip(names, arrays)))]
     # Reading a SavedModel back needs TensorFlow itself (Keras wrote it with TensorFlow too).
     from kerasrl.backend.saved_model import run_saved_model
 
+    if len(arrays) > 2 or (masks is None and len(arrays) > 1):
+        return run_saved_model(path, arrays[0], None, extra=arrays)
     return run_saved_model(path, observations, masks)
 
 
@@ -179,7 +200,7 @@ def compare_export(policy, path, format: str = "onnx", n: int = 1000, seed: int 
     if action_mask is None:
         action_mask = bool(getattr(policy, "action_masks", False))
     inputs = _check_inputs(policy, n, action_mask, seed)
-    outputs = run_export(Path(path), format, *inputs)
+    outputs = run_export(Path(path), format, *inputs, space=policy.observation_space)
     return check_outputs(policy, inputs[0], outputs, len(outputs) > 1, f"{format} export {path}",
                          masks=inputs[1] if action_mask else None)
 

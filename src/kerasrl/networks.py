@@ -139,7 +139,10 @@ def default_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(
 
 # -- Dict and Tuple observations (kerasrl.spaces) --------------------------------------------------
 def _leaf_cnn(x, leaf):
-    """The CNN of `nature_cnn` without its head, on one image leaf (B, H, W, C) -> (B, F)."""
+    """A CNN on one image leaf (B, H, W, C) -> (B, F): `nature_cnn` without its head from 36 x 36
+    up; below, `snake_small_network`'s torso (16 and 32 3x3 filters, 128 features), a quarter of
+    the weights of nature_cnn's small-board fallback: a Dict's image leaf is often a small map
+    beside other inputs."""
     name, shape = leaf.name, leaf.shape
     if leaf.space.dtype == np.uint8:
         x = layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(x)
@@ -148,10 +151,10 @@ def _leaf_cnn(x, leaf):
         x = layers.Conv2D(64, 4, strides=2, activation="relu", name=f"{name}_conv_1")(x)
         x = layers.Conv2D(64, 3, strides=1, activation="relu", name=f"{name}_conv_2")(x)
     else:
-        x = layers.Conv2D(32, 3, padding="same", activation="relu", name=f"{name}_conv_0")(x)
-        x = layers.Conv2D(64, 3, padding="same", activation="relu", name=f"{name}_conv_1")(x)
+        x = layers.Conv2D(16, 3, padding="same", activation="relu", name=f"{name}_conv_0")(x)
+        x = layers.Conv2D(32, 3, padding="same", activation="relu", name=f"{name}_conv_1")(x)
     x = layers.Flatten(name=f"{name}_flatten")(x)
-    return layers.Dense(512 if min(shape[:2]) >= 36 else 256, activation="relu",
+    return layers.Dense(512 if min(shape[:2]) >= 36 else 128, activation="relu",
                         name=f"{name}_features")(x)
 
 

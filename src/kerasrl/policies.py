@@ -177,14 +177,37 @@ class QPolicy(Policy):
         `action_mask=True`: a second input "action_mask" (B, n_actions) float32, 1 = allowed; the
         argmax is over the allowed actions (the Q-values output stays unmasked).
         """
-        inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
-                             name="observation")
-        q = self.model(inputs, training=False)
+        inputs, flat = observation_inputs(self.observation_space)
+        q = self.model(flat, training=False)
         mask = mask_input(q.shape[-1]) if action_mask else None
         actions = exportable_argmax(q if mask is None else exportable_mask(q, mask))
-        model_inputs = inputs if mask is None else [inputs, mask]
+        model_inputs = with_mask(inputs, mask)
         return keras.Model(model_inputs, [actions, q] if include_values else actions,
                            name="q_policy")
+
+
+def observation_inputs(observation_space: gym.Space):
+    """The exported models' observation inputs and the flat float32 tensor the policy's model
+    reads: one input "observation" (B, *obs_shape); for a Dict or Tuple space one input per leaf,
+    named as the leaf (B, *leaf shape), flattened and concatenated in the leaves' order.
+    Returns (the input or the list of leaf inputs, the flat tensor)."""
+    if not isinstance(observation_space, FlatObservations):
+        inputs = keras.Input(shape=tuple(observation_space.shape), dtype="float32",
+                             name="observation")
+        return inputs, inputs
+    inputs = [keras.Input(shape=leaf.shape, dtype="float32", name=leaf.name)
+              for leaf in observation_space.leaves]
+    parts = [keras.layers.Reshape((leaf.size,), name=f"{leaf.name}_flat")(x)
+             for leaf, x in zip(observation_space.leaves, inputs)]
+    flat = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="flat_observation")(parts)
+    return inputs, flat
+
+
+def with_mask(inputs, mask) -> list:
+    """The model inputs: the observation input(s), then the mask input if any."""
+    if mask is None:
+        return inputs
+    return (inputs if isinstance(inputs, list) else [inputs]) + [mask]
 
 
 def exportable_argmax(x):
@@ -455,9 +478,7 @@ class ActorCriticPolicy(Policy):
         """
         if action_mask and not self.discrete:
             raise ValueError("action_mask applies to Discrete action spaces only.")
-        inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
-                             name="observation")
-        x = inputs
+        inputs, x = observation_inputs(self.observation_space)
         if self.obs_rms is not None:
             mean = self.obs_rms.mean.astype(np.float32)
             inv_std = (1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)
@@ -470,7 +491,7 @@ class ActorCriticPolicy(Policy):
         else:
             actions = keras.ops.clip(out, self.action_space.low.astype(np.float32),
                                      self.action_space.high.astype(np.float32))
-        model_inputs = inputs if mask is None else [inputs, mask]
+        model_inputs = with_mask(inputs, mask)
         return keras.Model(model_inputs, [actions, out] if include_values else actions,
                            name="actor_critic_policy")
 
@@ -519,9 +540,8 @@ class _ContinuousPolicy(Policy):
         return scale_to_bounds(unit_actions, self.action_space.low, self.action_space.high, ops)
 
     def _inference_model(self, to_unit, include_values: bool, name: str) -> keras.Model:
-        inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
-                             name="observation")
-        out = self.model(inputs, training=False)
+        inputs, flat = observation_inputs(self.observation_space)
+        out = self.model(flat, training=False)
         actions = self._scale(to_unit(out), keras.ops)
         return keras.Model(inputs, [actions, out] if include_values else actions, name=name)
 

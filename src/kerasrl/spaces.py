@@ -206,7 +206,9 @@ class SplitLeaves(keras.layers.Layer):
                 for name, shape in self.leaves}
 
     def get_config(self):
-        return {**super().get_config(), "leaves": self.leaves}
+        # Not Layer.get_config: serializing the dtype policy imports TensorFlow (6 s) on any
+        # backend, and every agent made on a Dict space checks this config.
+        return {"name": self.name, "trainable": self.trainable, "leaves": self.leaves}
 
 
 def split_layer(space: FlatObservations, name: str = "leaves") -> SplitLeaves:

@@ -9,12 +9,15 @@ import numpy as np
 import tensorflow as tf
 
 
-def run_saved_model(path, observations: np.ndarray, masks: np.ndarray | None = None
-                    ) -> list[np.ndarray]:
+def run_saved_model(path, observations: np.ndarray, masks: np.ndarray | None = None, *,
+                    extra: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """The outputs of the SavedModel at `path` (its `serve` endpoint) on `observations` (and the
-    action `masks`, for a model exported with the mask input)."""
+    action `masks`, for a model exported with the mask input); `extra`: all its inputs in order
+    instead (a Dict or Tuple observation's leaves, then any mask)."""
     loaded = tf.saved_model.load(str(path))
-    if masks is None:
+    if extra is not None:
+        out = loaded.serve([tf.constant(x) for x in extra])
+    elif masks is None:
         out = loaded.serve(tf.constant(observations))
     else:
         out = loaded.serve([tf.constant(observations), tf.constant(masks)])
