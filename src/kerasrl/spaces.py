@@ -7,7 +7,8 @@ numpy arrays of one shape. A structured observation is flattened once, at the en
 in the space's order), so that every one of those carries it unchanged; the networks undo it with
 `SplitLeaves`, a Keras layer that hands each leaf, in its own shape, to its encoder or to a user's
 model by name. Leaf names are the keys' path joined by "." ("image", "pos.x"; a Tuple's items are
-"0", "1", ...): Keras refuses "/" in input names, and ONNX inputs take these names.
+"item_0", "item_1", ...): Keras refuses "/" in input names, PyTorch's ONNX exporter a name that
+is a number, and ONNX inputs take these names.
 
 The price: an image leaf is stored as float32 (4 bytes a pixel where the env gives uint8).
 """
@@ -46,7 +47,7 @@ def _leaf_spaces(space: gym.Space, prefix: str = ""):
     if isinstance(space, gym.spaces.Dict):
         items = space.spaces.items()
     elif isinstance(space, gym.spaces.Tuple):
-        items = ((str(i), s) for i, s in enumerate(space.spaces))
+        items = ((f"item_{i}", s) for i, s in enumerate(space.spaces))
     else:
         yield prefix, space
         return
@@ -121,7 +122,8 @@ def _leaf_values(structure: gym.Space, obs, prefix: str = ""):
             raise ValueError(f"Expected a tuple of {len(structure.spaces)} observations, got "
                              f"{len(obs)}.")
         for i, child in enumerate(structure.spaces):
-            yield from _leaf_values(child, obs[i], f"{prefix}.{i}" if prefix else str(i))
+            yield from _leaf_values(child, obs[i],
+                                    f"{prefix}.item_{i}" if prefix else f"item_{i}")
     else:
         yield obs
 
