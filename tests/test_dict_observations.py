@@ -1,0 +1,167 @@
+"""Dict and Tuple observations (docs/dict_observations.md): the leaves and their flat form, the
+env boundary (sync and subprocess vector envs), the default networks' per-leaf encoders, users'
+models that take the leaves by name, learning on an image + vector task, checkpoints, saved
+policies across backends, and ONNX exports with one named input per leaf."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.envs import make_vec_env
+from kerasrl.envs.testing import ImageVectorEnv
+from kerasrl.spaces import FlatObservations, flatten, leaves, split
+from backend_processes import BACKENDS, run_under_backend
+
+FAST_DQN = dict(seed=0, learning_starts=200, train_freq=4, batch_size=32, learning_rate=1e-3,
+                target_update_interval=100, exploration_fraction=0.3, gamma=0.5, check_env=False)
+NESTED = ImageVectorEnv(layout="nested").observation_space
+
+
+def nested_batch(n, seed=0):
+    env = ImageVectorEnv(layout="nested")
+    env.reset(seed=seed)
+    obs = [env._draw() for _ in range(n)]
+    return obs, {"image": np.stack([o["image"] for o in obs]),
+                 "extra": {"flag": np.array([o["extra"]["flag"] for o in obs]),
+                           "noise": np.stack([o["extra"]["noise"] for o in obs])}}
+
+
+# -- the leaves, numpy side ----------------------------------------------------------------------
+def test_leaves_are_named_by_path_in_the_spaces_order():
+    found = leaves(NESTED)
+    assert [(leaf.name, leaf.shape, leaf.start, leaf.size) for leaf in found] == [
+        ("extra.flag", (2,), 0, 2), ("extra.noise", (3,), 2, 3), ("image", (7, 7, 1), 5, 49)]
+    tuple_leaves = leaves(ImageVectorEnv(layout="tuple").observation_space)
+    assert [leaf.name for leaf in tuple_leaves] == ["item_0", "item_1"]
+    space = FlatObservations(NESTED)
+    assert space.shape == (54,) and space.dtype == np.float32
+    np.testing.assert_array_equal(space.high[5:], 255.0)
+
+
+def test_flatten_one_observation_or_a_batch_and_split_back():
+    space = FlatObservations(NESTED)
+    single, batch = nested_batch(5)
+    flat = flatten(space, batch)
+    assert flat.shape == (5, 54) and flat.dtype == np.float32
+    for i, obs in enumerate(single):  # a batch flattens as its observations one by one
+        np.testing.assert_array_equal(flatten(space, obs), flat[i])
+        np.testing.assert_array_equal(flat[i, :2], np.eye(2)[obs["extra"]["flag"]])  # one-hot
+    leaves_back = split(space, flat)
+    np.testing.assert_array_equal(leaves_back["image"], batch["image"].astype(np.float32))
+    np.testing.assert_array_equal(leaves_back["extra.noise"], batch["extra"]["noise"])
+    with pytest.raises(ValueError, match="has no key 'noise'"):
+        flatten(space, {"image": batch["image"], "extra": {"flag": batch["extra"]["flag"]}})
+
+
+def test_a_leaf_kerasrl_cannot_carry_is_named():
+    env = gym.spaces.Dict({"name": gym.spaces.Text(5), "x": gym.spaces.Box(0, 1, (2,))})
+    with pytest.raises(ValueError, match="leaf 'name' is a Text space"):
+        leaves(env)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "subprocess"])
+def test_vector_envs_carry_flat_observations_and_true_final_ones(vectorization):
+    make = functools.partial(ImageVectorEnv, layout="nested", episode_length=3)
+    envs = make_vec_env(make, 1, vectorization=vectorization)  # one worker: spawning costs 5 s
+    try:
+        assert isinstance(envs.single_observation_space, FlatObservations)
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (1, 54) and obs.dtype == np.float32
+        for _ in range(3):
+            obs, _, terminated, truncated, info = envs.step(np.zeros(1, np.int64))
+        assert truncated.all() and info["final_obs"][0].shape == (54,)
+        assert not np.array_equal(info["final_obs"][0], obs[0])
+    finally:
+        envs.close()
+
+
+# -- networks ------------------------------------------------------------------------------------
+@pytest.mark.backend
+def test_a_leaf_the_default_networks_cannot_encode_names_it_and_says_model():
+    class Video(ImageVectorEnv):
+        def __init__(self):
+            super().__init__()
+            self.observation_space = gym.spaces.Dict({
+                "clip": gym.spaces.Box(0, 1, (2, 8, 8, 1)), "vector": gym.spaces.Box(0, 1, (2,))})
+
+    with pytest.raises(ValueError, match=r"cannot encode observation leaf 'clip'.*Pass model="):
+        kerasrl.DQN(Video, check_env=False)
+
+
+@keras.saving.register_keras_serializable(package="kerasrl_tests")
+class LeafQ(keras.Model):
+    """A subclassed Q-network that reads the leaves from a dict by name."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.flatten = keras.layers.Flatten()
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(4)
+
+    def call(self, inputs):
+        image = self.flatten(inputs["image"]) / 255.0
+        return self.out(self.hidden(keras.ops.concatenate([image, inputs["vector"]], axis=-1)))
+
+
+def functional_q(observation_space, action_space):
+    """A functional Q-network with one named input per leaf (the builder gets the Dict space)."""
+    assert isinstance(observation_space, gym.spaces.Dict)
+    image = keras.Input((7, 7, 1), name="image")
+    vector = keras.Input((2,), name="vector")
+    x = keras.layers.Concatenate()([keras.layers.Flatten()(image) / 255.0, vector])
+    x = keras.layers.Dense(32, activation="relu")(x)
+    return keras.Model({"image": image, "vector": vector},
+                       keras.layers.Dense(int(action_space.n))(x))
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("model", [functional_q, LeafQ])
+def test_a_users_model_receives_the_leaves_by_name(model, tmp_path):
+    user = model(ImageVectorEnv().observation_space, gym.spaces.Discrete(4)) \
+        if model is functional_q else LeafQ()
+    agent = kerasrl.DQN(ImageVectorEnv, model=user, **FAST_DQN)
+    agent.fit(300, progress=False)
+    env = ImageVectorEnv()
+    obs = [env.reset(seed=s)[0] for s in range(8)]
+    batch = {"image": np.stack([o["image"] for o in obs]).astype(np.float32),
+             "vector": np.stack([o["vector"] for o in obs])}
+    agent.sync_model()  # the weights into the Keras models, the user's among them
+    direct = keras.ops.convert_to_numpy(user(batch))  # the user's own model, on its leaves
+    np.testing.assert_allclose(agent.policy.q_values(batch), direct, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="already belongs to another kerasrl agent"):
+        kerasrl.DQN(ImageVectorEnv, model=user, check_env=False)
+    agent.policy.save(tmp_path / "p")
+    loaded = kerasrl.load_policy(tmp_path / "p")
+    np.testing.assert_allclose(loaded.q_values(batch), direct, rtol=1e-5, atol=1e-6)
+
+
+# -- learning ------------------------------------------------------------------------------------
+AGENTS = {
+    "dqn": lambda: kerasrl.DQN(ImageVectorEnv, **FAST_DQN),
+    "dueling_double_dqn": lambda: kerasrl.DQN(ImageVectorEnv, dueling=True, double_q=True,
+                                              **FAST_DQN),
+    "sarsa": lambda: kerasrl.SARSA(ImageVectorEnv, seed=0, n_envs=4, n_steps=8,
+                                   learning_rate=1e-3, exploration_fraction=0.3, gamma=0.5,
+                                   check_env=False),
+    "expected_sarsa": lambda: kerasrl.ExpectedSARSA(ImageVectorEnv, seed=0, n_envs=4, n_steps=8,
+                                                     learning_rate=1e-3, exploration_fraction=0.3,
+                                                     gamma=0.5, check_env=False),
+    "ppo": lambda: kerasrl.PPO(ImageVectorEnv, seed=0, n_envs=4, n_steps=32, batch_size=64,
+                               n_epochs=4, learning_rate=1e-3, gamma=0.5, check_env=False),
+}
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_each_agent_learns_from_the_image_and_the_vector(name):
+    """The right action needs both leaves: one leaf alone earns 5 of 10 per episode, chance 2.5."""
+    agent = AGENTS[name]()
+    agent.fit(2000, progress=False)
+    assert agent.evaluate(episodes=20)["mean_return"] >= 9.5
