@@ -17,7 +17,7 @@ from keras import layers
 from kerasrl import backend, registry
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
-from kerasrl.spaces import FlatObservations, split_layer, structure_of
+from kerasrl.spaces import FlatObservations, SplitLeaves, split_layer, structure_of
 
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
@@ -183,25 +183,31 @@ def encode_leaves(inputs, observation_space: FlatObservations):
     return layers.Concatenate(name="leaf_features")(features)
 
 
+def takes_flat_observations(model: keras.Model) -> bool:
+    """True for a model that splits kerasrl's flat Dict / Tuple observations itself: it holds a
+    `SplitLeaves` layer (the default networks, an adapted user's model, or one loaded from a
+    checkpoint)."""
+    return any(isinstance(layer, SplitLeaves)
+               for layer in model._flatten_layers(include_self=False, recursive=True))
+
+
 def adapt_model(model: keras.Model, observation_space: gym.Space) -> keras.Model:
     """A user's model for a Dict or Tuple observation space, taking the flat vector kerasrl carries:
     the model itself receives a dict {leaf name: (B, *leaf shape)} (a functional model's inputs
-    are matched by name). Any other space: `model` unchanged."""
-    if not isinstance(observation_space, FlatObservations) or getattr(model, "_kerasrl_leaves",
-                                                                          False):
+    are matched by name). Any other space, or a model that takes the flat vector already
+    (`takes_flat_observations`): `model` unchanged."""
+    if not isinstance(observation_space, FlatObservations) or takes_flat_observations(model):
         return model
     inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
     outputs = model(split_layer(observation_space)(inputs))
-    adapted = keras.Model(inputs, outputs, name=f"{model.name}_on_leaves")
-    adapted._kerasrl_leaves = True
     model._kerasrl_owned = True  # its weights are the adapted model's
-    return adapted
+    return keras.Model(inputs, outputs, name=f"{model.name}_on_leaves")
 
 
 def _adapt_critic(critic: keras.Model, observation_space: gym.Space, action_dim: int
                   ) -> keras.Model:
     """`adapt_model` for a critic [observations, actions] -> Q: it receives [leaves dict, actions]."""
-    if not isinstance(observation_space, FlatObservations):
+    if not isinstance(observation_space, FlatObservations) or takes_flat_observations(critic):
         return critic
     observations = keras.Input(shape=tuple(observation_space.shape), name="observation")
     actions = keras.Input(shape=(action_dim,), name="action")

@@ -74,9 +74,7 @@ class DQN(QAgentMixin, Agent):
             if not isinstance(torso, keras.Model):
                 torso = torso(structure_of(self.observation_space), self.action_space)
             torso = adapt_model(torso, self.observation_space)
-        model = dueling(torso, shape, self.n_actions)
-        model._kerasrl_leaves = True  # its torso already takes the flat Dict / Tuple observations
-        return model
+        return dueling(torso, shape, self.n_actions)
 
     def _make_buffer(self):
         cfg = self.config
