@@ -166,6 +166,22 @@ def test_each_agent_learns_from_the_image_and_the_vector(name):
     assert agent.evaluate(episodes=20)["mean_return"] >= 9.5
 
 
+CONTINUOUS = dict(seed=0, learning_starts=200, hidden_sizes=(32, 32), batch_size=64, gamma=0.0,
+                  buffer_size=5000, learning_rate=3e-3, train_freq=8, gradient_steps=8,
+                  check_env=False)
+
+
+@pytest.mark.slow
+@pytest.mark.backend
+@pytest.mark.parametrize("agent_class", [kerasrl.TD3, kerasrl.SAC])
+def test_continuous_agents_learn_from_the_image_and_the_vector(agent_class):
+    """Box actions: the best is +-1 or +-0.25 (side and flag); a return above -0.5 per 10 steps
+    needs both leaves (the side alone earns about -1.4, the flag alone -5.3)."""
+    agent = agent_class(functools.partial(ImageVectorEnv, continuous=True), **CONTINUOUS)
+    agent.fit(1500, progress=False)
+    assert agent.evaluate(episodes=10)["mean_return"] > -0.5
+
+
 @pytest.mark.backend
 def test_dueling_heads_sit_on_the_leaf_encoders():
     agent = kerasrl.DQN(ImageVectorEnv, dueling=True, double_q=True, **FAST_DQN)

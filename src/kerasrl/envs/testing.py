@@ -201,7 +201,8 @@ class ImageVectorEnv(gym.Env):
     `layout`: "dict" `{"image", "vector" Box(0, 1, (2,)) one-hot flag}`; "tuple" `(image, vector)`;
     "nested" `{"image", "extra": {"flag": Discrete(2), "noise": Box(-1, 1, (3,))}}` (noise is
     uninformative). `continuous=True`: a Box(-1, 1, (1,)) action whose best value is
-    `(2 * side - 1) * (0.5 if flag else 1.0)`, reward `-(action - best)^2` (the best return 0).
+    `(2 * side - 1) * (0.25 if flag else 1.0)`, reward `-(action - best)^2`: the best return is 0,
+    the side alone earns about -1.4 per episode, the flag alone -5.3, uniform actions -8.6.
     """
 
     metadata = {"render_modes": []}
@@ -245,7 +246,7 @@ class ImageVectorEnv(gym.Env):
     def best_action(self):
         """The action that pays most now."""
         if self.continuous:
-            return np.array([(2 * self._side - 1) * (0.5 if self._flag else 1.0)], np.float32)
+            return np.array([(2 * self._side - 1) * (0.25 if self._flag else 1.0)], np.float32)
         return 2 * self._side + self._flag
 
     def reset(self, *, seed=None, options=None):
