@@ -160,8 +160,8 @@ def _leaf_cnn(x, leaf):
 
 def encode_leaves(inputs, observation_space: FlatObservations):
     """Features (B, F) of flat Dict / Tuple observations: the leaves split apart, a CNN on each
-    image leaf (H, W, C <= 4, sides >= 7; uint8 scaled by 1/255 inside), vectors and matrices
-    flattened, all concatenated in the leaves' order (the default networks' torso)."""
+    image leaf (H, W, C <= 4, sides >= 7), vectors and matrices flattened, uint8 leaves scaled by
+    1/255 inside, all concatenated in the leaves' order (the default networks' torso)."""
     parts = split_layer(observation_space)(inputs)
     features = []
     for leaf in observation_space.leaves:
@@ -175,8 +175,11 @@ def encode_leaves(inputs, observation_space: FlatObservations):
                 f"({leaf.space}): they read vectors, matrices and images (height, width, "
                 f"channels <= 4). Pass model= a Keras model that takes the leaves by name "
                 f"({names}), as a dict.")
-        elif len(leaf.shape) > 1:
-            x = layers.Flatten(name=f"{leaf.name}_flatten")(x)
+        else:
+            if isinstance(leaf.space, gym.spaces.Box) and leaf.space.dtype == np.uint8:
+                x = layers.Rescaling(1.0 / 255.0, name=f"{leaf.name}_scale")(x)
+            if len(leaf.shape) > 1:
+                x = layers.Flatten(name=f"{leaf.name}_flatten")(x)
         features.append(x)
     if len(features) == 1:
         return features[0]
@@ -457,6 +460,7 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
     """A built critic that maps [observations (B, *obs_shape), actions (B, action_dim)] float32 to
     (B, 1): `critic` is a Keras model, a callable `(observation_space, action_space) ->
     keras.Model`, or None for `default()`. Checked here, when the agent is made."""
+    user_critic = critic is not None
     if critic is None:
         critic = default()
     elif not isinstance(critic, keras.Model):
