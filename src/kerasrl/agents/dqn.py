@@ -21,9 +21,9 @@ from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import adapt_model, dueling, is_image_space, mlp_torso
-from kerasrl.spaces import structure_of
 from kerasrl.policies import epsilon_greedy, random_actions
 from kerasrl.schedules import linear_schedule
+from kerasrl.spaces import structure_of
 
 
 def double_q_target(next_q_target, next_q_online, batch):

@@ -136,7 +136,8 @@ class PPO(Agent):
                 raise TypeError(f"The model builder {getattr(model, '__name__', model)!r} returned "
                                 f"{type(built).__name__}, not a keras.Model.")
             model = built
-        if isinstance(model, keras.Model):  # a Dict / Tuple observation's leaves, by name
+        if isinstance(model, keras.Model) and isinstance(obs_space, FlatObservations):
+            # A Dict / Tuple observation: the model gets the leaves by name.
             if getattr(model, "_kerasrl_owned", False):
                 raise ValueError("This Keras model already belongs to another kerasrl agent; "
                                  "pass a new model, or a function that builds one, as model=.")
