@@ -60,6 +60,22 @@ def test_flatten_one_observation_or_a_batch_and_split_back():
         flatten(space, {"image": batch["image"], "extra": {"flag": batch["extra"]["flag"]}})
 
 
+def test_flatten_matches_gymnasiums_flatten_on_every_leaf_kind():
+    space = gym.spaces.Dict({"b": gym.spaces.MultiBinary(3), "d": gym.spaces.MultiDiscrete([2, 3]),
+                             "s": gym.spaces.Box(0, 1, ()), "m": gym.spaces.Box(-1, 1, (2, 2)),
+                             "t": gym.spaces.Tuple((gym.spaces.Discrete(3, start=1),))})
+    flat_space = FlatObservations(space)
+    assert [leaf.name for leaf in flat_space.leaves] == ["b", "d", "m", "s", "t.item_0"]
+    space.seed(0)
+    samples = [space.sample() for _ in range(20)]
+    expected = np.stack([gym.spaces.flatten(space, o) for o in samples]).astype(np.float32)
+    np.testing.assert_array_equal(np.stack([flatten(flat_space, o) for o in samples]), expected)
+    batch = {key: np.stack([o[key] for o in samples]) for key in ("b", "d", "m", "s")}
+    batch["t"] = (np.array([o["t"][0] for o in samples]),)
+    np.testing.assert_array_equal(flatten(flat_space, batch), expected)
+    assert flat_space.contains(expected[0])
+
+
 def test_a_leaf_kerasrl_cannot_carry_is_named():
     env = gym.spaces.Dict({"name": gym.spaces.Text(5), "x": gym.spaces.Box(0, 1, (2,))})
     with pytest.raises(ValueError, match="leaf 'name' is a Text space"):

@@ -151,12 +151,9 @@ def flatten(space: FlatObservations, obs) -> np.ndarray:
         return obs.astype(np.float32, copy=False)
     values = list(_leaf_values(space.structure, obs))
     first, leaf = np.asarray(values[0]), space.leaves[0]
-    raw_ndim = len(leaf.space.shape) if isinstance(leaf.space, gym.spaces.Box) else (
-        1 if isinstance(leaf.space, gym.spaces.MultiDiscrete) else 0)
-    batch = None if first.ndim == raw_ndim else len(first)
+    batch = None if first.ndim == len(leaf.space.shape) else len(first)  # Discrete: shape ()
     for value, leaf in zip(values, space.leaves):
-        want = (*(() if batch is None else (batch,)),
-                *(leaf.space.shape if not isinstance(leaf.space, gym.spaces.Discrete) else ()))
+        want = (*(() if batch is None else (batch,)), *leaf.space.shape)
         if np.shape(value) != want:
             raise ValueError(f"Observation leaf {leaf.name!r} has shape {np.shape(value)}, "
                              f"expected {want} for {leaf.space}.")
