@@ -257,8 +257,9 @@ class Agent:
                                model_factory=model_factory)
 
     def predict(self, observations, deterministic: bool = True, action_mask=None) -> np.ndarray:
-        """Actions for a batch of observations (or one), as numpy; `action_mask` (Discrete
-        agents): 1 = allowed, one row per observation."""
+        """Actions for a batch of observations (or one), as numpy; for a Dict or Tuple observation
+        space a dict / tuple of arrays (see kerasrl.spaces). `action_mask` (Discrete agents):
+        1 = allowed, one row per observation."""
         if action_mask is None:
             return self.policy.predict(observations, deterministic=deterministic)
         return self.policy.predict(observations, deterministic=deterministic,
