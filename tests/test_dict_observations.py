@@ -98,6 +98,15 @@ def test_vector_envs_carry_flat_observations_and_true_final_ones(vectorization):
         envs.close()
 
 
+def test_the_ray_engines_actors_refuse_dict_observations():
+    from kerasrl.distributed.ray_engine import RolloutWorker
+
+    spec = {"algorithm": "dqn", "env": ImageVectorEnv, "n_envs": 1, "vectorization": "sync",
+            "models": [], "seed": 0}
+    with pytest.raises(NotImplementedError, match="Dict observations.*engine='local'"):
+        RolloutWorker(spec)
+
+
 # -- networks ------------------------------------------------------------------------------------
 @pytest.mark.backend
 def test_a_leaf_the_default_networks_cannot_encode_names_it_and_says_model():
