@@ -23,7 +23,7 @@ SB3/SBX and kerasrl's Python loop on Gymnasium's CartPole-v1), the same as bench
 Peers in the same run (`--peers`): rejax, SB3, SBX (benchmarks/peers.py; their periodic evaluation
 is off the clock) and kerasrl's Python loop (benchmarks/kerasrl_runs.py). Many seeds (`--seeds 1
 16`) run for kerasrl on the backends of `--many-seeds-backends` (default JAX, the one that vmaps)
-and for rejax.
+and for rejax, on the settings of `--many-seeds-settings` (default per-step DQN and PPO).
 
 Needs `pip install rejax==0.1.3 gymnax==0.0.9` for the rejax rows (rejax breaks on gymnax 1.x; the
 `bench` extra installs both); without them those rows say "not installed". Nothing is downloaded
@@ -175,6 +175,8 @@ def drive(args) -> None:
     rows = []
     for setting in args.settings:
         for seeds in args.seeds:
+            if seeds > 1 and setting not in args.many_seeds_settings:
+                continue
             backends = args.backends if seeds == 1 else [b for b in args.backends if b in args.many_seeds_backends]
             runs = [("kerasrl", b) for b in backends]
             if "rejax" in args.peers:
@@ -228,6 +230,7 @@ def main(argv=None) -> None:
     parser.add_argument("--backends", nargs="+", default=["jax", "tensorflow", "torch"])
     parser.add_argument("--core", type=int, default=1)
     parser.add_argument("--many-seeds-backends", nargs="+", default=["jax"])
+    parser.add_argument("--many-seeds-settings", nargs="+", default=["dqn-step", "ppo-zoo"])
     parser.add_argument("--peers", nargs="+", default=["rejax", "sbx", "sb3", "python-jax"],
                         help="rejax, sbx, sb3, python-jax|python-tensorflow|python-torch; --peers none for none")
     parser.add_argument("--json")
