@@ -195,6 +195,9 @@ def drive(args) -> None:
                 result = result or {"error": "the run failed (see its output above)"}
                 rows.append((setting, seeds, library, backend, result))
                 print(setting, seeds, library, backend, result, flush=True)
+    Path(args.out).with_suffix(".json").write_text(json.dumps(
+        {"cpu": cpu_model(), "rows": [dict(setting=a, seeds=b, library=c, backend=d, **r) for a, b, c, d, r in rows]},
+        indent=1))
     lines = [f"# Compiled loop vs rejax, SBX and SB3 (CartPole), one core each (`taskset -c {args.core}`)", "",
              f"CPU: {cpu_model()}. Steps/s count env steps over all seeds. Python-loop rows (kerasrl's `python-*`, "
              "SB3, SBX) give steps/s with compilation included and evaluation excluded.", "",
@@ -214,9 +217,6 @@ def drive(args) -> None:
     lines += ["", "dqn-zoo on rejax: 2 envs x 1 gradient step per iteration (the same 0.5 updates per env step; "
               "rejax has no train_freq/gradient_steps pair like the zoo's 256/128)."]
     Path(args.out).write_text("\n".join(lines) + "\n")
-    Path(args.out).with_suffix(".json").write_text(json.dumps(
-        {"cpu": cpu_model(), "rows": [dict(setting=a, seeds=b, library=c, backend=d, **r) for a, b, c, d, r in rows]},
-        indent=1))
     print("\n".join(lines))
 
 
