@@ -60,14 +60,14 @@ KERASRL = {
                     learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear"),
 }
 REJAX = {  # rejax 0.1.3 names
-    "dqn-zoo": ("dqn", dict(num_envs=2, gradient_steps=1, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+    "dqn-zoo": ("dqn", dict(num_envs=2, num_epochs=1, polyak=0.0, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
                             fill_buffer=1000, gamma=0.99, target_update_freq=10, eps_start=1.0, eps_end=0.04,
                             exploration_fraction=0.16, ddqn=False,
-                            agent_kwargs={"hidden_layer_sizes": (256, 256), "activation": "relu"})),
-    "dqn-step": ("dqn", dict(num_envs=1, gradient_steps=1, learning_rate=2.3e-3, batch_size=32, buffer_size=100_000,
+                            agent_kwargs={"activation": "relu"})),  # rejax 0.1.3's DQN net is fixed at 64x64
+    "dqn-step": ("dqn", dict(num_envs=1, num_epochs=1, polyak=0.0, learning_rate=2.3e-3, batch_size=32, buffer_size=100_000,
                              fill_buffer=1000, gamma=0.99, target_update_freq=10, eps_start=1.0, eps_end=0.04,
                              exploration_fraction=0.16, ddqn=False,
-                             agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "relu"})),
+                             agent_kwargs={"activation": "relu"})),  # 64x64, fixed in rejax 0.1.3
     "ppo-zoo": ("ppo", dict(num_envs=8, num_steps=32, num_epochs=20, num_minibatches=1, learning_rate=1e-3,
                             gamma=0.98, gae_lambda=0.8, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
                             agent_kwargs={"activation": "tanh"})),
