@@ -141,12 +141,12 @@ def run_actions():
 
     explore = dqn_module.epsilon_greedy
 
-    def record_kept(greedy_actions, n_actions, epsilon, rng):
+    def record_kept(greedy_actions, n_actions, epsilon, rng, masks=None):
         # The same draw as epsilon_greedy's first one, on a copy of the generator.
         probe = np.random.Generator(type(rng.bit_generator)())
         probe.bit_generator.state = rng.bit_generator.state
         kept.append(bool(probe.random(np.shape(greedy_actions)).reshape(-1)[0] >= epsilon))
-        return explore(greedy_actions, n_actions, epsilon, rng)
+        return explore(greedy_actions, n_actions, epsilon, rng, masks)
 
     agent._act_greedy = record_greedy
     dqn_module.epsilon_greedy = record_kept

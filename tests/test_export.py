@@ -51,6 +51,23 @@ def test_q_policy_exports_match(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_masked_policy_exports_take_the_mask(tmp_path, fmt):
+    """action_mask=True: the artifact's second input is the mask, and its argmax obeys it."""
+    from kerasrl.envs.testing import MaskedChoiceEnv
+
+    for agent_class in (kerasrl.DQN, kerasrl.PPO):
+        policy = agent_class(lambda: MaskedChoiceEnv(4), seed=0, check_env=False).policy
+        suffix = ".onnx" if fmt == "onnx" else ""
+        path = policy.export(tmp_path / f"{agent_class.__name__}{suffix}", format=fmt,
+                             include_values=True, action_mask=True)
+        figures = compare_export(policy, path, fmt, n=1000, action_mask=True)
+        assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
+    with pytest.raises(ExportError, match="action_mask=True needs a Discrete"):
+        kerasrl.PPO("Pendulum-v1", seed=0, check_env=False).policy.export(
+            tmp_path / "x", format=fmt, action_mask=True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_ppo_policy_exports_match(tmp_path, fmt):
     agent = kerasrl.PPO("CartPole-v1", seed=0, n_steps=32, batch_size=16, n_epochs=1,
                         normalize_observations=True)

@@ -3,7 +3,9 @@
 What is exported is `policy.inference_model()`: one Keras model from raw observations (float32) to
 actions, with the policy's preprocessing (observation normalization, scaling inside the network)
 and the action choice (argmax, or the Gaussian mean clipped to the bounds) inside; with
-`include_values=True` the Q-values (or logits, or means) are a second output.
+`include_values=True` the Q-values (or logits, or means) are a second output. With
+`action_mask=True` (Discrete policies) the artifact takes a second input, "action_mask"
+(B, n_actions) float32, 1 = allowed, and its argmax runs over the allowed actions only.
 
 Every export checks itself before returning: it runs the artifact (onnxruntime, or
 `tf.saved_model.load`) on a sample of observations and compares with the policy. Any action that
@@ -41,9 +43,34 @@ def sample_observations(space: gym.Space, n: int, seed: int = 0) -> np.ndarray:
     return np.where(bounded, uniform, normal).astype(np.float32)
 
 
+def sample_action_masks(n_actions: int, n: int, seed: int = 0) -> np.ndarray:
+    """`n` random (n_actions,) float32 masks, each allowing at least one action."""
+    rng = np.random.default_rng(seed)
+    masks = rng.random((n, n_actions)) < 0.5
+    masks[np.arange(n), rng.integers(0, n_actions, n)] = True
+    return masks.astype(np.float32)
+
+
+def _check_inputs(policy, n: int, action_mask: bool, seed: int):
+    """Sample observations (and masks) for checking an export: the artifact's inputs."""
+    observations = sample_observations(policy.observation_space, n, seed=seed)
+    if not action_mask:
+        return [observations]
+    if not isinstance(policy.action_space, gym.spaces.Discrete):
+        raise ExportError(f"action_mask=True needs a Discrete action space; this policy acts in "
+                          f"{policy.action_space}.")
+    return [observations, sample_action_masks(int(policy.action_space.n), n, seed)]
+
+
 def export_policy(policy, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
-                  n_check: int = 256) -> Path:
-    """Export `policy` to `path` and check the artifact against it. Returns the path."""
+                  n_check: int = 256, action_mask: bool | None = None) -> Path:
+    """Export `policy` to `path` and check the artifact against it. Returns the path.
+
+    `action_mask=True`: the artifact takes the action mask as a second input (see above); None:
+    when the policy was trained on an env with action masks (`policy.action_masks`).
+    """
+    if action_mask is None:
+        action_mask = bool(getattr(policy, "action_masks", False))
     from kerasrl import backend
 
     if format not in FORMATS:
@@ -56,9 +83,11 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
             "kerasrl.load_policy(path).export(..., format='saved_model') under "
             "KERAS_BACKEND=tensorflow. ONNX export works from PyTorch.")
     path = Path(path)
-    model = policy.inference_model(include_values=include_values)
-    observations = sample_observations(policy.observation_space, n_check)
-    model(observations[:2])  # a model that has never been called cannot be exported
+    inputs = _check_inputs(policy, n_check, action_mask, seed=0)
+    model = (policy.inference_model(include_values=include_values, action_mask=True)
+             if action_mask else policy.inference_model(include_values=include_values))
+    # A model that has never been called cannot be exported.
+    model([x[:2] for x in inputs] if action_mask else inputs[0][:2])
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if format == "onnx":
@@ -74,8 +103,9 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
         raise ExportError(f"{format} export from the {backend.NAME} backend needs a package that "
                           f"is not installed ({error}). Install it with: pip install "
                           f"'kerasrl[export]'") from error
-    outputs = run_export(path, format, observations)
-    check_outputs(policy, observations, outputs, include_values, f"{format} export {path}")
+    outputs = run_export(path, format, *inputs)
+    check_outputs(policy, inputs[0], outputs, include_values, f"{format} export {path}",
+                  masks=inputs[1] if action_mask else None)
     return path
 
 
@@ -86,24 +116,34 @@ def _require(module: str, package: str) -> None:
         raise ExportError(f"Export needs {package}: pip install 'kerasrl[export]'")
 
 
-def run_export(path: Path, format: str, observations: np.ndarray) -> list[np.ndarray]:  # noqa: A002
-    """The outputs of an exported artifact on `observations`, as numpy."""
+def run_export(path: Path, format: str, observations: np.ndarray,  # noqa: A002
+               masks: np.ndarray | None = None) -> list[np.ndarray]:
+    """The outputs of an exported artifact on `observations` (and action `masks`, for an
+    artifact with the mask input), as numpy."""
     if format == "onnx":
         _require("onnxruntime", "onnxruntime")
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        return [np.asarray(o) for o in session.run(None, {name: observations})]
+        names = [i.name for i in session.get_inputs()]
+        feeds = {names[0]: observations}
+        if masks is not None:
+            if len(names) < 2:
+                raise ExportError(f"{path} has no action-mask input (export it with "
+                                  f"action_mask=True).")
+            feeds[names[1]] = masks
+        return [np.asarray(o) for o in session.run(None, feeds)]
     # Reading a SavedModel back needs TensorFlow itself (Keras wrote it with TensorFlow too).
     from kerasrl.backend.saved_model import run_saved_model
 
-    return run_saved_model(path, observations)
+    return run_saved_model(path, observations, masks)
 
 
-def check_outputs(policy, observations, outputs, include_values: bool, what: str) -> dict:
+def check_outputs(policy, observations, outputs, include_values: bool, what: str,
+                  masks: np.ndarray | None = None) -> dict:
     """Compare an artifact's outputs with the policy's; raise ExportError on any difference."""
-    expected_actions = np.asarray(policy.predict(observations, deterministic=True))
+    masked = {} if masks is None else {"action_mask": masks}
+    expected_actions = np.asarray(policy.predict(observations, deterministic=True, **masked))
     actions = np.asarray(outputs[0]).reshape(expected_actions.shape)
     figures = {}
     if np.issubdtype(expected_actions.dtype, np.integer):
@@ -132,13 +172,18 @@ def check_outputs(policy, observations, outputs, include_values: bool, what: str
     return figures
 
 
-def compare_export(policy, path, format: str = "onnx", n: int = 1000, seed: int = 1) -> dict:  # noqa: A002
-    """Figures (actions differing, max value difference) of an export against the policy."""
-    observations = sample_observations(policy.observation_space, n, seed=seed)
-    outputs = run_export(Path(path), format, observations)
-    return check_outputs(policy, observations, outputs, len(outputs) > 1, f"{format} export {path}")
+def compare_export(policy, path, format: str = "onnx", n: int = 1000, seed: int = 1,  # noqa: A002
+                   action_mask: bool | None = None) -> dict:
+    """Figures (actions differing, max value difference) of an export against the policy;
+    `action_mask` as in `export_policy`."""
+    if action_mask is None:
+        action_mask = bool(getattr(policy, "action_masks", False))
+    inputs = _check_inputs(policy, n, action_mask, seed)
+    outputs = run_export(Path(path), format, *inputs)
+    return check_outputs(policy, inputs[0], outputs, len(outputs) > 1, f"{format} export {path}",
+                         masks=inputs[1] if action_mask else None)
 
 
 __all__ = ["ExportError", "FORMATS", "VALUE_TOLERANCE", "compare_export", "export_policy",
-           "sample_observations"]
+           "sample_action_masks", "sample_observations"]
 _ = tempfile  # (kept for callers that export to a temporary folder)

@@ -31,17 +31,32 @@ def select(values, actions):
     return ops.take_along_axis(values, ops.expand_dims(actions, -1), axis=-1)[..., 0]
 
 
-def q_learning_target(next_q_target, rewards, discounts, next_q_online=None):
+# A masked action's value or logit: the float32 minimum, not -inf, so that a masked entry times a
+# zero probability (or a zero discount) is 0, never NaN.
+MASKED_VALUE = -3.4028234663852886e38
+
+
+def mask_values(values, masks):
+    """`values` (B, A) with the actions that `masks` (B, A) bool forbids at MASKED_VALUE; no
+    mask (None) leaves them as they are."""
+    if masks is None:
+        return values
+    return ops.where(masks, values, ops.full_like(values, MASKED_VALUE))
+
+
+def q_learning_target(next_q_target, rewards, discounts, next_q_online=None, next_masks=None):
     """`r + discount * max_a Q_target(s', a)`, or Double DQN when `next_q_online` is given.
 
     Double DQN (van Hasselt et al., 2016) picks the next action with the online network and values
     it with the target network. `discounts` is gamma**n for a transition that bootstraps and 0 for
-    one that ended in a terminal state: a time-limit truncation still bootstraps.
+    one that ended in a terminal state: a time-limit truncation still bootstraps. With
+    `next_masks` (B, A) bool, the max (and Double DQN's argmax) runs over the allowed actions of s'.
     """
     if next_q_online is None:
-        next_value = ops.max(next_q_target, axis=-1)
+        next_value = ops.max(mask_values(next_q_target, next_masks), axis=-1)
     else:
-        next_value = select(next_q_target, ops.argmax(next_q_online, axis=-1))
+        next_value = select(next_q_target,
+                            ops.argmax(mask_values(next_q_online, next_masks), axis=-1))
     return ops.stop_gradient(rewards + discounts * next_value)
 
 
@@ -50,21 +65,33 @@ def sarsa_target(next_q_target, next_actions, rewards, discounts):
     return ops.stop_gradient(rewards + discounts * select(next_q_target, next_actions))
 
 
-def epsilon_greedy_probs(q, epsilon):
-    """Action probabilities of the epsilon-greedy policy over `q` (B, A); ties go to the first max."""
+def epsilon_greedy_probs(q, epsilon, masks=None):
+    """Action probabilities of the epsilon-greedy policy over `q` (B, A); ties go to the first max.
+
+    With `masks` (B, A) bool: greedy over the allowed actions, and epsilon spread uniformly over
+    them only (a masked action has probability exactly 0).
+    """
     n_actions = q.shape[-1]
-    greedy = ops.one_hot(ops.argmax(q, axis=-1), n_actions, dtype=q.dtype)
-    return (1.0 - epsilon) * greedy + epsilon / n_actions
+    greedy = ops.one_hot(ops.argmax(mask_values(q, masks), axis=-1), n_actions, dtype=q.dtype)
+    if masks is None:
+        return (1.0 - epsilon) * greedy + epsilon / n_actions
+    allowed = ops.cast(masks, q.dtype)
+    n_allowed = ops.sum(allowed, axis=-1, keepdims=True)
+    return (1.0 - epsilon) * greedy + epsilon * allowed / n_allowed
 
 
-def expected_sarsa_target(next_q_target, rewards, discounts, epsilon, next_q_online=None):
+def expected_sarsa_target(next_q_target, rewards, discounts, epsilon, next_q_online=None,
+                          next_masks=None):
     """`r + discount * sum_a pi(a|s') Q_target(s', a)`, pi epsilon-greedy (van Seijen et al., 2009).
 
     pi is greedy with respect to `next_q_online` when given (the behaviour policy's network),
-    else with respect to the target network.
+    else with respect to the target network; with `next_masks` (B, A) bool, over the allowed
+    actions of s' only.
     """
     greedy_over = next_q_target if next_q_online is None else next_q_online
-    probs = epsilon_greedy_probs(greedy_over, epsilon)
+    probs = epsilon_greedy_probs(greedy_over, epsilon, next_masks)
+    if next_masks is not None:  # 0 * a huge masked-out Q-value stays out of the sum
+        next_q_target = ops.where(next_masks, next_q_target, ops.zeros_like(next_q_target))
     next_value = ops.sum(probs * next_q_target, axis=-1)
     return ops.stop_gradient(rewards + discounts * next_value)
 
@@ -85,12 +112,19 @@ _LOG_2PI = 1.8378770664093453  # log(2 * pi)
 
 
 def categorical_log_prob(logits, actions):
-    """log pi(a | s) of a categorical policy: (B, A) logits and (B,) int actions to (B,)."""
+    """log pi(a | s) of a categorical policy: (B, A) logits and (B,) int actions to (B,).
+
+    For a masked policy pass `mask_values(logits, masks)`: masked actions get probability 0.
+    """
     return select(ops.log_softmax(logits, axis=-1), actions)
 
 
 def categorical_entropy(logits):
-    """Entropy of the categorical distribution of each row of (B, A) logits, (B,)."""
+    """Entropy of the categorical distribution of each row of (B, A) logits, (B,).
+
+    With masked logits (`mask_values`) it is the entropy over the allowed actions: a masked
+    action's probability is exactly 0 and its term 0 * (finite log-probability) is 0.
+    """
     log_probs = ops.log_softmax(logits, axis=-1)
     return -ops.sum(ops.exp(log_probs) * log_probs, axis=-1)
 

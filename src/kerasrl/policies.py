@@ -13,6 +13,7 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.checkpoint import save_policy
 from kerasrl.export import export_policy
+from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
 from kerasrl.networks import stateless_apply
 
 
@@ -53,6 +54,8 @@ class Policy:
 
     policy_type: str = ""
     model: keras.Model
+    # True when trained on an env with action masks: exports then take the mask as an input.
+    action_masks: bool = False
 
     def predict(self, observations, deterministic: bool = True) -> np.ndarray:
         """Actions for a batch of observations (or one observation)."""
@@ -84,10 +87,14 @@ class Policy:
         return save_policy(self, path, weights_only=weights_only)
 
     def export(self, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
-               n_check: int = 256):
-        """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy."""
+               n_check: int = 256, action_mask: bool | None = None):
+        """Export to ONNX (a file) or a TF SavedModel (a folder), checked against this policy.
+
+        `action_mask=True` (Discrete policies): the artifact takes a second input "action_mask"
+        (B, n_actions) float32, 1 = allowed, and never picks a masked action. None (default):
+        True when the policy was trained on an env with action masks."""
         return export_policy(self, path, format=format, include_values=include_values,
-                             n_check=n_check)
+                             n_check=n_check, action_mask=action_mask)
 
 
 class QPolicy(Policy):
@@ -100,11 +107,16 @@ class QPolicy(Policy):
 
     policy_type = "q"
 
-    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space):
+    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
+                 action_masks: bool = False):
         self.model = model
         self.observation_space = observation_space
         self.action_space = action_space
+        self.action_masks = bool(action_masks)
         self._forward = forward_fn(model)
+
+    def get_config(self) -> dict:
+        return {"action_masks": True} if self.action_masks else {}
 
     def _batch(self, observations) -> tuple[np.ndarray, bool]:
         obs = np.asarray(observations, dtype=np.float32)
@@ -131,17 +143,23 @@ class QPolicy(Policy):
         return q[0] if single else q
 
     def predict(self, observations, deterministic: bool = True, epsilon: float = 0.05,
-                rng: np.random.Generator | None = None) -> np.ndarray:
+                rng: np.random.Generator | None = None, action_mask=None) -> np.ndarray:
         """Actions for a batch of observations (or one observation).
 
         Deterministic: argmax of Q. Otherwise epsilon-greedy with `epsilon`, drawn with `rng`.
+        `action_mask` (B, n_actions), or (n_actions,) for one observation, 1 = allowed: the
+        argmax and the random actions are then over the allowed actions only.
         """
         q = self.q_values(observations)
-        actions = np.argmax(q, axis=-1)
+        single = q.ndim == 1
+        q2 = q[None] if single else q
+        masks = None if action_mask is None else batch_masks(
+            action_mask, len(q2), single, q2.shape[-1], "QPolicy.predict(action_mask=...)")
+        actions = masked_argmax(q2, masks)
         if not deterministic:
             rng = rng if rng is not None else np.random.default_rng()
-            actions = epsilon_greedy(actions, q.shape[-1], epsilon, rng)
-        return actions
+            actions = epsilon_greedy(actions, q2.shape[-1], epsilon, rng, masks)
+        return actions[0] if single else actions
 
     __call__ = predict
 
@@ -149,13 +167,20 @@ class QPolicy(Policy):
         """The Q-values (what include_values exports beside the actions)."""
         return self.q_values(observations)
 
-    def inference_model(self, include_values: bool = False) -> keras.Model:
-        """Observations -> greedy actions (argmax of Q) [, Q-values], in inference mode."""
+    def inference_model(self, include_values: bool = False, action_mask: bool = False
+                        ) -> keras.Model:
+        """Observations -> greedy actions (argmax of Q) [, Q-values], in inference mode.
+
+        `action_mask=True`: a second input "action_mask" (B, n_actions) float32, 1 = allowed; the
+        argmax is over the allowed actions (the Q-values output stays unmasked).
+        """
         inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
                              name="observation")
         q = self.model(inputs, training=False)
-        actions = exportable_argmax(q)
-        return keras.Model(inputs, [actions, q] if include_values else actions,
+        mask = mask_input(q.shape[-1]) if action_mask else None
+        actions = exportable_argmax(q if mask is None else exportable_mask(q, mask))
+        model_inputs = inputs if mask is None else [inputs, mask]
+        return keras.Model(model_inputs, [actions, q] if include_values else actions,
                            name="q_policy")
 
 
@@ -173,14 +198,37 @@ def exportable_argmax(x):
     return keras.ops.min(index, axis=-1)
 
 
+def mask_input(n_actions: int):
+    """The exported models' second input: (B, n_actions) float32, 1 = allowed, 0 = masked."""
+    return keras.Input(shape=(n_actions,), dtype="float32", name="action_mask")
+
+
+def exportable_mask(x, mask):
+    """`x` with masked entries at the float32 minimum, in ops that ONNX expresses."""
+    floor = keras.ops.full_like(x, float(np.finfo(np.float32).min))
+    return keras.ops.where(keras.ops.greater(mask, 0.5), x, floor)
+
+
 def epsilon_greedy(greedy_actions: np.ndarray, n_actions: int, epsilon: float,
-                   rng: np.random.Generator) -> np.ndarray:
+                   rng: np.random.Generator, masks: np.ndarray | None = None) -> np.ndarray:
     """Replace each action by a uniform one with probability epsilon (numpy-side, so that every
-    backend draws the same numbers from the same seed)."""
+    backend draws the same numbers from the same seed). With `masks` (B, n_actions) bool the
+    uniform action is drawn among each row's allowed actions (`greedy_actions` must be allowed)."""
     greedy_actions = np.asarray(greedy_actions)
     explore = rng.random(greedy_actions.shape) < epsilon
-    random_actions = rng.integers(0, n_actions, size=greedy_actions.shape)
+    if masks is None:
+        random_actions = rng.integers(0, n_actions, size=greedy_actions.shape)
+    else:
+        random_actions = uniform_allowed(masks, rng)
     return np.where(explore, random_actions, greedy_actions)
+
+
+def random_actions(n_actions: int, size: int, rng: np.random.Generator,
+                   masks: np.ndarray | None = None) -> np.ndarray:
+    """`size` uniform actions (warm-up), among each row's allowed ones when `masks` is given."""
+    if masks is None:
+        return rng.integers(0, n_actions, size=size)
+    return uniform_allowed(masks, rng)
 
 
 # -- actor-critic policies (PPO) -----------------------------------------------------------------
@@ -328,14 +376,23 @@ class ActorCriticPolicy(Policy):
         return out[0, 0] if single else out[:, 0]
 
     def predict(self, observations, deterministic: bool = True,
-                rng: np.random.Generator | None = None) -> np.ndarray:
+                rng: np.random.Generator | None = None, action_mask=None) -> np.ndarray:
         """Actions for a batch of observations (or one observation), numpy.
 
         Deterministic: argmax of the logits, or the Gaussian mean. Otherwise sampled with `rng`.
+        `action_mask` (B, n_actions), or (n_actions,) for one observation, 1 = allowed (Discrete
+        only): masked actions get probability exactly 0.
         """
         obs, single = self._batch(observations)
         out = self._call(self._forward, self.model, self.normalize(obs))
         params = np.asarray(out[0] if self.shared else out)
+        if action_mask is not None:
+            if not self.discrete:
+                raise ValueError("action_mask applies to Discrete action spaces; this policy "
+                                 f"acts in {self.action_space}.")
+            params = masked_logits(params, batch_masks(
+                action_mask, len(params), single, params.shape[-1],
+                "ActorCriticPolicy.predict(action_mask=...)"))
         if self.discrete:
             if deterministic:
                 actions = np.argmax(params, axis=-1)
@@ -361,6 +418,8 @@ class ActorCriticPolicy(Policy):
     def get_config(self) -> dict:
         config = {"shared": self.shared, "clip_obs": float(self.clip_obs),
                   "log_std": None if self.log_std is None else self.log_std.tolist()}
+        if self.action_masks:
+            config["action_masks"] = True
         if self.obs_rms is not None:  # float64 values round-trip exactly through JSON
             config["obs_rms"] = {"mean": self.obs_rms.mean.tolist(),
                                  "var": self.obs_rms.var.tolist(), "count": self.obs_rms.count}
@@ -373,17 +432,26 @@ class ActorCriticPolicy(Policy):
             obs_rms = RunningMeanStd(observation_space.shape)
             obs_rms.load_state_dict({k: np.asarray(v) for k, v in config["obs_rms"].items()})
         log_std = config.get("log_std")
-        return cls(models["model"], observation_space, action_space,
-                   value_model=models.get("value_model"), shared=bool(config.get("shared")),
-                   log_std=None if log_std is None else np.asarray(log_std, np.float32),
-                   obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+        policy = cls(models["model"], observation_space, action_space,
+                     value_model=models.get("value_model"), shared=bool(config.get("shared")),
+                     log_std=None if log_std is None else np.asarray(log_std, np.float32),
+                     obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+        policy.action_masks = bool(config.get("action_masks", False))
+        return policy
 
     def raw_outputs(self, observations) -> np.ndarray:
         """The logits or Gaussian means (what include_values exports beside the actions)."""
         return self.distribution(observations)
 
-    def inference_model(self, include_values: bool = False) -> keras.Model:
-        """Observations -> normalization -> network -> mode of the distribution [, its outputs]."""
+    def inference_model(self, include_values: bool = False, action_mask: bool = False
+                        ) -> keras.Model:
+        """Observations -> normalization -> network -> mode of the distribution [, its outputs].
+
+        `action_mask=True` (Discrete): a second input "action_mask" (B, n_actions) float32, 1 =
+        allowed; the argmax is over the allowed actions (the logits output stays unmasked).
+        """
+        if action_mask and not self.discrete:
+            raise ValueError("action_mask applies to Discrete action spaces only.")
         inputs = keras.Input(shape=tuple(self.observation_space.shape), dtype="float32",
                              name="observation")
         x = inputs
@@ -393,12 +461,14 @@ class ActorCriticPolicy(Policy):
             x = keras.ops.clip((x - mean) * inv_std, -self.clip_obs, self.clip_obs)
         out = self.model(x, training=False)
         out = out[0] if self.shared else out
+        mask = mask_input(out.shape[-1]) if action_mask else None
         if self.discrete:
-            actions = exportable_argmax(out)
+            actions = exportable_argmax(out if mask is None else exportable_mask(out, mask))
         else:
             actions = keras.ops.clip(out, self.action_space.low.astype(np.float32),
                                      self.action_space.high.astype(np.float32))
-        return keras.Model(inputs, [actions, out] if include_values else actions,
+        model_inputs = inputs if mask is None else [inputs, mask]
+        return keras.Model(model_inputs, [actions, out] if include_values else actions,
                            name="actor_critic_policy")
 
 

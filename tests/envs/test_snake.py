@@ -409,3 +409,42 @@ def test_vector_env_seeds_and_reset_mask():
     obs, info = envs.reset(options={"reset_mask": np.array([False, True, False, False])})
     np.testing.assert_array_equal(obs[[0, 2, 3]], before[[0, 2, 3]])
     assert info["fruits_eaten"].shape == (4,)
+
+
+def test_deadly_move_masks_match_the_rules_and_the_single_game():
+    """mask_deadly_moves=True: a move is masked exactly when taking it dies at once (unless every
+    move dies), and the vector env's masks, final masks included, are the single games'."""
+    import copy
+
+    n = 6
+    vec = SnakeVectorEnv(n, height=5, width=5, max_steps_without_fruit=30, mask_deadly_moves=True,
+                         autoreset_mode=AutoresetMode.SAME_STEP)
+    games = [Snake(height=5, width=5, max_steps_without_fruit=30, mask_deadly_moves=True)
+             for _ in range(n)]
+    _, info = vec.reset(seed=3)
+    masks = np.stack([g.reset(seed=3 + i)[1]["action_mask"] for i, g in enumerate(games)])
+    np.testing.assert_array_equal(info["action_mask"], masks)
+    rng, ended = np.random.default_rng(0), 0
+    for _ in range(400):
+        for game, mask in zip(games, masks):
+            dies = []
+            for action in range(3):
+                _, reward, terminated, _, _ = copy.deepcopy(game).step(action)
+                dies.append(terminated and reward == DEATH_REWARD)
+            expected = np.ones(3, np.int8) if all(dies) else 1 - np.array(dies, np.int8)
+            np.testing.assert_array_equal(mask, expected)
+        actions = rng.integers(0, 3, n)
+        obs, _, _, _, info = vec.step(actions)
+        masks = []
+        for i, game in enumerate(games):
+            game_obs, _, terminated, truncated, game_info = game.step(int(actions[i]))
+            if terminated or truncated:
+                ended += 1
+                np.testing.assert_array_equal(info["final_info"]["action_mask"][i],
+                                              game_info["action_mask"])
+                game_obs, game_info = game.reset()
+            np.testing.assert_array_equal(obs[i], game_obs)
+            masks.append(game_info["action_mask"])
+        np.testing.assert_array_equal(info["action_mask"], np.stack(masks))
+    assert ended > 50
+    assert "action_mask" not in Snake().reset(seed=0)[1]  # off by default

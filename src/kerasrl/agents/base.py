@@ -24,6 +24,7 @@ from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
+from kerasrl.masks import final_masks, masks_from_info
 from kerasrl.schedules import linear_schedule
 
 
@@ -42,6 +43,9 @@ class LoopState:
     """Env steps taken, over all envs: the schedules' position."""
     total_steps: int | None = None
     """The run's length that the schedules span (the last `fit`'s total_steps); None before one."""
+    action_masks: np.ndarray | None = None
+    """(n_envs, n_actions) bool: the allowed actions at `observations`, for an env with action
+    masks (Discrete agents); None otherwise."""
 
     @classmethod
     def start(cls, n_envs: int) -> LoopState:
@@ -60,6 +64,8 @@ class LoopState:
                   "loop/episode_lengths": self.episode_lengths.copy()}
         if self.observations is not None:
             arrays["loop/observations"] = np.array(self.observations)
+        if self.action_masks is not None:
+            arrays["loop/action_masks"] = np.array(self.action_masks)
         return arrays, {"num_timesteps": self.num_timesteps, "total_steps": self.total_steps}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -68,6 +74,8 @@ class LoopState:
         self.episode_lengths[...] = arrays["loop/episode_lengths"]
         self.observations = (np.array(arrays["loop/observations"])
                              if "loop/observations" in arrays else None)
+        self.action_masks = (np.array(arrays["loop/action_masks"])
+                             if "loop/action_masks" in arrays else None)
         self.num_timesteps = int(meta["num_timesteps"])
         total = meta.get("total_steps")
         self.total_steps = None if total is None else int(total)
@@ -83,6 +91,8 @@ class Agent:
 
     config_class: type[CommonConfig] = CommonConfig
     algorithm: str = "agent"
+    # Discrete agents set this to n_actions: the env's action masks are then read and obeyed.
+    _mask_size: int | None = None
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
         if config is None:
@@ -123,7 +133,10 @@ class Agent:
         raise NotImplementedError
 
     def _act_greedy(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic actions for a batch of float32 observations, from the learner's weights."""
+        """Deterministic actions for a batch of float32 observations, from the learner's weights.
+
+        Agents with `_mask_size` also take `action_masks=` (B, n_actions) bool (only passed when
+        the env has masks)."""
         raise NotImplementedError
 
     def sync_model(self) -> None:
@@ -149,11 +162,6 @@ class Agent:
     @num_timesteps.setter
     def num_timesteps(self, value: int) -> None:
         self.loop.num_timesteps = value
-
-    def reset_envs(self, seed: int | None = None) -> None:
-        """Start a new episode in every env (`env.reset(seed=seed)`); the step count goes on."""
-        observations, _ = self.env.reset(seed=seed)
-        self.loop.restart(observations)
 
     def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
             log_dir=None, log_interval: int | None = None,
@@ -248,9 +256,36 @@ class Agent:
         return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
                                model_factory=model_factory)
 
-    def predict(self, observations, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of observations (or one), as numpy."""
-        return self.policy.predict(observations, deterministic=deterministic)
+    def predict(self, observations, deterministic: bool = True, action_mask=None) -> np.ndarray:
+        """Actions for a batch of observations (or one), as numpy; `action_mask` (Discrete
+        agents): 1 = allowed, one row per observation."""
+        if action_mask is None:
+            return self.policy.predict(observations, deterministic=deterministic)
+        return self.policy.predict(observations, deterministic=deterministic,
+                                   action_mask=action_mask)
+
+    def reset_envs(self, seed: int | None = None) -> None:
+        """Start a new episode in every env (`env.reset(seed=seed)`) and read their first action
+        masks; the step count goes on."""
+        observations, info = self.env.reset(seed=seed)
+        self.loop.restart(observations)
+        self.loop.action_masks = self.read_action_masks(info, len(observations), "the envs' reset")
+
+    def read_action_masks(self, info: dict, n_envs: int, where: str) -> np.ndarray | None:
+        """The action masks (n_envs, n_actions) bool in a vector env's `info`, checked; None when
+        the env reports none or this agent does not use masks (continuous actions)."""
+        if self._mask_size is None:
+            return None
+        return masks_from_info(info, n_envs, self._mask_size, where)
+
+    def _masks_after_step(self, info: dict, done: np.ndarray):
+        """(masks of the observations the envs go on from, masks of the observations each step
+        led to) after `_step_envs`; both None for an env without masks."""
+        where = f"env step {self.num_timesteps}"
+        masks = self.read_action_masks(info, len(done), where)
+        if masks is None and self.loop.action_masks is not None:
+            masks = np.ones_like(self.loop.action_masks)  # the env stopped reporting: all allowed
+        return masks, final_masks(masks, done, info, self._mask_size or 0, where)
 
     @property
     def policy(self):
@@ -276,14 +311,17 @@ class Agent:
         counts = np.zeros(n, dtype=np.int64)
         returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
         results, extras = [], {}
-        obs, _ = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
+        obs, info = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
+        masks = self.read_action_masks(info, n, "evaluate's reset")
         eval_rng = np.random.default_rng(seed)
         try:
             while (counts < targets).any():
-                actions = self._act_greedy(np.asarray(obs, dtype=np.float32))
+                masked = {} if masks is None else {"action_masks": masks}
+                actions = self._act_greedy(np.asarray(obs, dtype=np.float32), **masked)
                 if not deterministic:
-                    actions = self._explore(actions, eval_rng)
+                    actions = self._explore(actions, eval_rng, **masked)
                 obs, rewards, terminated, truncated, info = envs.step(actions)
+                masks = self.read_action_masks(info, n, "evaluate's env step")
                 returns += rewards
                 lengths += 1
                 done = np.logical_or(terminated, truncated)
@@ -309,7 +347,8 @@ class Agent:
         return summary
 
     def _explore(self, greedy_actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Stochastic actions for evaluation with deterministic=False."""
+        """Stochastic actions for evaluation with deterministic=False (masked agents also take
+        `action_masks=`, as `_act_greedy`)."""
         return greedy_actions
 
     # -- shared mechanics for the subclasses --------------------------------------------------

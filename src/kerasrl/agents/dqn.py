@@ -21,18 +21,20 @@ from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import dueling, is_image_space, mlp_torso
-from kerasrl.policies import epsilon_greedy
+from kerasrl.policies import epsilon_greedy, random_actions
 from kerasrl.schedules import linear_schedule
 
 
 def double_q_target(next_q_target, next_q_online, batch):
-    """Double DQN: the online network picks the next action, the target network values it."""
-    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online)
+    """Double DQN: the online network picks the next (allowed) action, the target values it."""
+    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online,
+                             next_masks=batch.get("next_action_masks"))
 
 
 def max_q_target(next_q_target, next_q_online, batch):
-    """DQN: r + discount * max_a Q_target(s', a)."""
-    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"])
+    """DQN: r + discount * max_a Q_target(s', a), a over the allowed actions of s' if masked."""
+    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"],
+                             next_masks=batch.get("next_action_masks"))
 
 
 class DQN(QAgentMixin, Agent):
@@ -86,13 +88,19 @@ class DQN(QAgentMixin, Agent):
         obs = self.loop.observations
         while self.num_timesteps < stop_at:
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
+            masks = self.loop.action_masks  # None for an env without action masks
             if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
-                actions = self.rng.integers(0, self.n_actions, size=cfg.n_envs)
+                actions = random_actions(self.n_actions, cfg.n_envs, self.rng, masks)
             else:
-                greedy = self._act_greedy(obs.astype(np.float32, copy=False))
-                actions = epsilon_greedy(greedy, self.n_actions, epsilon, self.rng)
-            next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
-            self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated)
+                masked = {} if masks is None else {"action_masks": masks}
+                greedy = self._act_greedy(obs.astype(np.float32, copy=False), **masked)
+                actions = epsilon_greedy(greedy, self.n_actions, epsilon, self.rng, masks)
+            next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(actions,
+                                                                                      logger)
+            # The masks of s' go with the transition: the target's max is over those actions.
+            self.loop.action_masks, next_masks = self._masks_after_step(info, terminated | truncated)
+            self.buffer.add(obs, actions, rewards, final_obs, terminated, truncated,
+                            next_action_masks=next_masks)
             obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % sync_every == 0:

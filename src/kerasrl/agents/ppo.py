@@ -36,7 +36,8 @@ from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
-                            gaussian_log_prob, normalize_advantages, ppo_loss)
+                            gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
+from kerasrl.masks import masked_logits
 from kerasrl.networks import build_model, check_drivable, dummy_observation, stateless_apply
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
@@ -104,6 +105,7 @@ class PPO(Agent):
                     f"actions, but {self.env_name} has {space}: a categorical policy has no log "
                     f"std. Remove log_std_init (use ent_coef to encourage exploration).")
             self.n_outputs = int(space.n)
+            self._mask_size = self.n_outputs  # an env's action masks are obeyed
             return
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(
@@ -242,6 +244,9 @@ class PPO(Agent):
         policy, values, non_trainable = self._outputs(params, non_trainable, batch["observations"],
                                                       training=True)
         if self.discrete:
+            # Masked actions' logits at the float32 minimum: probability exactly 0, entropy over
+            # the allowed actions only.
+            policy = mask_values(policy, batch.get("action_masks"))
             log_probs = categorical_log_prob(policy, batch["actions"])
             entropy = categorical_entropy(policy)
         else:
@@ -305,23 +310,23 @@ class PPO(Agent):
         policy, values = backend.to_numpy((policy, values))
         return np.asarray(policy), np.asarray(values)
 
-    def _sample(self, policy: np.ndarray, rng: np.random.Generator):
+    def _sample(self, policy: np.ndarray, rng: np.random.Generator, action_masks=None):
         """(actions to store, actions for the env, log-probabilities), drawn numpy-side."""
         if self.discrete:
-            actions, log_probs = sample_categorical(policy, rng)
+            actions, log_probs = sample_categorical(masked_logits(policy, action_masks), rng)
             return actions, actions, log_probs
         actions, log_probs = sample_gaussian(policy, self._log_std, rng)
         return actions, np.clip(actions, self.action_space.low, self.action_space.high), log_probs
 
-    def _act_greedy(self, observations):
+    def _act_greedy(self, observations, action_masks=None):
         policy, _ = self._evaluate_networks(self._normalize(observations, update=False))
         self._eval_outputs = policy  # for _explore, which sees only these actions
         if self.discrete:
-            return np.argmax(policy, axis=-1)
+            return np.argmax(masked_logits(policy, action_masks), axis=-1)
         return np.clip(policy, self.action_space.low, self.action_space.high)
 
-    def _explore(self, greedy_actions, rng):
-        return self._sample(self._eval_outputs, rng)[1]
+    def _explore(self, greedy_actions, rng, action_masks=None):
+        return self._sample(self._eval_outputs, rng, action_masks)[1]
 
     def _scale_rewards(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Rewards divided by the running std of the discounted return (SB3's VecNormalize)."""
@@ -346,9 +351,11 @@ class PPO(Agent):
         while self.num_timesteps < stop_at:
             obs_in = self._normalize(obs, update=True)
             policy, values = self._evaluate_networks(obs_in)
-            stored, env_actions, log_probs = self._sample(policy, self.rng)
-            next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(env_actions,
-                                                                                     logger)
+            masks = self.loop.action_masks  # None for an env without action masks
+            stored, env_actions, log_probs = self._sample(policy, self.rng, masks)
+            next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(
+                env_actions, logger)
+            self.loop.action_masks, _ = self._masks_after_step(info, terminated | truncated)
             # A time-limit cut bootstraps from the value of the true final observation.
             cut = truncated & ~terminated
             truncation_values = None
@@ -358,7 +365,7 @@ class PPO(Agent):
                     self._normalize(final_obs[cut], update=False))
             rewards = self._scale_rewards(rewards, terminated | truncated)
             self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
-                            truncation_values)
+                            truncation_values, action_masks=masks)
             obs = self.loop.observations = next_obs
             if self.buffer.full:
                 self._update(total_steps, logger)
@@ -405,6 +412,8 @@ class PPO(Agent):
     def _extra_state(self):
         arrays = flatten_arrays("learner", backend.to_numpy(self.state))
         rollout = {name: getattr(self.buffer, name) for name in ROLLOUT_ARRAYS}
+        if self.buffer.action_masks is not None:
+            rollout["action_masks"] = self.buffer.action_masks
         arrays.update({f"rollout/{k}": np.array(v) for k, v in rollout.items()})
         arrays["reward_scaling/discounted_returns"] = self._discounted_returns.copy()
         for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
@@ -418,6 +427,8 @@ class PPO(Agent):
         self.state = to_tensors(state)
         for name in ROLLOUT_ARRAYS:
             getattr(self.buffer, name)[...] = arrays[f"rollout/{name}"]
+        if "rollout/action_masks" in arrays:
+            self.buffer.action_masks = np.array(arrays["rollout/action_masks"], dtype=bool)
         self.buffer.position = int(meta["rollout_position"])
         self._discounted_returns[...] = arrays["reward_scaling/discounted_returns"]
         for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
@@ -473,6 +484,7 @@ class PPO(Agent):
                 self.actor, self.observation_space, self.action_space, value_model=self.critic,
                 shared=self.shared, log_std=self.log_std, obs_rms=self.obs_rms,
                 clip_obs=self.config.clip_obs)
+        self._policy.action_masks = self.loop.action_masks is not None
         return self._policy
 
 

@@ -23,12 +23,14 @@ from kerasrl import backend
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
 from kerasrl.backend import to_tensors
 from kerasrl.losses import select, td_loss
+from kerasrl.masks import masked_argmax
 from kerasrl.networks import build_model, default_network, stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
 from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn, greedy_fn
 from kerasrl.schedules import linear_schedule
 
-# target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,)
+# target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,); with an
+# env's action masks the batch holds "next_action_masks" (B, A) bool, the allowed actions of s'.
 TargetFn = Callable[..., object]
 
 # XLA on the CPU runs a convolution inside a loop body about 10x slower than outside one, while an
@@ -252,6 +254,7 @@ class QAgentMixin:
                 f"{self.action_space}. For continuous actions use kerasrl.PPO."
             )
         self.n_actions = int(self.action_space.n)
+        self._mask_size = self.n_actions
 
     def _build_q_learner(self, model, target_fn, needs_online_next: bool) -> None:
         """Build the Q-network (the user's, or the default) and its learner, and zero the counters."""
@@ -269,11 +272,14 @@ class QAgentMixin:
         self._vector_steps = 0
         self._pending_syncs = 0  # target syncs due since the last training round
 
-    def _act_greedy(self, observations):
-        return self.learner.greedy_actions(observations)
+    def _act_greedy(self, observations, action_masks=None):
+        if action_masks is None:
+            return self.learner.greedy_actions(observations)
+        return masked_argmax(self.learner.q_values(observations), action_masks)
 
-    def _explore(self, greedy_actions, rng):
-        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps, rng)
+    def _explore(self, greedy_actions, rng, action_masks=None):
+        return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps,
+                              rng, action_masks)
 
     def _take_target_tau(self) -> float:
         """The Polyak step for the syncs due since the last round, and clear them.
@@ -311,4 +317,6 @@ class QAgentMixin:
     @property
     def policy(self) -> QPolicy:
         """The greedy policy of the current online weights (inference only)."""
-        return self.learner.policy(self.observation_space, self.action_space)
+        policy = self.learner.policy(self.observation_space, self.action_space)
+        policy.action_masks = self.loop.action_masks is not None
+        return policy

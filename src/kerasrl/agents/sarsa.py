@@ -40,9 +40,10 @@ def next_action_target(next_q_target, next_q_online, batch):
 
 def expected_target(next_q_target, next_q_online, batch):
     """Expected SARSA: bootstrap from the epsilon-greedy expectation (greedy w.r.t. the online net,
-    the behaviour policy's own)."""
+    the behaviour policy's own), over the allowed actions of s' when the env masks actions."""
     return expected_sarsa_target(next_q_target, batch["rewards"], batch["discounts"],
-                                 batch["epsilon"][:, None], next_q_online)
+                                 batch["epsilon"][:, None], next_q_online,
+                                 next_masks=batch.get("next_action_masks"))
 
 
 class SARSA(QAgentMixin, Agent):
@@ -78,13 +79,16 @@ class SARSA(QAgentMixin, Agent):
                               needs_online_next=self.config.expected)
         self._actions = None  # the actions the envs take at the next step, (n_envs,)
         self._rollout = []  # this round's steps so far; kept on the agent so a paused fit resumes
+        # With action masks: the masks of each of those steps' final observations, (n_envs, A).
+        self._rollout_masks = []
 
-    def _behaviour(self, observations, epsilon):
-        """Epsilon-greedy actions of the current online network."""
+    def _behaviour(self, observations, epsilon, masks=None):
+        """Epsilon-greedy actions of the current online network (among the allowed ones)."""
         if len(observations) == 0:
             return np.zeros(0, dtype=np.int64)
-        greedy = self._act_greedy(np.asarray(observations, dtype=np.float32))
-        return epsilon_greedy(greedy, self.n_actions, epsilon, self.rng)
+        masked = {} if masks is None else {"action_masks": masks}
+        greedy = self._act_greedy(np.asarray(observations, dtype=np.float32), **masked)
+        return epsilon_greedy(greedy, self.n_actions, epsilon, self.rng, masks)
 
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
@@ -94,18 +98,24 @@ class SARSA(QAgentMixin, Agent):
         while self.num_timesteps < stop_at:
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
             if self._actions is None:
-                self._actions = self._behaviour(obs, epsilon)
+                self._actions = self._behaviour(obs, epsilon, self.loop.action_masks)
             actions = self._actions
-            next_obs, rewards, terminated, truncated, final_obs, _ = self._step_envs(actions, logger)
+            next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(actions,
+                                                                                      logger)
             epsilon = exploration_rate(cfg, self.num_timesteps, total_steps)
+            done = terminated | truncated
+            masks, final_masks = self._masks_after_step(info, done)
+            self.loop.action_masks = masks
             # a' at each transition's final state: the next action taken where the episode goes
             # on; drawn from the same policy where it was truncated (it bootstraps from there).
-            next_actions = self._behaviour(final_obs, epsilon)
-            done = terminated | truncated
+            next_actions = self._behaviour(final_obs, epsilon, final_masks)
             self._actions = next_actions.copy()
             if done.any():  # the envs that reset act from their first observation instead
-                self._actions[done] = self._behaviour(next_obs[done], epsilon)
+                self._actions[done] = self._behaviour(
+                    next_obs[done], epsilon, None if masks is None else masks[done])
             rollout.append((obs, actions, rewards, final_obs, next_actions, terminated, epsilon))
+            if final_masks is not None:
+                self._rollout_masks.append(final_masks)
             obs = self.loop.observations = next_obs
             self._vector_steps += 1
             if self._vector_steps % sync_every == 0:
@@ -114,6 +124,7 @@ class SARSA(QAgentMixin, Agent):
                 if self.num_timesteps > cfg.learning_starts:
                     logger.update(self.num_timesteps, loss=self._train_round(rollout, total_steps))
                 rollout.clear()
+                self._rollout_masks.clear()
             logger.set(epsilon=epsilon)
             if callback is not None and done.any():
                 if callback(self, logger.history) is False:
@@ -134,6 +145,8 @@ class SARSA(QAgentMixin, Agent):
             "weights": np.ones(n, dtype=np.float32),
             "epsilon": np.repeat(np.asarray(epsilon, dtype=np.float32), cfg.n_envs),
         }
+        if self._rollout_masks:  # Expected SARSA's expectation runs over these actions
+            batch["next_action_masks"] = np.concatenate(self._rollout_masks)
         batches = {k: np.broadcast_to(v, (cfg.gradient_steps, *v.shape)) for k, v in batch.items()}
         loss, _ = self.learner.train(batches, self._learning_rate(total_steps),
                                      self._take_target_tau())
@@ -152,6 +165,8 @@ class SARSA(QAgentMixin, Agent):
         for i, field in enumerate(ROLLOUT_FIELDS):
             if self._rollout:
                 arrays[f"rollout/{field}"] = np.stack([np.asarray(step[i]) for step in self._rollout])
+        if self._rollout_masks:
+            arrays["rollout/next_action_masks"] = np.stack(self._rollout_masks)
         return arrays, self._counter_state()
 
     def _load_extra_state(self, arrays, meta):
@@ -164,6 +179,7 @@ class SARSA(QAgentMixin, Agent):
                                 for t in range(len(columns[0]))]
         else:
             self._rollout.clear()
+        self._rollout_masks[:] = list(arrays.get("rollout/next_action_masks", []))
         self._load_counter_state(meta)
 
 

@@ -70,9 +70,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.max_priority = 1.0
         self.beta = 0.4  # set by the agent as training progresses
 
-    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated,
+            next_action_masks=None) -> None:
         row = self.position
-        super().add(obs, actions, rewards, next_obs, terminated, truncated)
+        super().add(obs, actions, rewards, next_obs, terminated, truncated, next_action_masks)
         flat = row * self.n_envs + np.arange(self.n_envs)
         self.tree.update(flat, np.full(self.n_envs, self.max_priority ** self.alpha))
 

@@ -54,6 +54,9 @@ class ReplayBuffer:
         self.rewards = np.zeros(shape, dtype=np.float32)
         self.terminated = np.zeros(shape, dtype=bool)
         self.truncated = np.zeros(shape, dtype=bool)
+        # The allowed actions of each next observation (T, n_envs, n_actions) bool, made at the
+        # first masked add: an env without action masks never has it.
+        self.next_action_masks = None
         self.position = 0  # the next row to write
         self.full = False
 
@@ -61,9 +64,21 @@ class ReplayBuffer:
         """Transitions stored."""
         return (self.capacity_per_env if self.full else self.position) * self.n_envs
 
-    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
-        """Store one step of every environment; each argument has leading dimension n_envs."""
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated,
+            next_action_masks=None) -> None:
+        """Store one step of every environment; each argument has leading dimension n_envs.
+
+        `next_action_masks` (n_envs, n_actions) bool: the actions allowed at `next_obs` (an env
+        with action masks), sampled as "next_action_masks" for masked TD targets.
+        """
         row = self.position
+        if next_action_masks is not None:
+            if self.next_action_masks is None:
+                self.next_action_masks = np.ones(
+                    (self.capacity_per_env, self.n_envs, np.shape(next_action_masks)[-1]), bool)
+            self.next_action_masks[row] = next_action_masks
+        elif self.next_action_masks is not None:
+            self.next_action_masks[row] = True
         self.observations[row] = obs
         self.next_observations[row] = next_obs
         self.actions[row] = actions
@@ -91,7 +106,7 @@ class ReplayBuffer:
             discounts = np.where(self.terminated[rows, envs], 0.0, self.gamma)
         else:
             last_rows, returns, discounts = self._n_step_returns(rows, envs)
-        return {
+        batch = {
             "observations": self.observations[rows, envs].astype(np.float32, copy=False),
             "actions": self.actions[rows, envs],
             "rewards": returns.astype(np.float32, copy=False),
@@ -100,6 +115,9 @@ class ReplayBuffer:
             "discounts": discounts.astype(np.float32),
             "weights": np.ones(len(rows), dtype=np.float32),
         }
+        if self.next_action_masks is not None:
+            batch["next_action_masks"] = self.next_action_masks[last_rows, envs]
+        return batch
 
     def _n_step_returns(self, rows, envs):
         """Discounted sums of up to n_step rewards from each (row, env), vectorized over the batch.
@@ -135,7 +153,7 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer exactly, as numpy arrays (no Python objects)."""
-        return {
+        state = {
             "observations": self.observations,
             "next_observations": self.next_observations,
             "actions": self.actions,
@@ -145,6 +163,9 @@ class ReplayBuffer:
             "position": np.asarray(self.position),
             "full": np.asarray(self.full),
         }
+        if self.next_action_masks is not None:
+            state["next_action_masks"] = self.next_action_masks
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore from `state_dict()` output, checking that the shapes match this buffer."""
@@ -157,5 +178,7 @@ class ReplayBuffer:
                     f"this buffer expects {target.shape} (buffer_size or n_envs changed?)."
                 )
             target[...] = state[key]
+        if "next_action_masks" in state:
+            self.next_action_masks = np.array(state["next_action_masks"], dtype=bool)
         self.position = int(state["position"])
         self.full = bool(state["full"])

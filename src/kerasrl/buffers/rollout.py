@@ -35,6 +35,9 @@ class RolloutBuffer:
         self.truncation_values = np.zeros(shape, dtype=np.float32)
         self.advantages = np.zeros(shape, dtype=np.float32)
         self.returns = np.zeros(shape, dtype=np.float32)
+        # The allowed actions at each observation (T, N, n_actions) bool, made at the first
+        # masked add: an env without action masks never has it.
+        self.action_masks = None
         self.position = 0
 
     @property
@@ -48,15 +51,23 @@ class RolloutBuffer:
         self.truncation_values[...] = 0.0
 
     def add(self, obs, actions, log_probs, values, rewards, terminated, truncated,
-            truncation_values=None) -> None:
+            truncation_values=None, action_masks=None) -> None:
         """Store one step of every env; each argument has leading dimension n_envs.
 
         `truncation_values` are V(final observation) for the envs whose episode was truncated
-        (any value elsewhere; ignored).
+        (any value elsewhere; ignored). `action_masks` (n_envs, n_actions) bool: the actions
+        allowed at `obs` (an env with action masks); the update masks the logits with them.
         """
         if self.full:
             raise RuntimeError("The rollout is full: compute its advantages and reset it first.")
         row = self.position
+        if action_masks is not None:
+            if self.action_masks is None:
+                self.action_masks = np.ones((self.n_steps, self.n_envs,
+                                             np.shape(action_masks)[-1]), dtype=bool)
+            self.action_masks[row] = action_masks
+        elif self.action_masks is not None:
+            self.action_masks[row] = True
         self.observations[row] = obs
         self.actions[row] = actions
         self.log_probs[row] = log_probs
@@ -84,7 +95,7 @@ class RolloutBuffer:
     def training_data(self) -> dict[str, np.ndarray]:
         """The rollout flattened to (T * N, ...) arrays: what the compiled update reads."""
         n = self.n_steps * self.n_envs
-        return {
+        data = {
             "observations": self.observations.reshape(n, *self.observations.shape[2:]),
             "actions": self.actions.reshape(n, *self.actions.shape[2:]),
             "old_log_probs": self.log_probs.reshape(n),
@@ -92,6 +103,9 @@ class RolloutBuffer:
             "advantages": self.advantages.reshape(n),
             "returns": self.returns.reshape(n),
         }
+        if self.action_masks is not None:
+            data["action_masks"] = self.action_masks.reshape(n, self.action_masks.shape[-1])
+        return data
 
 
 def minibatch_indices(n_samples: int, batch_size: int, n_epochs: int,

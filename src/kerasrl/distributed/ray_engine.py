@@ -96,7 +96,12 @@ class RolloutWorker:
             self.models.append(model)
         self.rng = np.random.default_rng(spec["seed"])
         self.version = -1  # of the weights held; -1: none yet
-        self.obs, _ = self.env.reset(seed=spec["seed"])
+        self.obs, info = self.env.reset(seed=spec["seed"])
+        if isinstance(info, dict) and "action_mask" in info:
+            raise NotImplementedError(
+                f"{spec['env']} reports action masks (info['action_mask'] or action_masks()), and "
+                f"the Ray engine's actors do not carry them yet: they would take masked actions. "
+                f"Train with engine='local' (see docs/action_masks.md).")
         self.episode_returns = np.zeros(self.n_envs)
         self.episode_lengths = np.zeros(self.n_envs, dtype=np.int64)
         if self.algorithm == "dqn":

@@ -4,7 +4,9 @@ Modelled on Stable-Baselines3's `env_checker`, and beyond it: framework tensors 
 (the "Tensor must be from same graph" class of failures), a reset that ignores its seed, and
 observations or rewards whose scale a network cannot learn from well.
 
-Problems that make training impossible raise `EnvCheckError`; the others are returned (and
+An env with action masks (`info["action_mask"]` or an `action_masks()` method) has each mask
+checked (shape, 0/1 values, an allowed action wherever the episode goes on) and is stepped with
+allowed actions only. Problems that make training impossible raise `EnvCheckError`; the others are returned (and
 warned about) as sentences, each naming the fix.
 """
 
@@ -18,7 +20,8 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from kerasrl.envs.wrappers import _is_framework_tensor
+from kerasrl.envs.wrappers import _is_framework_tensor, has_action_masks_method
+from kerasrl.masks import MASK_KEY, ActionMaskError, check_masks
 
 HUGE = 1e4  # observation values beyond this (in absolute value) saturate a network's first layer
 LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
@@ -29,6 +32,11 @@ class EnvCheckError(ValueError, TypeError):
 
     Also a TypeError: an env of the old Gym API (or not an env) is the wrong kind of object.
     """
+
+
+class MaskCheckError(EnvCheckError, ActionMaskError):
+    """A broken action mask found by `check_env`: both an EnvCheckError and an ActionMaskError
+    (the error the same mask raises when met during training)."""
 
 
 class Problem(str):
@@ -165,6 +173,8 @@ def _short(values: np.ndarray) -> str:
 
 def _checked_reset(env: gym.Env, name: str, seed: int, problems: list[str]) -> np.ndarray:
     result = env.reset(seed=seed)
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        _checked_mask(env, name, result[1], "reset()", ended=False)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
         raise EnvCheckError(
             f"{name}.reset() returned {type(result).__name__}, not (observation, info): this is "
@@ -188,10 +198,11 @@ def _check_seeding(env: gym.Env, name: str, seed: int, first: np.ndarray,
 def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[str]) -> None:
     actions = copy.deepcopy(env.action_space)  # sampling the env's own space would shift its stream
     actions.seed(seed)
-    env.reset(seed=seed)
+    _, info = env.reset(seed=seed)
+    mask = _checked_mask(env, name, info, "reset()", ended=False)
     observations, rewards = [], []
-    for _ in range(steps):
-        result = env.step(actions.sample())
+    for step in range(steps):
+        result = env.step(actions.sample(mask=mask) if mask is not None else actions.sample())
         if not (isinstance(result, tuple) and len(result) == 5):
             count = len(result) if isinstance(result, tuple) else type(result).__name__
             raise EnvCheckError(
@@ -224,10 +235,37 @@ def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[
         if not isinstance(info, dict):
             raise EnvCheckError(f"{name}.step() returned info as {type(info).__name__}, not a "
                                 f"dict.")
+        mask = _checked_mask(env, name, info, f"step() {step + 1}", ended=bool(terminated or truncated))
         if terminated or truncated:
-            env.reset()
+            _, info = env.reset()
+            mask = _checked_mask(env, name, info, "reset()", ended=False)
     _check_scales(name, np.array(observations), np.array(rewards), problems)
     problems[:] = list(dict.fromkeys(problems))  # each problem once, however often it occurred
+
+
+def _checked_mask(env: gym.Env, name: str, info: dict, where: str, ended: bool) -> np.ndarray | None:
+    """The action mask the env gives with an observation, as int8 (for the action space's
+    `sample(mask=)`), checked; None when the env has none. At an episode's end a mask may allow
+    nothing (no action is taken there)."""
+    if MASK_KEY in info:
+        mask, source = info[MASK_KEY], f"info['{MASK_KEY}'] after {name}.{where}"
+    elif has_action_masks_method(env):
+        mask, source = env.get_wrapper_attr("action_masks")(), f"{name}.action_masks() after {where}"
+    else:
+        return None
+    space = env.action_space
+    if not isinstance(space, gym.spaces.Discrete):
+        raise MaskCheckError(f"{source}: action masks need a Discrete action space, and this env's is "
+                            f"{space}. Remove the mask, or make the action space Discrete.")
+    if _is_framework_tensor(mask):
+        mask = np.asarray(mask)
+    if ended and np.asarray(mask).shape == (space.n,) and not np.any(mask):
+        return None
+    try:
+        rows = check_masks(np.asarray(mask)[None] if np.ndim(mask) == 1 else mask, 1, int(space.n), source)
+    except ActionMaskError as error:
+        raise MaskCheckError(str(error)) from None
+    return rows[0].astype(np.int8)
 
 
 def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,

@@ -133,6 +133,10 @@ class Snake(gym.Env):
     for dying (terminated), +10 for a fruit, -0.2 otherwise. Filling the board terminates with the
     fruit reward. With ``max_steps_without_fruit`` set, that many steps without eating truncate.
     ``info["fruits_eaten"]`` counts the fruits eaten so far this episode.
+
+    ``mask_deadly_moves=True`` adds ``info["action_mask"]`` (int8, 3 flags, 1 = allowed): the moves
+    that die at once (off the board, or onto the snake, tail included) are masked; when every move
+    dies none is masked (the agent cannot act on an empty mask, and the game ends either way).
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
@@ -146,6 +150,7 @@ class Snake(gym.Env):
         initial_length: int = 2,
         max_steps_without_fruit: int | None = None,
         render_mode: str | None = None,
+        mask_deadly_moves: bool = False,
     ):
         values, max_steps = _check_params(
             height, width, n_fruits, initial_length, max_steps_without_fruit, render_mode,
@@ -157,6 +162,7 @@ class Snake(gym.Env):
         self.initial_length = values["initial_length"]
         self.max_steps_without_fruit = max_steps
         self.render_mode = render_mode
+        self.mask_deadly_moves = bool(mask_deadly_moves)
         self.observation_space = spaces.Box(0.0, 2.0, (self.height, self.width, 2), np.float32)
         self.action_space = spaces.Discrete(3)
         self._snake: deque[tuple[int, int]] = deque()  # (row, column) squares, head first
@@ -235,7 +241,21 @@ class Snake(gym.Env):
         return obs
 
     def _info(self) -> dict[str, Any]:
+        if self.mask_deadly_moves:
+            return {"fruits_eaten": self._fruits_eaten, "action_mask": self._deadly_moves_mask()}
         return {"fruits_eaten": self._fruits_eaten}
+
+    def _deadly_moves_mask(self) -> np.ndarray:
+        """1 for each action (straight, left, right) that does not die at once; all 1 if all do."""
+        mask = np.ones(3, dtype=np.int8)
+        head_row, head_column = self._snake[0]
+        for action, turn in enumerate(_TURNS):
+            d_row, d_column = _MOVES[(self._heading + turn) % 4]
+            square = (head_row + d_row, head_column + d_column)
+            inside = 0 <= square[0] < self.height and 0 <= square[1] < self.width
+            if not inside or square in self._snake:
+                mask[action] = 0
+        return mask if mask.any() else np.ones(3, dtype=np.int8)
 
     def render(self):
         """The board as text (``"ansi"``) or as an RGB image (``"rgb_array"``); None without a render mode."""
@@ -292,6 +312,7 @@ class SnakeVectorEnv(gym.vector.VectorEnv):
         max_steps_without_fruit: int | None = None,
         render_mode: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        mask_deadly_moves: bool = False,
     ):
         values, max_steps = _check_params(
             height, width, n_fruits, initial_length, max_steps_without_fruit, render_mode,
@@ -323,6 +344,7 @@ class SnakeVectorEnv(gym.vector.VectorEnv):
         self.max_steps_without_fruit = max_steps
         self.render_mode = render_mode
         self.autoreset_mode = autoreset_mode
+        self.mask_deadly_moves = bool(mask_deadly_moves)
         self.metadata = {**type(self).metadata, "autoreset_mode": autoreset_mode}
         self.single_observation_space = spaces.Box(0.0, 2.0, (self.height, self.width, 2), np.float32)
         self.single_action_space = spaces.Discrete(3)
@@ -441,7 +463,20 @@ class SnakeVectorEnv(gym.vector.VectorEnv):
             self._place_fruits(games)
 
     def _info(self) -> dict[str, Any]:
-        return {"fruits_eaten": self._fruits_eaten.copy(), "_fruits_eaten": self._all_true.copy()}
+        info = {"fruits_eaten": self._fruits_eaten.copy(), "_fruits_eaten": self._all_true.copy()}
+        if self.mask_deadly_moves:
+            info["action_mask"] = self._deadly_moves_masks()
+            info["_action_mask"] = self._all_true.copy()
+        return info
+
+    def _deadly_moves_masks(self) -> np.ndarray:
+        """(num_envs, 3) int8: 1 for each move that does not die at once, as
+        :meth:`Snake._deadly_moves_mask` (all 1 where every move dies)."""
+        headings = (self._heading[:, None] + self._turns[None, :]) & 3  # (num_envs, 3)
+        ahead = self._next_q.take(2 * self._head_q[:, None] + headings)  # q of each move's square
+        dead = self._obs_flat.take(ahead + self._obs_base[:, None]) != 0  # off board reads the head
+        dead[dead.all(axis=1)] = False
+        return (~dead).astype(np.int8)
 
     def _observations(self) -> np.ndarray:
         return self._obs.reshape(self.num_envs, self.height, self.width, 2).copy()
@@ -557,6 +592,9 @@ class SnakeVectorEnv(gym.vector.VectorEnv):
             infos["final_obs"] = final_obs
             infos["_final_obs"] = done.copy()
             infos["final_info"] = {"fruits_eaten": final_fruits, "_fruits_eaten": done.copy()}
+            if self.mask_deadly_moves:  # the final observations' masks, before the resets
+                infos["final_info"]["action_mask"] = self._deadly_moves_masks()
+                infos["final_info"]["_action_mask"] = done.copy()
             infos["_final_info"] = done.copy()
             self._reset_games(games)
         infos.update(self._info())

@@ -3,6 +3,9 @@
 - `IdentityEnv`: observe a one-hot state, reward 1 for naming it. Optimal return = episode length.
 - `ChainEnv`: walk right along a chain to a reward at the end; stepping left ends the episode with a
   small reward. Bootstrapping over several steps is needed to prefer the far reward.
+- `MaskedChoiceEnv`: a random set of actions is allowed each step (`info["action_mask"]`); the
+  higher an allowed action, the more it pays, and a forbidden one ends the episode with a penalty.
+  With the mask the answer is "the highest allowed action"; without it the agent cannot know.
 """
 
 from __future__ import annotations
@@ -116,3 +119,68 @@ class TargetEnv(gym.Env):
         self._t += 1
         self._x = self.np_random.uniform(-1.0, 1.0, self.dim).astype(np.float32)
         return self._x.copy(), reward, False, self._t >= self.episode_length, {}
+
+
+class MaskedChoiceEnv(gym.Env):
+    """Action masks with a known answer. Each step a random non-empty set of the `n` actions is
+    allowed, given as `info["action_mask"]` (int8, 1 = allowed) and also as the observation.
+
+    An allowed action `a` pays `(a + 1) / n`; a forbidden one pays -1 and ends the episode
+    (terminated). Episodes are truncated after `episode_length` steps. The next state does not
+    depend on the action, so the optimal policy is the highest allowed action, at any gamma: a
+    masked agent learns it in a few hundred steps; an unmasked one must first learn from the
+    observation which actions are allowed.
+
+    `mask_via="method"` reports the mask through an `action_masks()` method instead of the info
+    (sb3-contrib's convention); `mask_shape` and `empty_mask_at` (a step of the episode from
+    which the mask allows nothing) make broken masks for tests.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, n: int = 4, episode_length: int = 10, mask_via: str = "info",
+                 mask_shape: tuple | None = None, empty_mask_at: int | None = None):
+        if mask_via not in ("info", "method"):
+            raise ValueError(f"mask_via must be 'info' or 'method', got {mask_via!r}.")
+        self.n = n
+        self.episode_length = episode_length
+        self.mask_via = mask_via
+        self.mask_shape = mask_shape
+        self.empty_mask_at = empty_mask_at
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32)
+        self.action_space = spaces.Discrete(n)
+        self._mask = np.ones(n, dtype=np.int8)
+        self._t = 0
+
+    def _draw_mask(self) -> None:
+        mask = (self.np_random.random(self.n) < 0.5).astype(np.int8)
+        mask[self.np_random.integers(self.n)] = 1  # at least one allowed
+        if self.empty_mask_at is not None and self._t >= self.empty_mask_at:
+            mask[:] = 0
+        self._mask = mask
+
+    def action_masks(self) -> np.ndarray:
+        """The allowed actions now (int8, 1 = allowed)."""
+        mask = self._mask
+        return np.ones(self.mask_shape, np.int8) if self.mask_shape is not None else mask.copy()
+
+    def _result(self):
+        info = {"action_mask": self.action_masks()} if self.mask_via == "info" else {}
+        return self._mask.astype(np.float32), info
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        self._draw_mask()
+        return self._result()
+
+    def step(self, action):
+        action = int(action)
+        self._t += 1
+        if not self._mask[action]:
+            obs, info = self._result()
+            return obs, -1.0, True, False, info
+        reward = (action + 1) / self.n
+        self._draw_mask()
+        obs, info = self._result()
+        return obs, reward, False, self._t >= self.episode_length, info

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary
+from kerasrl.envs.wrappers import ActionMasksInfo, ApiCheck, NumpyBoundary, has_action_masks_method
 
 EnvSpec = str | gym.Env | Callable[[], gym.Env]
 
@@ -55,7 +55,10 @@ def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
                 made = _LooseEnv(made)
             else:
                 raise TypeError(f"The env factory returned {type(made).__name__}, not a gymnasium.Env.")
-        return NumpyBoundary(ApiCheck(made))
+        checked = ApiCheck(made)
+        if has_action_masks_method(made):
+            checked = ActionMasksInfo(checked)
+        return NumpyBoundary(checked)
 
     return make_checked
 

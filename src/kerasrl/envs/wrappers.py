@@ -66,6 +66,34 @@ class NumpyBoundary(gym.Wrapper):
         return self._convert(obs), reward, bool(as_numpy(terminated)), bool(as_numpy(truncated)), info
 
 
+class ActionMasksInfo(gym.Wrapper):
+    """Puts an env's `action_masks()` (sb3-contrib's convention) into `info["action_mask"]`
+    (Gymnasium's) after every reset and step, where the vector env carries it, final
+    observations included. An env that fills the info key itself keeps its own."""
+
+    def _with_mask(self, info):
+        if "action_mask" not in info:
+            info = {**info, "action_mask": np.asarray(
+                self.env.get_wrapper_attr("action_masks")())}
+        return info
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._with_mask(info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._with_mask(info)
+
+
+def has_action_masks_method(env: gym.Env) -> bool:
+    """True when `env` (or the env it wraps) has an `action_masks()` method."""
+    try:
+        return callable(env.get_wrapper_attr("action_masks"))
+    except AttributeError:
+        return False
+
+
 class ApiCheck(gym.Wrapper):
     """Checks the first reset and step for the Gymnasium API, with a message that says the fix.
 

@@ -1,0 +1,104 @@
+"""Run in a subprocess with KERAS_BACKEND set: one backend's side of the masked-loss parity test.
+
+    python tests/mask_parity_worker.py OUT_DIR CASE [CASE ...]
+
+CASE is "double_dqn", "expected_sarsa" or "ppo". The agents draw their initial weights from the
+seed with numpy, and every batch, mask and minibatch index comes from numpy with fixed seeds, so
+the three backends see the same numbers. Results go to OUT_DIR/mask-CASE-BACKEND.npz.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import kerasrl
+from kerasrl import backend
+from kerasrl.agents.ppo import METRICS
+from kerasrl.envs.testing import MaskedChoiceEnv
+from kerasrl.masks import masked_logits
+from kerasrl.policies import sample_categorical
+
+N_ACTIONS, BATCH, N_CALLS, STEPS_PER_CALL = 4, 32, 50, 2
+
+
+def random_masks(rng, shape):
+    """Masks (..., N_ACTIONS) with about half the actions allowed, and always one."""
+    masks = rng.random((*shape, N_ACTIONS)) < 0.5
+    allowed = rng.integers(0, N_ACTIONS, shape)
+    np.put_along_axis(masks, allowed[..., None], True, axis=-1)
+    return masks
+
+
+def q_batches(rng, expected: bool):
+    shape = (STEPS_PER_CALL, BATCH)
+    batches = {
+        "observations": rng.random((*shape, N_ACTIONS)).astype(np.float32),
+        "actions": rng.integers(0, N_ACTIONS, shape).astype(np.int32),
+        "rewards": rng.standard_normal(shape).astype(np.float32),
+        "next_observations": rng.random((*shape, N_ACTIONS)).astype(np.float32),
+        # A quarter of the transitions terminated: no bootstrap, whatever their mask.
+        "discounts": np.where(rng.random(shape) < 0.25, 0.0, 0.9).astype(np.float32),
+        "weights": np.ones(shape, np.float32),
+        "next_action_masks": random_masks(rng, shape),
+    }
+    if expected:
+        batches["epsilon"] = np.full(shape, 0.2, np.float32)
+        batches["next_actions"] = np.zeros(shape, np.int32)  # unused by Expected SARSA
+    return batches
+
+
+def run_q(case: str):
+    """100 gradient steps of the masked TD loss, a hard target sync every 10 calls."""
+    if case == "double_dqn":
+        agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N_ACTIONS), seed=0, double_q=True,
+                            hidden_sizes=(32, 32), check_env=False)
+    else:
+        agent = kerasrl.ExpectedSARSA(lambda: MaskedChoiceEnv(N_ACTIONS), seed=0,
+                                      hidden_sizes=(32, 32), check_env=False)
+    rng = np.random.default_rng(1)
+    losses = []
+    for call in range(N_CALLS):
+        loss, _ = agent.learner.train(q_batches(rng, case == "expected_sarsa"), 1e-3,
+                                      1.0 if call % 10 == 0 else 0.0)
+        losses.append(loss)
+    weights = backend.to_numpy(agent.learner.state["params"])
+    return {"losses": np.array(losses), **{f"w{i}": np.asarray(w) for i, w in enumerate(weights)}}
+
+
+def run_ppo():
+    """100 masked PPO minibatch steps (5 rollouts of 20), through the agent's compiled update."""
+    agent = kerasrl.PPO(lambda: MaskedChoiceEnv(N_ACTIONS), seed=0, n_steps=256, batch_size=64,
+                        hidden_sizes=(32, 32), ent_coef=0.05, learning_rate=1e-3,
+                        check_env=False)
+    rng = np.random.default_rng(2)
+    losses = []
+    for _ in range(5):
+        observations = rng.random((256, N_ACTIONS)).astype(np.float32)
+        masks = random_masks(rng, (256,))
+        logits, values = agent._evaluate_networks(observations)
+        actions, log_probs = sample_categorical(masked_logits(logits, masks), rng)
+        advantages = rng.standard_normal(256).astype(np.float32)
+        data = {"observations": observations, "actions": actions.astype(np.int32),
+                "old_log_probs": log_probs, "old_values": values.astype(np.float32),
+                "advantages": advantages,
+                "returns": (values + 0.5 * advantages).astype(np.float32),
+                "action_masks": masks}
+        indices = np.stack([rng.permutation(256)[:64] for _ in range(20)]).astype(np.int32)
+        agent.state, sums, steps = agent._train(agent.state, backend.feed(data),
+                                                backend.feed(indices), np.float32(1e-3),
+                                                np.float32(0.2))
+        sums, steps = backend.to_numpy((sums, steps))
+        losses.append(np.asarray(sums) / float(steps))
+    weights = backend.to_numpy(agent.state["params"])
+    return {"losses": np.array(losses), "metrics": np.array(METRICS),
+            **{f"w{i}": np.asarray(w) for i, w in enumerate(weights)}}
+
+
+if __name__ == "__main__":
+    out_dir = sys.argv[1]
+    for case in sys.argv[2:]:
+        result = run_ppo() if case == "ppo" else run_q(case)
+        np.savez(f"{out_dir}/mask-{case}-{backend.NAME}.npz", backend=np.array(backend.NAME),
+                 **result)

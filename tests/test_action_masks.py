@@ -1,0 +1,283 @@
+"""Action masks (docs/action_masks.md): masked acting, masked targets and PPO logits, buffers,
+policies and exports, errors that name the step, and a short learning check on a masked env.
+
+The env-side pieces (reading masks, numpy helpers) are backend-free; the rest runs on the active
+backend (`backend` marker). The cross-backend parity of the masked losses is test_mask_parity.py.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from keras import ops
+
+import kerasrl
+from kerasrl.envs.testing import MaskedChoiceEnv
+from kerasrl.losses import (MASKED_VALUE, categorical_entropy, categorical_log_prob,
+                            expected_sarsa_target, mask_values, q_learning_target)
+from kerasrl.masks import (ActionMaskError, check_masks, final_masks, masks_from_info,
+                           uniform_allowed)
+from kerasrl.policies import epsilon_greedy
+
+N = 4
+DQN_FAST = dict(learning_rate=1e-3, learning_starts=200, train_freq=1, batch_size=32,
+                target_update_interval=100, exploration_fraction=0.3, gamma=0.9,
+                buffer_size=5000)
+
+
+class CountMasked(gym.Wrapper):
+    """Counts the actions taken that the env's mask forbade, and all actions."""
+
+    def __init__(self, env, counts):
+        super().__init__(env)
+        self.counts = counts
+
+    def step(self, action):
+        self.counts["taken"] += 1
+        self.counts["masked"] += int(not self.env.unwrapped._mask[int(action)])
+        return self.env.step(action)
+
+
+def counted_env(counts, **kwargs):
+    return lambda: CountMasked(MaskedChoiceEnv(N, **kwargs), counts)
+
+
+def highest_allowed(masks):
+    return masks.shape[1] - 1 - np.argmax(masks[:, ::-1], axis=1)
+
+
+def sample_masks(n, seed=1):
+    masks = np.random.default_rng(seed).random((n, N)) < 0.5
+    masks[np.arange(n), np.random.default_rng(seed + 1).integers(0, N, n)] = True
+    return masks
+
+
+# -- numpy side ----------------------------------------------------------------------------------
+def test_uniform_allowed_is_uniform_over_the_allowed_actions_only():
+    masks = np.array([[1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]], bool)
+    draws = np.stack([uniform_allowed(masks, np.random.default_rng(s)) for s in range(4000)])
+    assert masks[np.arange(3), draws].all()
+    np.testing.assert_array_equal(draws[:, 1], 3)
+    np.testing.assert_allclose(np.bincount(draws[:, 0], minlength=4) / 4000, [.5, 0, .5, 0],
+                               atol=0.03)
+    np.testing.assert_allclose(np.bincount(draws[:, 2], minlength=4) / 4000, 0.25, atol=0.03)
+    # With epsilon 1 every action is a uniform allowed one.
+    actions = epsilon_greedy(np.zeros(3, int), 4, 1.0, np.random.default_rng(0), masks)
+    assert masks[np.arange(3), actions].all()
+
+
+def test_unmasked_epsilon_greedy_draws_as_before():
+    """No mask: the same numpy draws as before masks existed (same-seed runs are unchanged)."""
+    rng, reference = np.random.default_rng(3), np.random.default_rng(3)
+    actions = epsilon_greedy(np.zeros(50, int), 4, 0.5, rng)
+    explore = reference.random(50) < 0.5
+    expected = np.where(explore, reference.integers(0, 4, size=50), 0)
+    np.testing.assert_array_equal(actions, expected)
+
+
+def test_masks_from_vector_env_info_and_final_info():
+    info = {"action_mask": np.array([[1, 0, 1], [0, 1, 0]], np.int8),
+            "_action_mask": np.array([True, False]),
+            "final_info": {"action_mask": np.array([[0, 0, 0], [0, 0, 1]], np.int8),
+                           "_action_mask": np.array([False, True])}}
+    masks = masks_from_info(info, 2, 3, "env step 7")
+    np.testing.assert_array_equal(masks, [[1, 0, 1], [1, 1, 1]])  # no report: all allowed
+    done = np.array([True, True])
+    final = final_masks(masks, done, info, 3, "env step 7")
+    np.testing.assert_array_equal(final, [[1, 1, 1], [0, 0, 1]])
+    assert masks_from_info({}, 2, 3, "x") is None
+
+
+@pytest.mark.parametrize("masks, message", [
+    (np.ones((2, 3)), r"env step 12: the action mask has shape \(2, 3\); expected \(2, 4\)"),
+    (np.array([[1, 0, 0, 0], [0, 0, 0, 0]]), r"env step 12: the action mask of row 1 allows no"),
+])
+def test_bad_masks_name_the_step(masks, message):
+    with pytest.raises(ActionMaskError, match=message):
+        check_masks(masks, 2, 4, "env step 12")
+
+
+def test_snake_masks_only_the_moves_that_die_at_once():
+    from kerasrl.envs.snake import Snake
+
+    game = Snake(height=5, width=5, mask_deadly_moves=True)
+    game.reset(seed=0)
+    # Heading right along the top row, head in the corner: straight and left leave the board.
+    game._set_state([(0, 4), (0, 3), (0, 2)], "right", [(4, 4)])
+    np.testing.assert_array_equal(game._info()["action_mask"], [0, 0, 1])
+    # Boxed in by its own body on every side: nothing is masked (the game ends either way).
+    game._set_state([(1, 1), (1, 2), (2, 2), (2, 1), (2, 0), (1, 0), (0, 0), (0, 1), (0, 2)],
+                    "left", [(4, 4)])
+    np.testing.assert_array_equal(game._info()["action_mask"], [1, 1, 1])
+
+
+# -- on the active backend -----------------------------------------------------------------------
+@pytest.mark.backend
+def test_masked_targets_match_numpy():
+    rng = np.random.default_rng(0)
+    q_target = rng.standard_normal((6, N)).astype(np.float32)
+    q_online = rng.standard_normal((6, N)).astype(np.float32)
+    masks = sample_masks(6)
+    rewards = rng.standard_normal(6).astype(np.float32)
+    discounts = np.array([0.9, 0.9, 0.0, 0.9, 0.9, 0.9], np.float32)
+    masked_target = np.where(masks, q_target, -np.inf)
+    t = ops.convert_to_tensor  # PyTorch does not mix numpy arrays into tensor arithmetic
+    got = ops.convert_to_numpy(q_learning_target(t(q_target), t(rewards), t(discounts),
+                                                 next_masks=t(masks)))
+    np.testing.assert_allclose(got, rewards + discounts * masked_target.max(1), rtol=1e-6)
+    chosen = np.argmax(np.where(masks, q_online, -np.inf), axis=1)
+    got = ops.convert_to_numpy(q_learning_target(t(q_target), t(rewards), t(discounts),
+                                                 t(q_online), t(masks)))
+    np.testing.assert_allclose(got, rewards + discounts * q_target[np.arange(6), chosen],
+                               rtol=1e-6)
+    epsilon = np.full((6, 1), 0.2, np.float32)
+    probs = 0.2 * masks / masks.sum(1, keepdims=True)
+    probs[np.arange(6), chosen] += 0.8
+    expected = rewards + discounts * (probs * np.where(masks, q_target, 0.0)).sum(1)
+    got = ops.convert_to_numpy(expected_sarsa_target(t(q_target), t(rewards), t(discounts),
+                                                     t(epsilon), t(q_online), t(masks)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+@pytest.mark.backend
+def test_masked_logits_give_masked_actions_exactly_zero_probability():
+    rng = np.random.default_rng(0)
+    logits = (5 * rng.standard_normal((64, N))).astype(np.float32)
+    masks = sample_masks(64)
+    masked = mask_values(logits, masks)
+    log_probs = ops.convert_to_numpy(ops.log_softmax(masked, axis=-1))
+    assert np.all(np.exp(log_probs)[~masks] == 0.0)
+    assert np.all(np.isfinite(log_probs))
+    # Entropy over the allowed actions only, no NaN from 0 * log 0.
+    allowed = np.where(masks, logits.astype(np.float64), -np.inf)
+    p = np.exp(allowed - allowed.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    reference = -np.sum(np.where(masks, p * np.log(np.where(masks, p, 1.0)), 0.0), axis=1)
+    np.testing.assert_allclose(ops.convert_to_numpy(categorical_entropy(masked)), reference,
+                               atol=1e-5)
+    actions = np.argmax(np.where(masks, logits, -np.inf), axis=1).astype(np.int32)
+    assert np.all(np.isfinite(ops.convert_to_numpy(categorical_log_prob(masked, actions))))
+    assert float(MASKED_VALUE) == float(np.finfo(np.float32).min)
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_masked_dqn_with_epsilon_1_never_takes_a_masked_action_in_10000_steps():
+    """Epsilon 1 throughout, Double DQN with dueling heads, 3-step prioritized replay, training
+    rounds on masked targets in the last 2,000 steps."""
+    counts = {"taken": 0, "masked": 0}
+    agent = kerasrl.DQN(counted_env(counts), seed=0, exploration_initial_eps=1.0,
+                        exploration_final_eps=1.0, random_warmup=False, learning_starts=8000,
+                        train_freq=5, batch_size=32, buffer_size=10_000, n_envs=20,
+                        double_q=True, dueling=True, n_step_return=3, prioritized_replay=True,
+                        check_env=False)
+    agent.fit(10_000, progress=False)
+    assert counts == {"taken": 10_000, "masked": 0}
+    assert agent.n_updates > 0
+    batch = agent.buffer.sample(16, np.random.default_rng(0))
+    assert batch["next_action_masks"].shape == (1, 16, N)
+    assert not batch["next_action_masks"].all()
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("agent_class, mask_via", [(kerasrl.SARSA, "method"),
+                                                   (kerasrl.ExpectedSARSA, "info")])
+@pytest.mark.slow_on_other_backends
+def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
+    counts = {"taken": 0, "masked": 0}
+    agent = agent_class(counted_env(counts, mask_via=mask_via), seed=0, n_envs=4, n_steps=8,
+                        exploration_fraction=1.0, check_env=False)
+    agent.fit(500, progress=False)
+    assert counts == {"taken": 500, "masked": 0}
+    assert agent.n_updates > 0
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.PPO])
+def test_masked_agents_learn_the_masked_choice(agent_class):
+    """With the mask the answer is "the highest allowed action" in every state; no action taken
+    in training or evaluation is a masked one."""
+    counts = {"taken": 0, "masked": 0}
+    if agent_class is kerasrl.DQN:
+        agent = kerasrl.DQN(counted_env(counts), seed=0, check_env=False, **DQN_FAST)
+        agent.fit(1000, progress=False)
+    else:
+        agent = kerasrl.PPO(counted_env(counts), seed=0, n_envs=4, n_steps=32, batch_size=64,
+                            n_epochs=4, learning_rate=3e-3, ent_coef=0.0, check_env=False)
+        agent.fit(1536, progress=False)
+    assert counts["masked"] == 0
+    masks = sample_masks(256)
+    obs = masks.astype(np.float32)
+    actions = agent.predict(obs, action_mask=masks)
+    np.testing.assert_array_equal(actions, highest_allowed(masks))
+    assert agent.evaluate(episodes=4)["mean_length"] == 10.0
+    assert agent.policy.action_masks  # saved with the policy: exports then take the mask
+    if agent_class is kerasrl.PPO:
+        assert agent.buffer.action_masks is not None
+        logits = agent.policy.distribution(obs)
+        log_probs = ops.convert_to_numpy(ops.log_softmax(mask_values(logits, masks), axis=-1))
+        assert np.all(np.exp(log_probs)[~masks] == 0.0)
+        sampled = agent.policy.predict(np.repeat(obs, 10, 0), deterministic=False,
+                                       rng=np.random.default_rng(0),
+                                       action_mask=np.repeat(masks, 10, 0))
+        assert np.repeat(masks, 10, 0)[np.arange(2560), sampled].all()
+
+
+@pytest.mark.backend
+def test_bad_masks_from_the_env_name_the_step():
+    agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N, mask_shape=(3,)), seed=0, check_env=False,
+                        learning_starts=10, target_update_interval=10)
+    with pytest.raises(ActionMaskError, match=r"the envs' reset: info\['action_mask'\] has shape "
+                                              r"\(3,\) per env; expected \(4,\)"):
+        agent.fit(100, progress=False)
+    agent = kerasrl.PPO(lambda: MaskedChoiceEnv(N, episode_length=100, empty_mask_at=37), seed=0,
+                        n_steps=64, batch_size=64, check_env=False)
+    with pytest.raises(ActionMaskError, match=r"env step 37: the action mask of row 0 allows no "
+                                              r"action"):
+        agent.fit(100, progress=False)
+
+
+@pytest.mark.backend
+def test_policy_predict_checks_the_mask():
+    agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N), seed=0, check_env=False)
+    obs = np.ones((3, N), np.float32)
+    with pytest.raises(ActionMaskError, match=r"QPolicy.predict\(action_mask=...\): the action "
+                                              r"mask has shape \(3, 3\); expected \(3, 4\)"):
+        agent.policy.predict(obs, action_mask=np.ones((3, 3)))
+    with pytest.raises(ActionMaskError, match="row 2 allows no action"):
+        agent.policy.predict(obs, action_mask=[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]])
+    one = agent.policy.predict(obs[0], action_mask=np.array([0, 0, 1, 0], np.int8))
+    assert one == 2
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.PPO])
+def test_loaded_policy_and_its_export_model_take_the_mask(tmp_path, agent_class):
+    """The saved and loaded policy masks as the agent's does; the model that exports are made
+    from (a second input "action_mask") picks the same actions. The ONNX and SavedModel files
+    themselves are checked in test_export.py."""
+    agent = agent_class(lambda: MaskedChoiceEnv(N), seed=0, check_env=False)
+    agent.policy.save(tmp_path / "policy")
+    policy = kerasrl.load_policy(tmp_path / "policy")
+    masks = sample_masks(64)
+    obs = np.random.default_rng(0).random((64, N)).astype(np.float32)
+    actions = policy.predict(obs, action_mask=masks)
+    assert masks[np.arange(64), actions].all()
+    np.testing.assert_array_equal(actions, agent.policy.predict(obs, action_mask=masks))
+    assert policy.action_masks is False  # not trained on the masked env yet
+    model = policy.inference_model(action_mask=True)
+    assert [i.name for i in model.inputs] == ["observation", "action_mask"]
+    exported = ops.convert_to_numpy(model([obs, masks.astype(np.float32)]))
+    np.testing.assert_array_equal(exported, actions)
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_masks_are_part_of_the_training_state(tmp_path):
+    agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N), seed=0, check_env=False, **DQN_FAST)
+    agent.fit(250, progress=False)
+    agent.save(tmp_path / "ckpt")
+    loaded = kerasrl.DQN.load(tmp_path / "ckpt", env=lambda: MaskedChoiceEnv(N))
+    np.testing.assert_array_equal(loaded.loop.action_masks, agent.loop.action_masks)
+    np.testing.assert_array_equal(loaded.buffer.next_action_masks, agent.buffer.next_action_masks)

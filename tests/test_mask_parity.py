@@ -1,0 +1,45 @@
+"""The masked losses agree across backends within 1e-5 (docs/action_masks.md): masked Double DQN
+(max and argmax over the allowed actions), masked Expected SARSA (the expectation over them) and
+masked PPO (masked logits, entropy over the allowed actions), 100 gradient steps each from the
+same weights, batches and masks.
+
+Each backend runs in its own process (tests/mask_parity_worker.py), as in tests/test_parity.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend_processes import BACKENDS, parity_results
+
+pytestmark = pytest.mark.cross_backend
+
+WORKER = Path(__file__).with_name("mask_parity_worker.py")
+CASES = ("double_dqn", "expected_sarsa", "ppo")
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return parity_results(WORKER, tmp_path_factory.mktemp("mask_parity"), CASES, prefix="mask-")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_masked_losses_agree_within_1e_5(results, case):
+    runs = results(case)
+    reference = runs["jax"]
+    losses = reference["losses"]
+    assert np.all(np.isfinite(losses))
+    main = losses[:, 0] if losses.ndim == 2 else losses
+    assert np.ptp(main) > 0.01 * np.abs(main).mean()  # learning moved the loss
+    for other in BACKENDS[1:]:
+        run = runs[other]
+        scale = np.abs(losses).max(axis=0) + 1e-6
+        worst = float(np.max(np.abs(run["losses"] - losses) / scale))
+        assert worst < TOLERANCE, (other, worst)
+        for key in (k for k in reference if k.startswith("w")):
+            w_scale = np.max(np.abs(reference[key])) + 1e-6
+            assert np.max(np.abs(run[key] - reference[key])) / w_scale < TOLERANCE, (other, key)
