@@ -12,6 +12,8 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `to_tensors(x)`: numpy arrays (any nesting) as backend tensors, for state kept between calls.
 - `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
 - `fori_loop(lower, upper, body, init, unroll)`: a loop inside a compiled step.
+- `write_rows(array, rows, values)`: rows of a storage held as tensors (a replay buffer) written: a
+  functional scatter inside compiled loops (JAX, TensorFlow), in place between graphs (PyTorch).
 - `check_traceable(fn, batch)`: trace `fn(batch)` without running it; raises where `fn` reads a
   tensor value in Python (checked when an agent is made, see `networks.check_drivable`).
 - `adam_moments_step`: faster kernels for one weight's Adam update where the backend has them
@@ -145,7 +147,7 @@ def fall_back(what: str, error: BaseException, instead: str) -> None:
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
-              "feed", "fori_loop", "check_traceable")
+              "feed", "fori_loop", "check_traceable", "write_rows")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
 # - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
 _OPTIONAL = ("adam_moments_step",)
