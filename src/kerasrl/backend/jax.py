@@ -38,14 +38,6 @@ def configure_threads() -> None:
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
-def write_rows(array, rows, values):
-    """`values` written into `array` at the first-axis indices `rows` (int32, (n,)): a new array,
-    a scatter that XLA updates in place inside a compiled loop."""
-    from keras import ops
-
-    return ops.scatter_update(array, ops.expand_dims(rows, -1), values)
-
-
 def fori_loop(lower, upper, body, init, unroll=1):
     """`body(i, carry)` from lower to upper, `unroll` iterations per compiled loop step.
 

@@ -283,14 +283,6 @@ def configure_threads() -> None:
         pass  # TensorFlow has already started its pools; the user's setting stands.
 
 
-def write_rows(array, rows, values):
-    """`values` written into `array` at the first-axis indices `rows` (int32, (n,)): a new array,
-    a scatter that XLA updates in place inside a compiled loop."""
-    from keras import ops
-
-    return ops.scatter_update(array, ops.expand_dims(rows, -1), values)
-
-
 def fori_loop(lower, upper, body, init, unroll=1):
     """`body(i, carry)` from lower to upper (a tf.while_loop; `unroll` is a hint XLA ignores)."""
     del unroll

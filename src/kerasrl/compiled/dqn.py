@@ -126,7 +126,8 @@ class CompiledDQN(CompiledLoop):
         act = self._piece(("act", total_steps), lambda s: self._act(s, total_steps))
         buffer = state["buffer"]
         state, rows, transition = act({key: value for key, value in state.items() if key != "buffer"})
-        buffer = {key: backend.write_rows(buffer[key], rows, transition[key]) for key in buffer}
+        write = backend.write_rows or backend.scatter_rows
+        buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
         return dict(state, buffer=buffer), metrics
 
     def _act(self, state, total_steps):

@@ -6,8 +6,8 @@ observations or rewards whose scale a network cannot learn from well.
 
 An env with action masks (`info["action_mask"]` or an `action_masks()` method) has each mask
 checked (shape, 0/1 values, an allowed action wherever the episode goes on) and is stepped with
-allowed actions only. Problems that make training impossible raise `EnvCheckError`; the others are returned (and
-warned about) as sentences, each naming the fix.
+allowed actions only. Problems that make training impossible raise `EnvCheckError`; the others
+are returned (and warned about) as sentences, each naming the fix.
 """
 
 from __future__ import annotations
@@ -173,13 +173,12 @@ def _short(values: np.ndarray) -> str:
 
 def _checked_reset(env: gym.Env, name: str, seed: int, problems: list[str]) -> np.ndarray:
     result = env.reset(seed=seed)
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
-        _checked_mask(env, name, result[1], "reset()", ended=False)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
         raise EnvCheckError(
             f"{name}.reset() returned {type(result).__name__}, not (observation, info): this is "
             f"the old Gym API. Return `observation, {{}}` from reset (Gymnasium >= 0.26), or wrap "
             f"the env with shimmy's GymV26CompatibilityV0.")
+    _checked_mask(env, name, result[1], "reset()", ended=False)
     return _checked_observation(env, name, result[0], "reset()", problems)
 
 
@@ -257,12 +256,11 @@ def _checked_mask(env: gym.Env, name: str, info: dict, where: str, ended: bool) 
     if not isinstance(space, gym.spaces.Discrete):
         raise MaskCheckError(f"{source}: action masks need a Discrete action space, and this env's is "
                             f"{space}. Remove the mask, or make the action space Discrete.")
-    if _is_framework_tensor(mask):
-        mask = np.asarray(mask)
-    if ended and np.asarray(mask).shape == (space.n,) and not np.any(mask):
+    mask = np.asarray(mask)  # a framework tensor too
+    if ended and mask.shape == (space.n,) and not mask.any():
         return None
     try:
-        rows = check_masks(np.asarray(mask)[None] if np.ndim(mask) == 1 else mask, 1, int(space.n), source)
+        rows = check_masks(mask[None] if mask.ndim == 1 else mask, 1, int(space.n), source)
     except ActionMaskError as error:
         raise MaskCheckError(str(error)) from None
     return rows[0].astype(np.int8)
