@@ -12,15 +12,22 @@ Compile time. kerasrl: the first compiled call minus a second call of the same s
 same number of rounds). rejax: `jax.jit(train).lower(key).compile()` timed on its own, then the
 compiled function run to the end.
 
-Settings (CartPole-v1 dynamics; kerasrl on `kerasrl.envs.ops.CartPole`, rejax on gymnax 0.0.9):
-- dqn-zoo: RL-Zoo DQN (train_freq 256, gradient_steps 128, 50k steps). rejax collects one step of
-  every env per iteration, so it runs the same ratio of updates to env steps (0.5) as 2 envs with
-  one gradient step each; the row says so.
-- dqn-step: one env, one gradient step per env step, batch 64, 50k steps.
+Settings (CartPole-v1 dynamics; kerasrl on `kerasrl.envs.ops.CartPole`, rejax on gymnax 0.0.9,
+SB3/SBX and kerasrl's Python loop on Gymnasium's CartPole-v1), the same as benchmarks/peers.py:
+- dqn-zoo: RL-Zoo DQN (train_freq 256, gradient_steps 128, batch 64, net 256x256, 50k steps).
+  rejax collects one step of every env per iteration, so it runs the same ratio of updates to env
+  steps (0.5) as 2 envs with one gradient step each; the row says so.
+- dqn-step: one env, one gradient step per env step (batch 32, net 64x64, 50k steps).
 - ppo-zoo: RL-Zoo PPO (8 envs x 32 steps, 20 epochs of one 256 minibatch, 100k steps).
 
-Needs `pip install rejax==0.1.3 gymnax==0.0.9` for the rejax rows (rejax breaks on gymnax 1.x);
-without them those rows say "not installed". Nothing is downloaded at run time.
+Peers in the same run (`--peers`): rejax, SB3, SBX (benchmarks/peers.py; their periodic evaluation
+is off the clock) and kerasrl's Python loop (benchmarks/kerasrl_runs.py). Many seeds (`--seeds 1
+16`) run for kerasrl on the backends of `--many-seeds-backends` (default JAX, the one that vmaps)
+and for rejax, on the settings of `--many-seeds-settings` (default per-step DQN and PPO).
+
+Needs `pip install rejax==0.1.3 gymnax==0.0.9` for the rejax rows (rejax breaks on gymnax 1.x; the
+`bench` extra installs both); without them those rows say "not installed". Nothing is downloaded
+at run time.
 """
 
 from __future__ import annotations
@@ -46,21 +53,21 @@ KERASRL = {
     "dqn-zoo": dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
                     target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
                     exploration_final_eps=0.04, hidden_sizes=(256, 256)),
-    "dqn-step": dict(learning_rate=2.3e-3, batch_size=64, buffer_size=50_000, learning_starts=1000, gamma=0.99,
-                     target_update_interval=500, train_freq=1, gradient_steps=1, exploration_fraction=0.16,
-                     exploration_final_eps=0.04, hidden_sizes=(256, 256)),
+    "dqn-step": dict(learning_rate=2.3e-3, batch_size=32, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+                     target_update_interval=10, train_freq=1, gradient_steps=1, exploration_fraction=0.16,
+                     exploration_final_eps=0.04, hidden_sizes=(64, 64)),
     "ppo-zoo": dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
                     learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear"),
 }
 REJAX = {  # rejax 0.1.3 names
-    "dqn-zoo": ("dqn", dict(num_envs=2, gradient_steps=1, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+    "dqn-zoo": ("dqn", dict(num_envs=2, num_epochs=1, polyak=0.0, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
                             fill_buffer=1000, gamma=0.99, target_update_freq=10, eps_start=1.0, eps_end=0.04,
                             exploration_fraction=0.16, ddqn=False,
-                            agent_kwargs={"hidden_layer_sizes": (256, 256), "activation": "relu"})),
-    "dqn-step": ("dqn", dict(num_envs=1, gradient_steps=1, learning_rate=2.3e-3, batch_size=64, buffer_size=50_000,
-                             fill_buffer=1000, gamma=0.99, target_update_freq=500, eps_start=1.0, eps_end=0.04,
+                            agent_kwargs={"activation": "relu"})),  # rejax 0.1.3's DQN net is fixed at 64x64
+    "dqn-step": ("dqn", dict(num_envs=1, num_epochs=1, polyak=0.0, learning_rate=2.3e-3, batch_size=32, buffer_size=100_000,
+                             fill_buffer=1000, gamma=0.99, target_update_freq=10, eps_start=1.0, eps_end=0.04,
                              exploration_fraction=0.16, ddqn=False,
-                             agent_kwargs={"hidden_layer_sizes": (256, 256), "activation": "relu"})),
+                             agent_kwargs={"activation": "relu"})),  # 64x64, fixed in rejax 0.1.3
     "ppo-zoo": ("ppo", dict(num_envs=8, num_steps=32, num_epochs=20, num_minibatches=1, learning_rate=1e-3,
                             gamma=0.98, gae_lambda=0.8, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
                             agent_kwargs={"activation": "tanh"})),
@@ -119,6 +126,31 @@ def run_rejax(setting: str, seeds: int) -> dict:
             "with_compile": steps / wall}
 
 
+PEER_SETTINGS = {"dqn-zoo": ("dqn", "zoo"), "dqn-step": ("dqn", "per-step"), "ppo-zoo": ("ppo", "zoo")}
+HERE = Path(__file__).resolve().parent
+
+
+def peer_command(library: str, setting: str, out: str) -> list[str]:
+    """SB3/SBX (peers.py) and kerasrl's Python loop (kerasrl_runs.py) at the same setting, one seed,
+    evaluated only at the end (their evaluations are off the clock anyway)."""
+    algo, name = PEER_SETTINGS[setting]
+    steps = str(STEPS[setting])
+    if library.startswith("python-"):
+        return [str(HERE / "kerasrl_runs.py"), "--backend", library.split("-", 1)[1], "--algo", algo,
+                "--setting", name, "--seed", "0", "--steps", steps, "--json", out]
+    return [str(HERE / "peers.py"), "--lib", library, "--algo", algo, "--setting", name, "--seed", "0",
+            "--steps", steps, "--eval-freq", steps, "--json", out]
+
+
+def peer_result(raw: dict) -> dict:
+    """peers.py's fields as this table's: its steps/s includes JIT compilation (SBX) and excludes
+    evaluation; compile time is not measured apart."""
+    steps, wall = raw["total_timesteps"], raw["train_wall_s"]
+    return {"steps": steps, "wall": wall, "cpu": raw.get("train_cpu_s", float("nan")), "compile": float("nan"),
+            "after_compile": float("nan"), "with_compile": steps / wall,
+            "eval_mean": raw.get("final_eval_mean", float("nan"))}
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -129,34 +161,59 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _run_worker(command: list[str], core: int) -> dict | None:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+        out = handle.name
+    subprocess.run(["taskset", "-c", str(core), sys.executable, *command(out)], check=False)
+    try:
+        return json.loads(Path(out).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def drive(args) -> None:
     rows = []
     for setting in args.settings:
         for seeds in args.seeds:
-            runs = [("kerasrl", b) for b in args.backends] + ([("rejax", "jax")] if not args.no_rejax else [])
+            if seeds > 1 and setting not in args.many_seeds_settings:
+                continue
+            backends = args.backends if seeds == 1 else [b for b in args.backends if b in args.many_seeds_backends]
+            runs = [("kerasrl", b) for b in backends]
+            if "rejax" in args.peers:
+                runs.append(("rejax", "jax"))
+            if seeds == 1:
+                runs += [(peer, "") for peer in args.peers if peer != "rejax"]
             for library, backend in runs:
-                with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
-                    out = handle.name
-                command = ["taskset", "-c", str(args.core), sys.executable, __file__, "--worker", library,
-                           "--backend", backend, "--setting", setting, "--seeds", str(seeds), "--json", out]
-                subprocess.run(command, check=False)
-                try:
-                    result = json.loads(Path(out).read_text())
-                except (OSError, json.JSONDecodeError):
-                    result = {"error": "the run failed (see its output above)"}
+                if library in ("kerasrl", "rejax"):
+                    def command(out, library=library, backend=backend):
+                        return [__file__, "--worker", library, "--backend", backend, "--setting", setting,
+                                "--seeds", str(seeds), "--json", out]
+                    result = _run_worker(command, args.core)
+                else:
+                    raw = _run_worker(lambda out: peer_command(library, setting, out), args.core)
+                    result = peer_result(raw) if raw else None
+                result = result or {"error": "the run failed (see its output above)"}
                 rows.append((setting, seeds, library, backend, result))
                 print(setting, seeds, library, backend, result, flush=True)
-    lines = [f"# Compiled loop vs rejax (CartPole), one core each (`taskset -c {args.core}`)", "",
-             f"CPU: {cpu_model()}. Steps/s count env steps over all seeds.", "",
+    Path(args.out).with_suffix(".json").write_text(json.dumps(
+        {"cpu": cpu_model(), "rows": [dict(setting=a, seeds=b, library=c, backend=d, **r) for a, b, c, d, r in rows]},
+        indent=1))
+    lines = [f"# Compiled loop vs rejax, SBX and SB3 (CartPole), one core each (`taskset -c {args.core}`)", "",
+             f"CPU: {cpu_model()}. Steps/s count env steps over all seeds. Python-loop rows (kerasrl's `python-*`, "
+             "SB3, SBX) give steps/s with compilation included and evaluation excluded.", "",
              "| setting | seeds | library | backend | steps/s after compile | steps/s incl. compile | compile s | "
              "wall s | CPU s | eval return |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def figure(value, spec):
+        return "" if value != value else format(value, spec)  # NaN: not measured apart
+
     for setting, seeds, library, backend, r in rows:
         if "error" in r:
             lines.append(f"| {setting} | {seeds} | {library} | {backend} | {r['error']} | | | | | |")
             continue
-        lines.append(f"| {setting} | {seeds} | {library} | {backend} | {r['after_compile']:,.0f} | "
-                     f"{r['with_compile']:,.0f} | {r['compile']:.1f} | {r['wall']:.1f} | {r['cpu']:.1f} | "
-                     f"{r.get('eval_mean', float('nan')):.0f} |")
+        lines.append(f"| {setting} | {seeds} | {library} | {backend} | {figure(r['after_compile'], ',.0f')} | "
+                     f"{r['with_compile']:,.0f} | {figure(r['compile'], '.1f')} | {r['wall']:.1f} | "
+                     f"{figure(r['cpu'], '.1f')} | {figure(r.get('eval_mean', float('nan')), '.0f')} |")
     lines += ["", "dqn-zoo on rejax: 2 envs x 1 gradient step per iteration (the same 0.5 updates per env step; "
               "rejax has no train_freq/gradient_steps pair like the zoo's 256/128)."]
     Path(args.out).write_text("\n".join(lines) + "\n")
@@ -172,10 +229,14 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--backends", nargs="+", default=["jax", "tensorflow", "torch"])
     parser.add_argument("--core", type=int, default=1)
-    parser.add_argument("--no-rejax", action="store_true")
+    parser.add_argument("--many-seeds-backends", nargs="+", default=["jax"])
+    parser.add_argument("--many-seeds-settings", nargs="+", default=["dqn-step", "ppo-zoo"])
+    parser.add_argument("--peers", nargs="+", default=["rejax", "sbx", "sb3", "python-jax"],
+                        help="rejax, sbx, sb3, python-jax|python-tensorflow|python-torch; --peers none for none")
     parser.add_argument("--json")
     parser.add_argument("--out", default="benchmarks/results/compiled_loop.md")
     args = parser.parse_args(argv)
+    args.peers = [peer for peer in args.peers if peer != "none"]
     if args.worker is None:
         drive(args)
         return

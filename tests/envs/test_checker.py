@@ -154,3 +154,68 @@ def test_framework_tensor_rewards_are_reported():
     problems = check_env(broken(step=tensor_reward), warn=False)
     assert [p.kind for p in problems] == ["framework-tensor-reward"], problems
     assert "returns the reward as a torch tensor: return float(reward)" in problems[0]
+
+
+class StrictMasked(gym.Env):
+    """Refuses (raises on) a masked action, as board-game envs do: only a checker that steps with
+    allowed actions gets through it."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, via="info", shape=(3,), empty_at=None, space=None):
+        self.via, self.shape, self.empty_at = via, shape, empty_at
+        if space is not None:
+            self.action_space = space
+
+    def _mask(self):
+        mask = (self.np_random.random(3) < 0.5).astype(np.int8)
+        mask[self.np_random.integers(3)] = 1
+        if self.empty_at is not None and self.t >= self.empty_at:
+            mask[:] = 0
+        self.mask = mask
+        return np.resize(mask, self.shape)
+
+    def action_masks(self):
+        return np.resize(self.mask, self.shape) if self.via == "method" else self.mask
+
+    def _info(self):
+        mask = self._mask()
+        return {"action_mask": mask} if self.via == "info" else {}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        info = self._info()
+        return self.mask.astype(np.float32), info
+
+    def step(self, action):
+        if not self.mask[action]:
+            raise RuntimeError(f"action {action} is not allowed here")
+        self.t += 1
+        info = self._info()
+        return self.mask.astype(np.float32), 1.0, False, self.t >= 20, info
+
+
+@pytest.mark.parametrize("via", ["info", "method"])
+def test_masked_envs_are_stepped_with_allowed_actions_only(via):
+    assert check_env(StrictMasked(via=via), steps=300) == []
+
+
+@pytest.mark.parametrize("env, message", [
+    (StrictMasked(shape=(4,)), r"info\['action_mask'\] after StrictMasked.reset\(\): the action mask has shape "
+                               r"\(1, 4\); expected \(1, 3\)"),
+    (StrictMasked(via="method", shape=(2,)), r"StrictMasked.action_masks\(\) after reset\(\): .*shape \(1, 2\)"),
+    (StrictMasked(empty_at=5), r"after StrictMasked.step\(\) 5: the action mask of row 0 allows no action.*"
+                               r"end the episode \(terminated=True\)"),
+    (StrictMasked(space=gym.spaces.Box(-1, 1, (3,))), r"action masks need a Discrete action space"),
+])
+def test_broken_masks_raise_naming_where(env, message):
+    with pytest.raises(EnvCheckError, match=message):
+        check_env(env)
+
+
+def test_an_agent_on_a_broken_mask_env_is_refused_when_made():
+    kerasrl.DQN(lambda: StrictMasked(), seed=0)  # the check at creation steps with allowed actions only
+    with pytest.raises(EnvCheckError, match="allows no action"):
+        kerasrl.DQN(lambda: StrictMasked(empty_at=3), seed=0)

@@ -12,6 +12,9 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `to_tensors(x)`: numpy arrays (any nesting) as backend tensors, for state kept between calls.
 - `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
 - `fori_loop(lower, upper, body, init, unroll)`: a loop inside a compiled step.
+- `write_rows(array, rows, values)`: rows of a storage held as tensors (a replay buffer) written in
+  place between graphs (PyTorch); None elsewhere, where `scatter_rows` (one `keras.ops` scatter,
+  updated in place by XLA inside compiled loops) serves.
 - `check_traceable(fn, batch)`: trace `fn(batch)` without running it; raises where `fn` reads a
   tensor value in Python (checked when an agent is made, see `networks.check_drivable`).
 - `adam_moments_step`: faster kernels for one weight's Adam update where the backend has them
@@ -148,7 +151,16 @@ _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to
               "feed", "fori_loop", "check_traceable")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
 # - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
-_OPTIONAL = ("adam_moments_step",)
+# - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.
+_OPTIONAL = ("adam_moments_step", "write_rows")
+
+
+def scatter_rows(array, rows, values):
+    """`values` written into `array` at the first-axis indices `rows` (int32, (n,)): a new array,
+    a scatter that XLA updates in place inside a compiled loop (JAX, TensorFlow)."""
+    from keras import ops
+
+    return ops.scatter_update(array, ops.expand_dims(rows, -1), values)
 
 
 def __getattr__(name: str):
@@ -172,6 +184,7 @@ __all__ = [
     "fast_paths",
     "installed_backends",
     "select_backend",
+    "scatter_rows",
     "use",
     *_FUNCTIONS,
     *_OPTIONAL,

@@ -121,6 +121,18 @@ class CompiledDQN(CompiledLoop):
         return eps
 
     def _env_step(self, state, metrics, total_steps):
+        """One vector step: act, step the envs (a compiled piece on PyTorch), then write the
+        transitions into the replay buffer (in place on PyTorch, see `backend.write_rows`)."""
+        act = self._piece(("act", total_steps), lambda s: self._act(s, total_steps))
+        buffer = state["buffer"]
+        state, rows, transition = act({key: value for key, value in state.items() if key != "buffer"})
+        write = backend.write_rows or backend.scatter_rows
+        buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
+        return dict(state, buffer=buffer), metrics
+
+    def _act(self, state, total_steps):
+        """Epsilon-greedy actions and one env step: the state without its buffer, the buffer
+        rows to write and the transitions."""
         from keras import ops
 
         from kerasrl.networks import stateless_apply
@@ -134,22 +146,15 @@ class CompiledDQN(CompiledLoop):
         actions = ops.where(u < self._epsilon(timesteps, total_steps), random_action, greedy)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
         pos = state["vector_steps"] % self.capacity
-        rows = ops.expand_dims(pos * n + ops.arange(n, dtype="int32"), -1)  # (n, 1)
-        buffer = state["buffer"]
-        discounts = self.config.gamma * (1.0 - ops.cast(terminated, "float32"))
-        buffer = {
-            "obs": ops.scatter_update(buffer["obs"], rows, state["obs"]),
-            "next_obs": ops.scatter_update(buffer["next_obs"], rows, info["final_obs"]),
-            "actions": ops.scatter_update(buffer["actions"], rows, actions),
-            "rewards": ops.scatter_update(buffer["rewards"], rows, reward),
-            "discounts": ops.scatter_update(buffer["discounts"], rows, discounts),
-        }
+        rows = pos * n + ops.arange(n, dtype="int32")
+        transition = {"obs": state["obs"], "next_obs": info["final_obs"], "actions": actions, "rewards": reward,
+                      "discounts": self.config.gamma * (1.0 - ops.cast(terminated, "float32"))}
         vector_steps = state["vector_steps"] + 1
         done = ops.logical_or(terminated, truncated)
-        state = dict(state, env=env_state, obs=obs, buffer=buffer, explore_rng=explore_rng, action_rng=action_rng,
+        state = dict(state, env=env_state, obs=obs, explore_rng=explore_rng, action_rng=action_rng,
                      vector_steps=vector_steps, episodes=episode_update(state["episodes"], reward, done),
                      pending_syncs=state["pending_syncs"] + ops.cast(vector_steps % self.sync_every == 0, "int32"))
-        return state, metrics
+        return state, rows, transition
 
     def _loss(self, params, non_trainable, batch, targets):
         from kerasrl.losses import select, td_loss
@@ -189,10 +194,8 @@ class CompiledDQN(CompiledLoop):
 
         cfg = self.config
 
-        env_step = self._piece(("env", total_steps), lambda s, m: self._env_step(s, m, total_steps))
-
         def env_body(i, carry):
-            return env_step(*carry)
+            return self._env_step(*carry, total_steps)
 
         state, metrics = backend.fori_loop(0, cfg.train_freq, env_body, (state, metrics))
         timesteps = state["vector_steps"] * self.n_envs

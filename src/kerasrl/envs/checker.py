@@ -4,8 +4,10 @@ Modelled on Stable-Baselines3's `env_checker`, and beyond it: framework tensors 
 (the "Tensor must be from same graph" class of failures), a reset that ignores its seed, and
 observations or rewards whose scale a network cannot learn from well.
 
-Problems that make training impossible raise `EnvCheckError`; the others are returned (and
-warned about) as sentences, each naming the fix.
+An env with action masks (`info["action_mask"]` or an `action_masks()` method) has each mask
+checked (shape, 0/1 values, an allowed action wherever the episode goes on) and is stepped with
+allowed actions only. Problems that make training impossible raise `EnvCheckError`; the others
+are returned (and warned about) as sentences, each naming the fix.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from kerasrl.envs.wrappers import _is_framework_tensor
+from kerasrl.envs.wrappers import _is_framework_tensor, has_action_masks_method
+from kerasrl.masks import MASK_KEY, ActionMaskError, check_masks
 
 HUGE = 1e4  # observation values beyond this (in absolute value) saturate a network's first layer
 LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
@@ -29,6 +32,11 @@ class EnvCheckError(ValueError, TypeError):
 
     Also a TypeError: an env of the old Gym API (or not an env) is the wrong kind of object.
     """
+
+
+class MaskCheckError(EnvCheckError, ActionMaskError):
+    """A broken action mask found by `check_env`: both an EnvCheckError and an ActionMaskError
+    (the error the same mask raises when met during training)."""
 
 
 class Problem(str):
@@ -170,6 +178,7 @@ def _checked_reset(env: gym.Env, name: str, seed: int, problems: list[str]) -> n
             f"{name}.reset() returned {type(result).__name__}, not (observation, info): this is "
             f"the old Gym API. Return `observation, {{}}` from reset (Gymnasium >= 0.26), or wrap "
             f"the env with shimmy's GymV26CompatibilityV0.")
+    _checked_mask(env, name, result[1], "reset()", ended=False)
     return _checked_observation(env, name, result[0], "reset()", problems)
 
 
@@ -188,10 +197,11 @@ def _check_seeding(env: gym.Env, name: str, seed: int, first: np.ndarray,
 def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[str]) -> None:
     actions = copy.deepcopy(env.action_space)  # sampling the env's own space would shift its stream
     actions.seed(seed)
-    env.reset(seed=seed)
+    _, info = env.reset(seed=seed)
+    mask = _checked_mask(env, name, info, "reset()", ended=False)
     observations, rewards = [], []
-    for _ in range(steps):
-        result = env.step(actions.sample())
+    for step in range(steps):
+        result = env.step(actions.sample(mask=mask) if mask is not None else actions.sample())
         if not (isinstance(result, tuple) and len(result) == 5):
             count = len(result) if isinstance(result, tuple) else type(result).__name__
             raise EnvCheckError(
@@ -224,10 +234,36 @@ def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[
         if not isinstance(info, dict):
             raise EnvCheckError(f"{name}.step() returned info as {type(info).__name__}, not a "
                                 f"dict.")
+        mask = _checked_mask(env, name, info, f"step() {step + 1}", ended=bool(terminated or truncated))
         if terminated or truncated:
-            env.reset()
+            _, info = env.reset()
+            mask = _checked_mask(env, name, info, "reset()", ended=False)
     _check_scales(name, np.array(observations), np.array(rewards), problems)
     problems[:] = list(dict.fromkeys(problems))  # each problem once, however often it occurred
+
+
+def _checked_mask(env: gym.Env, name: str, info: dict, where: str, ended: bool) -> np.ndarray | None:
+    """The action mask the env gives with an observation, as int8 (for the action space's
+    `sample(mask=)`), checked; None when the env has none. At an episode's end a mask may allow
+    nothing (no action is taken there)."""
+    if MASK_KEY in info:
+        mask, source = info[MASK_KEY], f"info['{MASK_KEY}'] after {name}.{where}"
+    elif has_action_masks_method(env):
+        mask, source = env.get_wrapper_attr("action_masks")(), f"{name}.action_masks() after {where}"
+    else:
+        return None
+    space = env.action_space
+    if not isinstance(space, gym.spaces.Discrete):
+        raise MaskCheckError(f"{source}: action masks need a Discrete action space, and this env's is "
+                            f"{space}. Remove the mask, or make the action space Discrete.")
+    mask = np.asarray(mask)  # a framework tensor too
+    if ended and mask.shape == (space.n,) and not mask.any():
+        return None
+    try:
+        rows = check_masks(mask[None] if mask.ndim == 1 else mask, 1, int(space.n), source)
+    except ActionMaskError as error:
+        raise MaskCheckError(str(error)) from None
+    return rows[0].astype(np.int8)
 
 
 def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,
