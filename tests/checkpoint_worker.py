@@ -1,5 +1,5 @@
 """Runs on one backend (KERAS_BACKEND) in a fresh process, for tests/test_checkpoint.py,
-tests/test_policy_io.py and tests/test_resume_processes.py.
+tests/test_policy_io.py, tests/test_resume_processes.py and tests/test_dict_observations.py.
 
     python checkpoint_worker.py first  OUT      whole runs, first halves + save, policies saved
     python checkpoint_worker.py second OUT      load in this fresh process, second halves; load
@@ -43,6 +43,13 @@ AGENT_CASES = {
     "expected_sarsa": dict(algorithm="ExpectedSARSA", env="CartPole-v1", seed=7, n_envs=2,
                            n_steps=3, exploration_fraction=0.5),
 }
+# Dict-observation policies (tests/test_dict_observations.py): a DQN and a PPO (observation
+# statistics on) on the nested ImageVectorEnv, saved on each backend and loaded on every backend.
+DICT_POLICIES = {
+    "dict-dqn": dict(algorithm="DQN", seed=0, learning_starts=100, train_freq=4, batch_size=32),
+    "dict-ppo": dict(algorithm="PPO", seed=0, n_steps=64, batch_size=64, n_epochs=2,
+                     normalize_observations=True),
+}
 # Checkpoints that every other backend loads and continues.
 CROSS_CASES = ("cartpole", "ppo")
 # The cases this run makes (checkpoint_runs.py sets it from the tests the session runs): the slow
@@ -63,6 +70,24 @@ def make_agent(case: str):
 
         model = model_builder(model)
     return kerasrl.DQN(env, model=model, **kwargs)
+
+
+def dict_observations(n: int = 200) -> dict:
+    """`n` fixed nested observations as one batch: {"image": (n, 7, 7, 1) uint8, "extra": {...}}."""
+    from kerasrl.envs.testing import ImageVectorEnv
+
+    env = ImageVectorEnv(layout="nested")
+    env.reset(seed=123)
+    obs = [env._draw() for _ in range(n)]
+    return {"image": np.stack([o["image"] for o in obs]),
+            "extra": {"flag": np.array([o["extra"]["flag"] for o in obs]),
+                      "noise": np.stack([o["extra"]["noise"] for o in obs])}}
+
+
+def record_dict_policy(policy, path: Path) -> None:
+    obs = dict_observations()
+    np.savez(path, actions=np.asarray(policy.predict(obs)),
+             raw=np.asarray(policy.raw_outputs(obs)))
 
 
 def learner_arrays(agent) -> dict[str, np.ndarray]:
@@ -121,6 +146,17 @@ def first(out: Path) -> None:
             whole.policy.save(out / f"ppo-policy-{name}")
             record_ppo_policy(whole.policy, out / f"ppo-policy-{name}-saved.npz")
 
+    if "dict" in RUN:
+        from kerasrl.envs.testing import ImageVectorEnv
+
+        for case, kwargs in DICT_POLICIES.items():
+            kwargs = dict(kwargs)
+            agent_class = getattr(kerasrl, kwargs.pop("algorithm"))
+            agent = agent_class(lambda: ImageVectorEnv(layout="nested"), check_env=False, **kwargs)
+            agent.fit(300, progress=False)
+            agent.policy.save(out / f"{case}-{name}")
+            record_dict_policy(agent.policy, out / f"{case}-{name}-saved.npz")
+
 
 def second(out: Path) -> None:
     name = backend.NAME
@@ -142,6 +178,12 @@ def second(out: Path) -> None:
         if path.exists():
             record_ppo_policy(kerasrl.load_policy(path),
                               out / f"ppo-policy-{saved_on}-on-{name}.npz")
+    for case in DICT_POLICIES:
+        for saved_on in BACKENDS:
+            path = out / f"{case}-{saved_on}"
+            if path.exists():
+                record_dict_policy(kerasrl.load_policy(path),
+                                   out / f"{case}-{saved_on}-on-{name}.npz")
     for case in (c for c in AGENT_CASES if c in RUN):
         agent = kerasrl.Agent.load(out / f"ckpt-{case}-{name}")
         assert agent.num_timesteps == N, agent.num_timesteps

@@ -131,6 +131,17 @@ def test_the_core_never_imports_distributed_or_the_cli():
         assert "kerasrl.cli" not in edges, name
 
 
+def test_the_package_the_envs_and_the_cli_import_without_keras():
+    """`kerasrl --backend torch` settles the backend after its modules are imported: nothing they
+    import at module level may import Keras (which would fix the backend first)."""
+    script = ("import sys, kerasrl, kerasrl.envs, kerasrl.spaces, kerasrl.cli; "
+              "print(sorted(m for m in sys.modules if m == 'keras' or m.startswith('keras.')))")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert out.strip() == "[]", out
+
+
 def test_every_module_imports_in_a_fresh_process():
     """Each module in turn, in one new interpreter; a module that needs an optional package that
     is not installed (Ray, Starlette, ...) may say so, and nothing else."""

@@ -4,6 +4,7 @@ Run once in CI on the default backend (not marked `backend`): the engine moves n
 learner is the same agent as in a local run.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -77,6 +78,45 @@ def test_ppo_learns_with_two_workers(local_ray):
 # Synchronous rollouts from seeded actors make the run the same each time (seed 0 twice: 500 and
 # 500); seeds 0 and 1 both reached the maximum, 500. The bar is half of that, 11x random play.
 PPO_BAR = 250.0
+
+
+def test_an_actor_carries_dict_observations_flat():
+    """Without Ray: an actor made from the engine's spec flattens the nested Dict env's
+    observations at its envs (kerasrl.spaces) and rebuilds the learner's SplitLeaves network."""
+    from kerasrl.distributed.ray_engine import RolloutWorker
+    from kerasrl.envs.testing import ImageVectorEnv
+    from kerasrl.spaces import FlatObservations
+
+    agent = kerasrl.DQN(functools.partial(ImageVectorEnv, layout="nested"), seed=0,
+                        check_env=False)
+    engine = RayEngine(workers=1, n_envs=2)
+    actor = RolloutWorker(engine._spec(agent, 0))
+    assert isinstance(actor.observation_space, FlatObservations)
+    out = actor.collect(None, 5, random_actions=True)
+    assert out["observations"].shape == (5, 2, *agent.observation_space.shape)
+    np.testing.assert_array_equal(out["observations"][1:], out["next_observations"][:-1])
+    weights = agent.q_network.get_weights()
+    actor.set_weights({"params": weights, "non_trainable": [], "version": 0})
+    batch = out["observations"][0]
+    np.testing.assert_allclose(actor.policy.q_values(batch), agent.policy.q_values(batch),
+                               rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow  # a Ray run of ~90 s; the fast tier's check is the actor above
+def test_dict_observations_travel_through_the_actors(local_ray):
+    """The actors flatten a Dict observation at their envs (kerasrl.spaces), as a local run does:
+    PPO learns the image + vector task where one leaf alone earns 5 of 10 (chance 2.5)."""
+    from kerasrl.envs.testing import ImageVectorEnv
+
+    agent = kerasrl.PPO(ImageVectorEnv, seed=0, n_envs=4, n_steps=32, batch_size=128, n_epochs=4,
+                        learning_rate=3e-3, gamma=0.5, check_env=False)
+    engine = RayEngine(workers=2)
+    try:
+        agent.fit(3072, engine=engine, progress=False)
+    finally:
+        engine.close()
+    assert agent.num_timesteps == 3072
+    assert agent.evaluate(episodes=20)["mean_return"] >= 9.5
 
 
 # Restarting is the slow tier's (a new actor process): the fast tier kills one and goes on without.

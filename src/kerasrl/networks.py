@@ -17,7 +17,7 @@ from keras import layers
 from kerasrl import backend, registry
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
-from kerasrl.spaces import FlatObservations, SplitLeaves, split_layer, structure_of
+from kerasrl.spaces import FlatObservations, structure_of
 
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
@@ -138,6 +138,42 @@ def default_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(
 
 
 # -- Dict and Tuple observations (kerasrl.spaces) --------------------------------------------------
+@keras.saving.register_keras_serializable(package="kerasrl")
+class SplitLeaves(keras.layers.Layer):
+    """Flat observations (B, D) to {leaf name: (B, *leaf shape)}: the leaves of a Dict or Tuple
+    observation, each in its own shape, for the encoders or a user's model with named inputs.
+
+    Args:
+        leaves: [[name, shape], ...] in the flat vector's order (`FlatObservations.leaves`).
+    """
+
+    def __init__(self, leaves, **kwargs):
+        super().__init__(**kwargs)
+        self.leaves = [[str(name), [int(d) for d in shape]] for name, shape in leaves]
+
+    def call(self, inputs):
+        out, start = {}, 0
+        for name, shape in self.leaves:
+            size = int(np.prod(shape))
+            out[name] = keras.ops.reshape(inputs[:, start:start + size], (-1, *shape))
+            start += size
+        return out
+
+    def compute_output_spec(self, inputs):
+        return {name: keras.KerasTensor((inputs.shape[0], *shape), dtype=inputs.dtype)
+                for name, shape in self.leaves}
+
+    def get_config(self):
+        # Not Layer.get_config: serializing the dtype policy imports TensorFlow (6 s) on any
+        # backend, and every agent made on a Dict space checks this config.
+        return {"name": self.name, "trainable": self.trainable, "leaves": self.leaves}
+
+
+def split_layer(space: FlatObservations, name: str = "leaves") -> SplitLeaves:
+    """The `SplitLeaves` layer of `space`."""
+    return SplitLeaves([[leaf.name, leaf.shape] for leaf in space.leaves], name=name)
+
+
 def _leaf_cnn(x, leaf):
     """A CNN on one image leaf (B, H, W, C) -> (B, F): `nature_cnn` without its head from 36 x 36
     up; below, `snake_small_network`'s torso (16 and 32 3x3 filters, 128 features), a quarter of

@@ -5,8 +5,8 @@ kerasrl's loop, buffers, vector envs (sync and subprocess), checkpoints and Ray 
 numpy arrays of one shape. A structured observation is flattened once, at the env boundary
 (`FlattenLeaves`, as Gymnasium's `flatten`: Box leaves raveled, Discrete and MultiDiscrete one-hot,
 in the space's order), so that every one of those carries it unchanged; the networks undo it with
-`SplitLeaves`, a Keras layer that hands each leaf, in its own shape, to its encoder or to a user's
-model by name. Leaf names are the keys' path joined by "." ("image", "pos.x"; a Tuple's items are
+`SplitLeaves` (in kerasrl.networks: this module does not import Keras), a Keras layer that hands
+each leaf, in its own shape, to its encoder or to a user's model by name. Leaf names are the keys' path joined by "." ("image", "pos.x"; a Tuple's items are
 "item_0", "item_1", ...): Keras refuses "/" in input names, PyTorch's ONNX exporter a name that
 is a number, and ONNX inputs take these names.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gymnasium as gym
-import keras
 import numpy as np
 
 LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
@@ -177,39 +176,3 @@ class FlattenLeaves(gym.ObservationWrapper):
 
     def observation(self, observation):
         return flatten(self.observation_space, observation)
-
-
-@keras.saving.register_keras_serializable(package="kerasrl")
-class SplitLeaves(keras.layers.Layer):
-    """Flat observations (B, D) to {leaf name: (B, *leaf shape)}: the leaves of a Dict or Tuple
-    observation, each in its own shape, for the encoders or a user's model with named inputs.
-
-    Args:
-        leaves: [[name, shape], ...] in the flat vector's order (`FlatObservations.leaves`).
-    """
-
-    def __init__(self, leaves, **kwargs):
-        super().__init__(**kwargs)
-        self.leaves = [[str(name), [int(d) for d in shape]] for name, shape in leaves]
-
-    def call(self, inputs):
-        out, start = {}, 0
-        for name, shape in self.leaves:
-            size = int(np.prod(shape))
-            out[name] = keras.ops.reshape(inputs[:, start:start + size], (-1, *shape))
-            start += size
-        return out
-
-    def compute_output_spec(self, inputs):
-        return {name: keras.KerasTensor((inputs.shape[0], *shape), dtype=inputs.dtype)
-                for name, shape in self.leaves}
-
-    def get_config(self):
-        # Not Layer.get_config: serializing the dtype policy imports TensorFlow (6 s) on any
-        # backend, and every agent made on a Dict space checks this config.
-        return {"name": self.name, "trainable": self.trainable, "leaves": self.leaves}
-
-
-def split_layer(space: FlatObservations, name: str = "leaves") -> SplitLeaves:
-    """The `SplitLeaves` layer of `space`."""
-    return SplitLeaves([[leaf.name, leaf.shape] for leaf in space.leaves], name=name)

@@ -102,13 +102,6 @@ class RolloutWorker:
                 f"{spec['env']} reports action masks (info['action_mask'] or action_masks()), and "
                 f"the Ray engine's actors do not carry them yet: they would take masked actions. "
                 f"Train with engine='local' (see docs/action_masks.md).")
-        from kerasrl.spaces import FlatObservations
-
-        if isinstance(self.observation_space, FlatObservations):
-            raise NotImplementedError(
-                f"{spec['env']} has {type(self.observation_space.structure).__name__} "
-                f"observations, and the Ray engine has not been tested with them yet. Train with "
-                f"engine='local' (see docs/dict_observations.md).")
         self.episode_returns = np.zeros(self.n_envs)
         self.episode_lengths = np.zeros(self.n_envs, dtype=np.int64)
         if self.algorithm == "dqn":
