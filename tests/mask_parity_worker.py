@@ -2,7 +2,8 @@
 
     python tests/mask_parity_worker.py OUT_DIR CASE [CASE ...]
 
-CASE is "double_dqn", "expected_sarsa" or "ppo". The agents draw their initial weights from the
+CASE is "double_dqn", "expected_sarsa", "ppo" or "ppo_multi" (MultiDiscrete([3, 4]) actions, a
+mask per component). The agents draw their initial weights from the
 seed with numpy, and every batch, mask and minibatch index comes from numpy with fixed seeds, so
 the three backends see the same numbers. Results go to OUT_DIR/mask-CASE-BACKEND.npz.
 """
@@ -21,13 +22,17 @@ from kerasrl.masks import masked_logits
 from kerasrl.policies import sample_categorical
 
 N_ACTIONS, BATCH, N_CALLS, STEPS_PER_CALL = 4, 32, 50, 2
+NVEC = (3, 4)  # "ppo_multi": the components' masks side by side, 7 flags
 
 
-def random_masks(rng, shape):
-    """Masks (..., N_ACTIONS) with about half the actions allowed, and always one."""
-    masks = rng.random((*shape, N_ACTIONS)) < 0.5
-    allowed = rng.integers(0, N_ACTIONS, shape)
-    np.put_along_axis(masks, allowed[..., None], True, axis=-1)
+def random_masks(rng, shape, sizes=(N_ACTIONS,)):
+    """Masks (..., sum(sizes)) with about half the actions allowed, and always one per component."""
+    masks = rng.random((*shape, sum(sizes))) < 0.5
+    start = 0
+    for size in sizes:
+        allowed = start + rng.integers(0, size, shape)
+        np.put_along_axis(masks, allowed[..., None], True, axis=-1)
+        start += size
     return masks
 
 
@@ -67,18 +72,20 @@ def run_q(case: str):
     return {"losses": np.array(losses), **{f"w{i}": np.asarray(w) for i, w in enumerate(weights)}}
 
 
-def run_ppo():
+def run_ppo(nvec=None):
     """100 masked PPO minibatch steps (5 rollouts of 20), through the agent's compiled update."""
-    agent = kerasrl.PPO(lambda: MaskedChoiceEnv(N_ACTIONS), seed=0, n_steps=256, batch_size=64,
-                        hidden_sizes=(32, 32), ent_coef=0.05, learning_rate=1e-3,
+    agent = kerasrl.PPO(lambda: MaskedChoiceEnv(N_ACTIONS, nvec=nvec), seed=0, n_steps=256,
+                        batch_size=64, hidden_sizes=(32, 32), ent_coef=0.05, learning_rate=1e-3,
                         check_env=False)
+    sizes = agent.action_sizes
+    width = sum(sizes)
     rng = np.random.default_rng(2)
     losses = []
     for _ in range(5):
-        observations = rng.random((256, N_ACTIONS)).astype(np.float32)
-        masks = random_masks(rng, (256,))
+        observations = rng.random((256, width)).astype(np.float32)
+        masks = random_masks(rng, (256,), sizes)
         logits, values = agent._evaluate_networks(observations)
-        actions, log_probs = sample_categorical(masked_logits(logits, masks), rng)
+        actions, log_probs = sample_categorical(masked_logits(logits, masks), rng, sizes)
         advantages = rng.standard_normal(256).astype(np.float32)
         data = {"observations": observations, "actions": actions.astype(np.int32),
                 "old_log_probs": log_probs, "old_values": values.astype(np.float32),
@@ -99,6 +106,9 @@ def run_ppo():
 if __name__ == "__main__":
     out_dir = sys.argv[1]
     for case in sys.argv[2:]:
-        result = run_ppo() if case == "ppo" else run_q(case)
+        if case.startswith("ppo"):
+            result = run_ppo(NVEC if case == "ppo_multi" else None)
+        else:
+            result = run_q(case)
         np.savez(f"{out_dir}/mask-{case}-{backend.NAME}.npz", backend=np.array(backend.NAME),
                  **result)

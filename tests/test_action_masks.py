@@ -34,8 +34,10 @@ class CountMasked(gym.Wrapper):
         self.counts = counts
 
     def step(self, action):
+        env = self.env.unwrapped
         self.counts["taken"] += 1
-        self.counts["masked"] += int(not self.env.unwrapped._mask[int(action)])
+        starts = np.cumsum((0,) + env.nvec)[:-1] if env.nvec else 0  # MultiDiscrete: per component
+        self.counts["masked"] += int(not np.all(env._mask[starts + np.asarray(action)]))
         return self.env.step(action)
 
 
@@ -281,3 +283,98 @@ def test_masks_are_part_of_the_training_state(tmp_path):
     loaded = kerasrl.DQN.load(tmp_path / "ckpt", env=lambda: MaskedChoiceEnv(N))
     np.testing.assert_array_equal(loaded.loop.action_masks, agent.loop.action_masks)
     np.testing.assert_array_equal(loaded.buffer.next_action_masks, agent.buffer.next_action_masks)
+
+
+# -- MultiDiscrete actions (PPO): a mask per component, side by side ------------------------------
+NVEC = (3, 4)
+
+
+def multi_masks(n, seed=3):
+    rng = np.random.default_rng(seed)
+    masks = rng.random((n, sum(NVEC))) < 0.5
+    masks[np.arange(n), rng.integers(0, 3, n)] = True
+    masks[np.arange(n), 3 + rng.integers(0, 4, n)] = True
+    return masks
+
+
+def highest_allowed_per_component(masks):
+    return np.stack([highest_allowed(masks[:, :3]), highest_allowed(masks[:, 3:])], axis=-1)
+
+
+def test_a_multidiscrete_mask_needs_an_allowed_value_in_each_component():
+    masks = multi_masks(4)
+    masks[2, 3:] = False  # the second component of row 2 allows nothing
+    with pytest.raises(ActionMaskError, match=r"row 2 allows no value of component 1 \(mask "
+                                              r"entries 3..6"):
+        check_masks(masks, 4, 7, "env step 5", sizes=NVEC)
+    masks[2, 4] = True
+    assert check_masks(masks, 4, 7, "env step 5", sizes=NVEC).shape == (4, 7)
+
+
+def test_multidiscrete_sampling_draws_each_component_and_sums_the_log_probabilities():
+    from kerasrl.policies import categorical_mode, sample_categorical, softmax_log_probs
+
+    logits = np.random.default_rng(0).standard_normal((500, 7)).astype(np.float32)
+    actions, log_probs = sample_categorical(logits, np.random.default_rng(1), NVEC)
+    assert actions.shape == (500, 2) and actions[:, 0].max() == 2 and actions[:, 1].max() == 3
+    expected = (np.take_along_axis(softmax_log_probs(logits[:, :3]), actions[:, :1], 1)[:, 0]
+                + np.take_along_axis(softmax_log_probs(logits[:, 3:]), actions[:, 1:], 1)[:, 0])
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-5)
+    np.testing.assert_array_equal(categorical_mode(logits, NVEC), np.stack(
+        [logits[:, :3].argmax(1), logits[:, 3:].argmax(1)], axis=-1))
+
+
+def test_check_env_steps_a_multidiscrete_masked_env_with_allowed_values_only():
+    counts = {"taken": 0, "masked": 0}
+    kerasrl.check_env(counted_env(counts, nvec=NVEC)(), steps=300)
+    assert counts["taken"] == 300 and counts["masked"] == 0
+
+
+@pytest.mark.backend
+def test_multidiscrete_log_probabilities_and_entropies_are_the_components_sums():
+    rng = np.random.default_rng(0)
+    logits = mask_values(rng.standard_normal((64, 7)).astype(np.float32), multi_masks(64))
+    actions = highest_allowed_per_component(multi_masks(64)).astype(np.int32)
+    got = ops.convert_to_numpy(categorical_log_prob(logits, actions, NVEC))
+    parts = (ops.convert_to_numpy(categorical_log_prob(logits[:, :3], actions[:, 0]))
+             + ops.convert_to_numpy(categorical_log_prob(logits[:, 3:], actions[:, 1])))
+    np.testing.assert_allclose(got, parts, rtol=1e-6)
+    entropy = ops.convert_to_numpy(categorical_entropy(logits, NVEC))
+    np.testing.assert_allclose(entropy, ops.convert_to_numpy(categorical_entropy(logits[:, :3]))
+                               + ops.convert_to_numpy(categorical_entropy(logits[:, 3:])),
+                               rtol=1e-6)
+
+
+@pytest.mark.backend
+def test_masked_ppo_learns_the_masked_choice_with_multidiscrete_actions(tmp_path):
+    """MultiDiscrete([3, 4]): the answer is the highest allowed value of each component. No
+    action taken is masked; the saved policy and its ONNX export (mask input) agree."""
+    counts = {"taken": 0, "masked": 0}
+    agent = kerasrl.PPO(counted_env(counts, nvec=NVEC), seed=0, n_envs=4, n_steps=32,
+                        batch_size=64, n_epochs=4, learning_rate=3e-3, gamma=0.5, ent_coef=0.0,
+                        check_env=False)
+    agent.fit(2048, progress=False)  # all 256 masks right at 2,048 steps on seeds 0, 1 and 2
+    assert counts["masked"] == 0 and counts["taken"] == 2048
+    assert agent.buffer.actions.shape[-1] == 2
+    masks = multi_masks(256)
+    obs = masks.astype(np.float32)
+    np.testing.assert_array_equal(agent.predict(obs, action_mask=masks),
+                                  highest_allowed_per_component(masks))
+    assert agent.evaluate(episodes=4)["mean_length"] == 10.0
+    sampled = agent.policy.predict(np.repeat(obs, 10, 0), deterministic=False,
+                                   rng=np.random.default_rng(0),
+                                   action_mask=np.repeat(masks, 10, 0))
+    rows = np.repeat(masks, 10, 0)
+    assert rows[np.arange(2560), sampled[:, 0]].all() and rows[np.arange(2560), 3 + sampled[:, 1]].all()
+    agent.policy.save(tmp_path / "policy")
+    loaded = kerasrl.load_policy(tmp_path / "policy")
+    np.testing.assert_array_equal(loaded.predict(obs, action_mask=masks),
+                                  highest_allowed_per_component(masks))
+    import onnxruntime as ort
+
+    path = loaded.export(tmp_path / "policy.onnx")  # checked against the policy on 256 samples
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()][-1] == "action_mask"
+    actions = session.run(None, {session.get_inputs()[0].name: obs,
+                                 "action_mask": masks.astype(np.float32)})[0]
+    np.testing.assert_array_equal(actions, highest_allowed_per_component(masks))

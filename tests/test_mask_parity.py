@@ -1,7 +1,8 @@
 """The masked losses agree across backends within 1e-5 (docs/action_masks.md): masked Double DQN
 (max and argmax over the allowed actions), masked Expected SARSA (the expectation over them) and
-masked PPO (masked logits, entropy over the allowed actions), 100 gradient steps each from the
-same weights, batches and masks.
+masked PPO (masked logits, entropy over the allowed actions), and masked PPO on MultiDiscrete
+actions (a mask per component, log-probabilities and entropies summed over the components), 100
+gradient steps each from the same weights, batches and masks.
 
 Each backend runs in its own process (tests/mask_parity_worker.py), as in tests/test_parity.py.
 """
@@ -18,7 +19,7 @@ from backend_processes import BACKENDS, parity_results
 pytestmark = pytest.mark.cross_backend
 
 WORKER = Path(__file__).with_name("mask_parity_worker.py")
-CASES = ("double_dqn", "expected_sarsa", "ppo")
+CASES = ("double_dqn", "expected_sarsa", "ppo", "ppo_multi")
 TOLERANCE = 1e-5
 
 

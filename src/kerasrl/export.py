@@ -23,7 +23,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from kerasrl.spaces import FlatObservations, split
+from kerasrl.spaces import FlatObservations, categorical_sizes, split
 
 VALUE_TOLERANCE = 1e-5
 FORMATS = ("onnx", "saved_model")
@@ -47,11 +47,15 @@ def sample_observations(space: gym.Space, n: int, seed: int = 0) -> np.ndarray:
     return np.where(bounded, uniform, normal).astype(np.float32)
 
 
-def sample_action_masks(n_actions: int, n: int, seed: int = 0) -> np.ndarray:
-    """`n` random (n_actions,) float32 masks, each allowing at least one action."""
+def sample_action_masks(n_actions: int, n: int, seed: int = 0, sizes=None) -> np.ndarray:
+    """`n` random (n_actions,) float32 masks, each allowing at least one action (of each component,
+    for a MultiDiscrete space's `sizes`)."""
     rng = np.random.default_rng(seed)
     masks = rng.random((n, n_actions)) < 0.5
-    masks[np.arange(n), rng.integers(0, n_actions, n)] = True
+    start = 0
+    for size in sizes or (n_actions,):
+        masks[np.arange(n), start + rng.integers(0, size, n)] = True
+        start += size
     return masks.astype(np.float32)
 
 
@@ -60,10 +64,11 @@ def _check_inputs(policy, n: int, action_mask: bool, seed: int):
     observations = sample_observations(policy.observation_space, n, seed=seed)
     if not action_mask:
         return [observations]
-    if not isinstance(policy.action_space, gym.spaces.Discrete):
-        raise ExportError(f"action_mask=True needs a Discrete action space; this policy acts in "
-                          f"{policy.action_space}.")
-    return [observations, sample_action_masks(int(policy.action_space.n), n, seed)]
+    sizes = categorical_sizes(policy.action_space)
+    if sizes is None:
+        raise ExportError(f"action_mask=True needs a Discrete or MultiDiscrete action space; this "
+                          f"policy acts in {policy.action_space}.")
+    return [observations, sample_action_masks(int(sum(sizes)), n, seed, sizes)]
 
 
 def export_policy(policy, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
@@ -168,7 +173,8 @@ def check_outputs(policy, observations, outputs, include_values: bool, what: str
     actions = np.asarray(outputs[0]).reshape(expected_actions.shape)
     figures = {}
     if np.issubdtype(expected_actions.dtype, np.integer):
-        wrong = np.flatnonzero(actions.astype(np.int64) != expected_actions.astype(np.int64))
+        differs = actions.astype(np.int64) != expected_actions.astype(np.int64)
+        wrong = np.flatnonzero(differs.reshape(len(differs), -1).any(axis=-1))  # rows
         figures["actions_differing"] = int(len(wrong))
         if len(wrong):
             raise ExportError(

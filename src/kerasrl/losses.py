@@ -111,20 +111,36 @@ def td_loss(q_taken, targets, weights, loss="huber"):
 _LOG_2PI = 1.8378770664093453  # log(2 * pi)
 
 
-def categorical_log_prob(logits, actions):
+def _segments(logits, sizes):
+    """(B, sum(sizes)) logits as one (B, size) slice per component (static bounds)."""
+    bounds = [0]
+    for size in sizes:
+        bounds.append(bounds[-1] + int(size))
+    return [logits[:, a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def categorical_log_prob(logits, actions, sizes=None):
     """log pi(a | s) of a categorical policy: (B, A) logits and (B,) int actions to (B,).
 
+    `sizes` of a MultiDiscrete space: the components' logits side by side, actions (B, components);
+    the log-probability is the sum of the components' (they are drawn independently).
     For a masked policy pass `mask_values(logits, masks)`: masked actions get probability 0.
     """
+    if sizes is not None and len(sizes) > 1:
+        return sum(select(ops.log_softmax(segment, axis=-1), actions[:, j])
+                   for j, segment in enumerate(_segments(logits, sizes)))
     return select(ops.log_softmax(logits, axis=-1), actions)
 
 
-def categorical_entropy(logits):
-    """Entropy of the categorical distribution of each row of (B, A) logits, (B,).
+def categorical_entropy(logits, sizes=None):
+    """Entropy of the categorical distribution of each row of (B, A) logits, (B,); with `sizes`
+    (MultiDiscrete) the sum of the components' entropies.
 
     With masked logits (`mask_values`) it is the entropy over the allowed actions: a masked
     action's probability is exactly 0 and its term 0 * (finite log-probability) is 0.
     """
+    if sizes is not None and len(sizes) > 1:
+        return sum(categorical_entropy(segment) for segment in _segments(logits, sizes))
     log_probs = ops.log_softmax(logits, axis=-1)
     return -ops.sum(ops.exp(log_probs) * log_probs, axis=-1)
 

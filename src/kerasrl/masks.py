@@ -1,6 +1,7 @@
 """Action masks, numpy side: reading them from environments, checking them, acting with them.
 
-An environment says which of its Discrete actions are allowed in the current state the Gymnasium
+An environment says which of its Discrete actions (or, for a MultiDiscrete space, which values of
+each component, the components' flags side by side) are allowed in the current state the Gymnasium
 way, `info["action_mask"]` (an int8 or bool array of shape (n_actions,), 1 = allowed), or with an
 `action_masks()` method (as sb3-contrib's MaskablePPO reads it; `ActionMasksInfo` moves that into
 the info). A vector env stacks the per-env masks to (n_envs, n_actions) in its info, and in
@@ -23,9 +24,11 @@ class ActionMaskError(ValueError):
     """An action mask has the wrong shape or allows no action; the message names where."""
 
 
-def check_masks(masks, n_rows: int, n_actions: int, where: str) -> np.ndarray:
+def check_masks(masks, n_rows: int, n_actions: int, where: str,
+                sizes: tuple[int, ...] | None = None) -> np.ndarray:
     """`masks` as bool (n_rows, n_actions), each row allowing at least one action, or a clear
-    ActionMaskError naming `where` (e.g. "env step 1200" or "policy.predict")."""
+    ActionMaskError naming `where` (e.g. "env step 1200" or "policy.predict"). `sizes`: a
+    MultiDiscrete space's components (n_actions = their sum), each of which must allow one."""
     masks = np.asarray(masks)
     if masks.shape != (n_rows, n_actions):
         raise ActionMaskError(
@@ -42,6 +45,17 @@ def check_masks(masks, n_rows: int, n_actions: int, where: str) -> np.ndarray:
             f"{where}: the action mask of row {empty[0]} allows no action ({len(empty)} row(s) "
             f"like it). A state the agent acts in needs at least one allowed action; end the "
             f"episode (terminated=True) where none is left.")
+    if sizes is not None and len(sizes) > 1:
+        start = 0
+        for j, size in enumerate(sizes):
+            empty = np.flatnonzero(~masks[:, start:start + size].any(axis=-1))
+            if len(empty):
+                raise ActionMaskError(
+                    f"{where}: the action mask of row {empty[0]} allows no value of component "
+                    f"{j} (mask entries {start}..{start + size - 1} of the MultiDiscrete space's "
+                    f"{n_actions}: each component's flags side by side). Every component needs "
+                    f"at least one allowed value.")
+            start += size
     return masks
 
 
@@ -70,13 +84,14 @@ def _stacked(info: dict, key: str, n_envs: int, n_actions: int, where: str):
     return rows
 
 
-def masks_from_info(info: dict, n_envs: int, n_actions: int, where: str) -> np.ndarray | None:
+def masks_from_info(info: dict, n_envs: int, n_actions: int, where: str,
+                    sizes: tuple[int, ...] | None = None) -> np.ndarray | None:
     """The masks (n_envs, n_actions) bool of the observations a vector env just returned, checked
     (right shape, one allowed action per row); None when the env reports none."""
     masks = _stacked(info, MASK_KEY, n_envs, n_actions, where)
     if masks is None:
         return None
-    return check_masks(masks, n_envs, n_actions, where)
+    return check_masks(masks, n_envs, n_actions, where, sizes)
 
 
 def final_masks(masks: np.ndarray | None, done: np.ndarray, info: dict, n_actions: int,
@@ -124,10 +139,11 @@ def masked_logits(logits: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
     return np.where(masks, logits, np.finfo(np.float32).min).astype(np.asarray(logits).dtype)
 
 
-def batch_masks(action_mask, n_rows: int, single: bool, n_actions: int, where: str) -> np.ndarray:
+def batch_masks(action_mask, n_rows: int, single: bool, n_actions: int, where: str,
+                sizes: tuple[int, ...] | None = None) -> np.ndarray:
     """A user's mask for a batch of `n_rows` observations (or one, `single`), checked, as bool
     (n_rows, n_actions)."""
     masks = np.asarray(action_mask)
     if single and masks.ndim == 1:
         masks = masks[None]
-    return check_masks(masks, n_rows, n_actions, where)
+    return check_masks(masks, n_rows, n_actions, where, sizes)

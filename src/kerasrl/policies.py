@@ -15,7 +15,7 @@ from kerasrl.checkpoint import save_policy
 from kerasrl.export import export_policy
 from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
 from kerasrl.networks import stateless_apply
-from kerasrl.spaces import FlatObservations, flatten
+from kerasrl.spaces import FlatObservations, categorical_sizes, flatten
 
 
 def forward_fn(model: keras.Model):
@@ -306,13 +306,33 @@ def softmax_log_probs(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Actions (B,) int and their log-probabilities (B,) float32 from (B, A) logits (numpy draws)."""
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator,
+                       sizes: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Actions (B,) int and their log-probabilities (B,) float32 from (B, A) logits (numpy draws).
+
+    `sizes` of a MultiDiscrete space (several components): the logits are the components' side by
+    side; actions (B, components), each drawn in turn, and the sum of their log-probabilities."""
+    if sizes is not None and len(sizes) > 1:
+        parts = [sample_categorical(segment, rng) for segment in split_segments(logits, sizes)]
+        return (np.stack([a for a, _ in parts], axis=-1),
+                np.sum([lp for _, lp in parts], axis=0).astype(np.float32))
     log_probs = softmax_log_probs(logits)
     cdf = np.cumsum(np.exp(log_probs), axis=-1)
     u = rng.random((cdf.shape[0], 1)) * cdf[:, -1:]
     actions = np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1)
     return actions, np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0].astype(np.float32)
+
+
+def split_segments(values: np.ndarray, sizes: tuple[int, ...]) -> list[np.ndarray]:
+    """(B, sum(sizes)) as one (B, size) array per component."""
+    return np.split(np.asarray(values), np.cumsum(sizes)[:-1], axis=-1)
+
+
+def categorical_mode(logits: np.ndarray, sizes: tuple[int, ...] | None = None) -> np.ndarray:
+    """The most likely action of each row: (B,), or (B, components) for a MultiDiscrete space."""
+    if sizes is not None and len(sizes) > 1:
+        return np.stack([np.argmax(s, axis=-1) for s in split_segments(logits, sizes)], axis=-1)
+    return np.argmax(logits, axis=-1)
 
 
 def gaussian_log_prob_np(mean: np.ndarray, log_std: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -331,7 +351,8 @@ def sample_gaussian(mean: np.ndarray, log_std: np.ndarray, rng: np.random.Genera
 
 
 class ActorCriticPolicy(Policy):
-    """Actions from an actor-critic network: categorical for Discrete, diagonal Gaussian for Box.
+    """Actions from an actor-critic network: categorical for Discrete (one per component for
+    MultiDiscrete), diagonal Gaussian for Box.
 
     Args:
         model: a built Keras model mapping (B, *obs_shape) float32 to logits (B, n_actions) or
@@ -359,7 +380,9 @@ class ActorCriticPolicy(Policy):
         self.shared = shared
         self.observation_space = observation_space
         self.action_space = action_space
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        # The categorical distributions' sizes: (n,) Discrete, nvec MultiDiscrete; None for Box.
+        self.action_sizes = categorical_sizes(action_space)
+        self.discrete = self.action_sizes is not None
         if not self.discrete and log_std is None:
             raise ValueError("A Gaussian policy (Box action space) needs log_std.")
         self.log_std = None if log_std is None else np.asarray(log_std, dtype=np.float32)
@@ -418,12 +441,13 @@ class ActorCriticPolicy(Policy):
                                  f"acts in {self.action_space}.")
             params = masked_logits(params, batch_masks(
                 action_mask, len(params), single, params.shape[-1],
-                "ActorCriticPolicy.predict(action_mask=...)"))
+                "ActorCriticPolicy.predict(action_mask=...)", self.action_sizes))
         if self.discrete:
             if deterministic:
-                actions = np.argmax(params, axis=-1)
+                actions = categorical_mode(params, self.action_sizes)
             else:
-                actions, _ = sample_categorical(params, rng or np.random.default_rng())
+                actions, _ = sample_categorical(params, rng or np.random.default_rng(),
+                                                self.action_sizes)
         else:
             if deterministic:
                 actions = params.astype(np.float32)
@@ -487,7 +511,13 @@ class ActorCriticPolicy(Policy):
         out = out[0] if self.shared else out
         mask = mask_input(out.shape[-1]) if action_mask else None
         if self.discrete:
-            actions = exportable_argmax(out if mask is None else exportable_mask(out, mask))
+            logits = out if mask is None else exportable_mask(out, mask)
+            if len(self.action_sizes) == 1:
+                actions = exportable_argmax(logits)
+            else:  # MultiDiscrete: one argmax per component, (B, components)
+                bounds = np.cumsum((0,) + self.action_sizes)
+                actions = keras.ops.stack([exportable_argmax(logits[:, a:b])
+                                           for a, b in zip(bounds[:-1], bounds[1:])], axis=-1)
         else:
             actions = keras.ops.clip(out, self.action_space.low.astype(np.float32),
                                      self.action_space.high.astype(np.float32))

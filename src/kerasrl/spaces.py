@@ -37,6 +37,17 @@ class Leaf:
     size: int
 
 
+def categorical_sizes(space: gym.Space) -> tuple[int, ...] | None:
+    """The sizes of the categorical distributions a policy draws an action of `space` from: one
+    for a Discrete space, one per component of a one-dimensional MultiDiscrete space (whose logits,
+    and action masks, are the components' side by side); None for any other space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (int(space.n),)
+    if isinstance(space, gym.spaces.MultiDiscrete) and len(space.shape) == 1:
+        return tuple(int(n) for n in space.nvec)
+    return None
+
+
 def is_structured(space: gym.Space) -> bool:
     """A Dict or Tuple space (what kerasrl flattens at the env boundary)."""
     return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))

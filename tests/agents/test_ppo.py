@@ -309,13 +309,17 @@ def test_model_errors():
 
 
 def test_unsupported_and_unbounded_action_spaces():
-    class Multi(IdentityEnv):
-        def __init__(self):
+    class Actions(IdentityEnv):
+        def __init__(self, action_space):
             super().__init__(4, 20)
-            self.action_space = spaces.MultiDiscrete([2, 2])
+            self.action_space = action_space
 
-    with pytest.raises(ValueError, match="Discrete and one-dimensional Box"):
-        kerasrl.PPO(Multi)
+    with pytest.raises(ValueError, match="one-dimensional MultiDiscrete and one-dimensional Box"):
+        kerasrl.PPO(lambda: Actions(spaces.MultiDiscrete([[2, 2], [2, 2]])), check_env=False)
+    with pytest.raises(ValueError, match="one-dimensional MultiDiscrete and one-dimensional Box"):
+        kerasrl.PPO(lambda: Actions(spaces.MultiBinary(3)), check_env=False)
+    with pytest.raises(ValueError, match=r"MultiDiscrete actions that start at 0.*ActionWrapper"):
+        kerasrl.PPO(lambda: Actions(spaces.MultiDiscrete([2, 3], start=[1, 0])), check_env=False)
 
     class Unbounded(TargetEnv):
         def __init__(self):

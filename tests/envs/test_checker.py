@@ -208,7 +208,7 @@ def test_masked_envs_are_stepped_with_allowed_actions_only(via):
     (StrictMasked(via="method", shape=(2,)), r"StrictMasked.action_masks\(\) after reset\(\): .*shape \(1, 2\)"),
     (StrictMasked(empty_at=5), r"after StrictMasked.step\(\) 5: the action mask of row 0 allows no action.*"
                                r"end the episode \(terminated=True\)"),
-    (StrictMasked(space=gym.spaces.Box(-1, 1, (3,))), r"action masks need a Discrete action space"),
+    (StrictMasked(space=gym.spaces.Box(-1, 1, (3,))), r"action masks need a Discrete or MultiDiscrete action space"),
 ])
 def test_broken_masks_raise_naming_where(env, message):
     with pytest.raises(EnvCheckError, match=message):

@@ -93,6 +93,7 @@ class Agent:
     algorithm: str = "agent"
     # Discrete agents set this to n_actions: the env's action masks are then read and obeyed.
     _mask_size: int | None = None
+    _mask_sizes: tuple[int, ...] | None = None  # a MultiDiscrete space's components
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
         if config is None:
@@ -277,7 +278,7 @@ class Agent:
         the env reports none or this agent does not use masks (continuous actions)."""
         if self._mask_size is None:
             return None
-        return masks_from_info(info, n_envs, self._mask_size, where)
+        return masks_from_info(info, n_envs, self._mask_size, where, self._mask_sizes)
 
     def _masks_after_step(self, info: dict, done: np.ndarray):
         """(masks of the observations the envs go on from, masks of the observations each step

@@ -41,10 +41,10 @@ from kerasrl.masks import masked_logits
 from kerasrl.networks import (adapt_model, build_model, check_drivable, dummy_observation,
                                encode_leaves, stateless_apply)
 from kerasrl.optim import Adam
-from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, sample_categorical,
-                              sample_gaussian)
+from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
+                              sample_categorical, sample_gaussian)
 from kerasrl.schedules import linear_schedule
-from kerasrl.spaces import FlatObservations, structure_of
+from kerasrl.spaces import FlatObservations, categorical_sizes, structure_of
 
 # The order of the figures each compiled update reports (means over the minibatches it ran).
 METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -77,12 +77,13 @@ def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=
 
 
 class PPO(Agent):
-    """Proximal Policy Optimization for Discrete and Box action spaces.
+    """Proximal Policy Optimization for Discrete, MultiDiscrete and Box action spaces.
 
     Args:
         env: a Gymnasium id, a `gymnasium.Env`, or a callable returning one.
         model: the actor, a Keras model mapping observations to (batch, n_actions) logits
-            (Discrete) or (batch, action_dim) Gaussian means (Box); or a shared actor-critic model
+            (Discrete; for MultiDiscrete (batch, sum(nvec)), the components' logits side by side)
+            or (batch, action_dim) Gaussian means (Box); or a shared actor-critic model
             with two outputs `[that, values (batch, 1)]`; or a callable
             `(observation_space, action_space) -> keras.Model`; or None for the default.
         value_model: the critic, observations to (batch, 1), or a callable; None for the default
@@ -101,19 +102,27 @@ class PPO(Agent):
     # -- construction -------------------------------------------------------------------------
     def _check_spaces(self) -> None:
         cfg, space = self.config, self.action_space
-        if isinstance(space, gym.spaces.Discrete):
+        self.action_sizes = categorical_sizes(space)  # (n,) Discrete, nvec MultiDiscrete
+        if self.action_sizes is not None:
             self.discrete = True
+            if isinstance(space, gym.spaces.MultiDiscrete) and np.any(space.start != 0):
+                raise ValueError(
+                    f"PPO takes MultiDiscrete actions that start at 0; {self.env_name} has "
+                    f"{space} (start={space.start.tolist()}). Shift the actions in a "
+                    f"gymnasium.ActionWrapper (action + start).")
             if cfg.log_std_init is not None:
                 raise ValueError(
                     f"log_std_init sets the spread of a Gaussian policy for continuous (Box) "
                     f"actions, but {self.env_name} has {space}: a categorical policy has no log "
                     f"std. Remove log_std_init (use ent_coef to encourage exploration).")
-            self.n_outputs = int(space.n)
+            self.n_outputs = int(sum(self.action_sizes))  # the components' logits side by side
             self._mask_size = self.n_outputs  # an env's action masks are obeyed
+            self._mask_sizes = self.action_sizes
             return
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(
-                f"PPO handles Discrete and one-dimensional Box action spaces; {self.env_name} has "
+                f"PPO handles Discrete, one-dimensional MultiDiscrete and one-dimensional Box "
+                f"action spaces; {self.env_name} has "
                 f"{space}. Wrap the env to flatten its actions (e.g. gymnasium.wrappers."
                 f"FlattenObservation's counterpart for actions) or use a Discrete space.")
         self.discrete = False
@@ -199,7 +208,7 @@ class PPO(Agent):
         self._log_std_init = [] if self.discrete else [
             np.full(self.n_outputs, log_std_init, dtype=np.float32)]
         self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
-        action_shape = () if self.discrete else (self.n_outputs,)
+        action_shape = tuple(self.action_space.shape)  # () Discrete, (components,), (action_dim,)
         self.buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, self.observation_space.shape,
                                     action_shape, np.int32 if self.discrete else np.float32)
         n_samples = cfg.n_steps * cfg.n_envs
@@ -257,8 +266,8 @@ class PPO(Agent):
             # Masked actions' logits at the float32 minimum: probability exactly 0, entropy over
             # the allowed actions only.
             policy = mask_values(policy, batch.get("action_masks"))
-            log_probs = categorical_log_prob(policy, batch["actions"])
-            entropy = categorical_entropy(policy)
+            log_probs = categorical_log_prob(policy, batch["actions"], self.action_sizes)
+            entropy = categorical_entropy(policy, self.action_sizes)
         else:
             log_std = params[-1]
             log_probs = gaussian_log_prob(policy, log_std, batch["actions"])
@@ -323,7 +332,8 @@ class PPO(Agent):
     def _sample(self, policy: np.ndarray, rng: np.random.Generator, action_masks=None):
         """(actions to store, actions for the env, log-probabilities), drawn numpy-side."""
         if self.discrete:
-            actions, log_probs = sample_categorical(masked_logits(policy, action_masks), rng)
+            actions, log_probs = sample_categorical(masked_logits(policy, action_masks), rng,
+                                                    self.action_sizes)
             return actions, actions, log_probs
         actions, log_probs = sample_gaussian(policy, self._log_std, rng)
         return actions, np.clip(actions, self.action_space.low, self.action_space.high), log_probs
@@ -332,7 +342,7 @@ class PPO(Agent):
         policy, _ = self._evaluate_networks(self._normalize(observations, update=False))
         self._eval_outputs = policy  # for _explore, which sees only these actions
         if self.discrete:
-            return np.argmax(masked_logits(policy, action_masks), axis=-1)
+            return categorical_mode(masked_logits(policy, action_masks), self.action_sizes)
         return np.clip(policy, self.action_space.low, self.action_space.high)
 
     def _explore(self, greedy_actions, rng, action_masks=None):

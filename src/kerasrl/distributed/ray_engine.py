@@ -112,7 +112,7 @@ class RolloutWorker:
             from kerasrl.policies import ActorCriticPolicy
 
             shared = spec["shared"]
-            self.discrete = not hasattr(self.action_space, "low")
+            self.discrete = self.action_space.__class__.__name__ != "Box"  # gymnasium is imported late
             self.policy = ActorCriticPolicy(
                 self.models[0], self.observation_space, self.action_space,
                 value_model=None if shared else self.models[1], shared=shared,
@@ -209,7 +209,7 @@ class RolloutWorker:
         from kerasrl.policies import sample_categorical, sample_gaussian
 
         policy, shape = self.policy, (n_steps, self.n_envs)
-        action_shape = () if self.discrete else self.action_space.shape
+        action_shape = self.action_space.shape  # () Discrete, (components,) MultiDiscrete, Box
         out = {
             "observations": np.zeros((*shape, *self.obs.shape[1:]), np.float32),  # normalized
             "raw_observations": np.zeros((*shape, *self.obs.shape[1:]), np.float32),
@@ -227,7 +227,7 @@ class RolloutWorker:
             params = policy.distribution(raw)
             values = policy.values(raw)
             if self.discrete:
-                actions, log_probs = sample_categorical(params, self.rng)
+                actions, log_probs = sample_categorical(params, self.rng, policy.action_sizes)
                 env_actions = actions
             else:
                 actions, log_probs = sample_gaussian(params, policy.log_std, self.rng)

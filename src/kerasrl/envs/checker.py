@@ -22,6 +22,7 @@ import numpy as np
 
 from kerasrl.envs.wrappers import _is_framework_tensor, has_action_masks_method
 from kerasrl.masks import MASK_KEY, ActionMaskError, check_masks
+from kerasrl.spaces import categorical_sizes
 
 HUGE = 1e4  # observation values beyond this (in absolute value) saturate a network's first layer
 LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
@@ -253,17 +254,23 @@ def _checked_mask(env: gym.Env, name: str, info: dict, where: str, ended: bool) 
     else:
         return None
     space = env.action_space
-    if not isinstance(space, gym.spaces.Discrete):
-        raise MaskCheckError(f"{source}: action masks need a Discrete action space, and this env's is "
-                            f"{space}. Remove the mask, or make the action space Discrete.")
+    sizes = categorical_sizes(space)
+    if sizes is None:
+        raise MaskCheckError(f"{source}: action masks need a Discrete or MultiDiscrete action "
+                             f"space, and this env's is {space}. Remove the mask, or make the "
+                             f"action space Discrete.")
     mask = np.asarray(mask)  # a framework tensor too
-    if ended and mask.shape == (space.n,) and not mask.any():
+    if ended and mask.shape == (sum(sizes),) and not mask.any():
         return None
     try:
-        rows = check_masks(mask[None] if mask.ndim == 1 else mask, 1, int(space.n), source)
+        rows = check_masks(mask[None] if mask.ndim == 1 else mask, 1, sum(sizes), source, sizes)
     except ActionMaskError as error:
         raise MaskCheckError(str(error)) from None
-    return rows[0].astype(np.int8)
+    row = rows[0].astype(np.int8)
+    if len(sizes) == 1:
+        return row
+    # MultiDiscrete.sample(mask=) takes one mask per component
+    return tuple(np.split(row, np.cumsum(sizes)[:-1]))
 
 
 def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,

@@ -136,27 +136,37 @@ class MaskedChoiceEnv(gym.Env):
     `mask_via="method"` reports the mask through an `action_masks()` method instead of the info
     (sb3-contrib's convention); `mask_shape` and `empty_mask_at` (a step of the episode from
     which the mask allows nothing) make broken masks for tests.
+
+    `nvec=(n_1, ..., n_k)`: a MultiDiscrete(nvec) action space instead, one mask per component
+    side by side (sum(nvec) flags, each component with one allowed value at least); an action
+    pays the mean over the components of `(a_j + 1) / n_j`, and any forbidden value -1 (ended).
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, n: int = 4, episode_length: int = 10, mask_via: str = "info",
-                 mask_shape: tuple | None = None, empty_mask_at: int | None = None):
+                 mask_shape: tuple | None = None, empty_mask_at: int | None = None,
+                 nvec: tuple | None = None):
         if mask_via not in ("info", "method"):
             raise ValueError(f"mask_via must be 'info' or 'method', got {mask_via!r}.")
-        self.n = n
+        self.nvec = None if nvec is None else tuple(int(k) for k in nvec)
+        self.n = n = n if nvec is None else sum(self.nvec)  # mask entries
         self.episode_length = episode_length
         self.mask_via = mask_via
         self.mask_shape = mask_shape
         self.empty_mask_at = empty_mask_at
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32)
-        self.action_space = spaces.Discrete(n)
+        self.action_space = (spaces.Discrete(n) if nvec is None
+                             else spaces.MultiDiscrete(np.array(self.nvec)))
         self._mask = np.ones(n, dtype=np.int8)
         self._t = 0
 
     def _draw_mask(self) -> None:
         mask = (self.np_random.random(self.n) < 0.5).astype(np.int8)
-        mask[self.np_random.integers(self.n)] = 1  # at least one allowed
+        start = 0
+        for size in self.nvec or (self.n,):  # at least one allowed (in each component)
+            mask[start + self.np_random.integers(size)] = 1
+            start += size
         if self.empty_mask_at is not None and self._t >= self.empty_mask_at:
             mask[:] = 0
         self._mask = mask
@@ -177,12 +187,18 @@ class MaskedChoiceEnv(gym.Env):
         return self._result()
 
     def step(self, action):
-        action = int(action)
         self._t += 1
-        if not self._mask[action]:
+        if self.nvec is None:
+            action = int(action)
+            allowed, reward = bool(self._mask[action]), (action + 1) / self.n
+        else:
+            action = np.asarray(action, np.int64)
+            starts = np.cumsum((0,) + self.nvec)[:-1]
+            allowed = bool(np.all(self._mask[starts + action]))
+            reward = float(np.mean((action + 1) / np.array(self.nvec)))
+        if not allowed:
             obs, info = self._result()
             return obs, -1.0, True, False, info
-        reward = (action + 1) / self.n
         self._draw_mask()
         obs, info = self._result()
         return obs, reward, False, self._t >= self.episode_length, info
