@@ -187,7 +187,7 @@ CONTINUOUS = dict(seed=0, learning_starts=200, hidden_sizes=(32, 32), batch_size
 
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
-@pytest.mark.parametrize("agent_class", [kerasrl.TD3, kerasrl.SAC])
+@pytest.mark.parametrize("agent_class", [kerasrl.DDPG, kerasrl.TD3, kerasrl.SAC])
 def test_continuous_agents_learn_from_the_matrix_and_the_vector(agent_class):
     """Box actions: the best is +-1 or +-0.25 (side and flag); a return above -0.5 per 10 steps
     needs both leaves (the side alone earns about -1.4, the flag alone -5.3). A 5 x 5 "image" is

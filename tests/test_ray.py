@@ -60,15 +60,19 @@ def test_dqn_learns_with_two_workers(local_ray):
 DQN_BAR = 4 * RANDOM_CARTPOLE
 
 
+def fit_on_two_workers(agent, total_steps: int) -> None:
+    engine = RayEngine(workers=2)
+    try:
+        agent.fit(total_steps, engine=engine, progress=False)
+    finally:
+        engine.close()
+
+
 @pytest.mark.slow  # the fast tier's Ray PPO run is test_cli_train_with_ray_engine
 def test_ppo_learns_with_two_workers(local_ray):
     agent = kerasrl.PPO("CartPole-v1", seed=0, n_envs=4, n_steps=32, batch_size=64, n_epochs=10,
                         learning_rate=1e-3, gamma=0.98, gae_lambda=0.8)
-    engine = RayEngine(workers=2)
-    try:
-        agent.fit(20_000, engine=engine, progress=False)
-    finally:
-        engine.close()
+    fit_on_two_workers(agent, 20_000)
     # Every update learns from both actors' envs: 32 steps x 4 envs x 2 workers.
     assert agent.num_timesteps == 20_224
     after = agent.evaluate(episodes=10)["mean_return"]
@@ -110,11 +114,7 @@ def test_dict_observations_travel_through_the_actors(local_ray):
 
     agent = kerasrl.PPO(ImageVectorEnv, seed=0, n_envs=4, n_steps=32, batch_size=128, n_epochs=4,
                         learning_rate=3e-3, gamma=0.5, check_env=False)
-    engine = RayEngine(workers=2)
-    try:
-        agent.fit(3072, engine=engine, progress=False)
-    finally:
-        engine.close()
+    fit_on_two_workers(agent, 3072)
     assert agent.num_timesteps == 3072
     assert agent.evaluate(episodes=20)["mean_return"] >= 9.5
 
