@@ -111,7 +111,7 @@ def td_loss(q_taken, targets, weights, loss="huber"):
 _LOG_2PI = 1.8378770664093453  # log(2 * pi)
 
 
-def _segments(logits, sizes):
+def categorical_segments(logits, sizes):
     """(B, sum(sizes)) logits as one (B, size) slice per component (static bounds)."""
     bounds = [0]
     for size in sizes:
@@ -128,7 +128,7 @@ def categorical_log_prob(logits, actions, sizes=None):
     """
     if sizes is not None and len(sizes) > 1:
         return sum(select(ops.log_softmax(segment, axis=-1), actions[:, j])
-                   for j, segment in enumerate(_segments(logits, sizes)))
+                   for j, segment in enumerate(categorical_segments(logits, sizes)))
     return select(ops.log_softmax(logits, axis=-1), actions)
 
 
@@ -140,7 +140,7 @@ def categorical_entropy(logits, sizes=None):
     action's probability is exactly 0 and its term 0 * (finite log-probability) is 0.
     """
     if sizes is not None and len(sizes) > 1:
-        return sum(categorical_entropy(segment) for segment in _segments(logits, sizes))
+        return sum(categorical_entropy(segment) for segment in categorical_segments(logits, sizes))
     log_probs = ops.log_softmax(logits, axis=-1)
     return -ops.sum(ops.exp(log_probs) * log_probs, axis=-1)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kerasrl.spaces import split_segments
+
 MASK_KEY = "action_mask"
 
 
@@ -46,16 +48,15 @@ def check_masks(masks, n_rows: int, n_actions: int, where: str,
             f"like it). A state the agent acts in needs at least one allowed action; end the "
             f"episode (terminated=True) where none is left.")
     if sizes is not None and len(sizes) > 1:
-        start = 0
-        for j, size in enumerate(sizes):
-            empty = np.flatnonzero(~masks[:, start:start + size].any(axis=-1))
+        starts = np.cumsum((0,) + tuple(sizes))
+        for j, segment in enumerate(split_segments(masks, sizes)):
+            empty = np.flatnonzero(~segment.any(axis=-1))
             if len(empty):
                 raise ActionMaskError(
                     f"{where}: the action mask of row {empty[0]} allows no value of component "
-                    f"{j} (mask entries {start}..{start + size - 1} of the MultiDiscrete space's "
-                    f"{n_actions}: each component's flags side by side). Every component needs "
-                    f"at least one allowed value.")
-            start += size
+                    f"{j} (mask entries {starts[j]}..{starts[j + 1] - 1} of the MultiDiscrete "
+                    f"space's {n_actions}: each component's flags side by side). Every component "
+                    f"needs at least one allowed value.")
     return masks
 
 

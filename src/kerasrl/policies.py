@@ -13,9 +13,10 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.checkpoint import save_policy
 from kerasrl.export import export_policy
+from kerasrl.losses import categorical_segments
 from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
 from kerasrl.networks import stateless_apply
-from kerasrl.spaces import FlatObservations, categorical_sizes, flatten
+from kerasrl.spaces import FlatObservations, categorical_sizes, flatten, split_segments
 
 
 def forward_fn(model: keras.Model):
@@ -323,11 +324,6 @@ def sample_categorical(logits: np.ndarray, rng: np.random.Generator,
     return actions, np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0].astype(np.float32)
 
 
-def split_segments(values: np.ndarray, sizes: tuple[int, ...]) -> list[np.ndarray]:
-    """(B, sum(sizes)) as one (B, size) array per component."""
-    return np.split(np.asarray(values), np.cumsum(sizes)[:-1], axis=-1)
-
-
 def categorical_mode(logits: np.ndarray, sizes: tuple[int, ...] | None = None) -> np.ndarray:
     """The most likely action of each row: (B,), or (B, components) for a MultiDiscrete space."""
     if sizes is not None and len(sizes) > 1:
@@ -515,9 +511,9 @@ class ActorCriticPolicy(Policy):
             if len(self.action_sizes) == 1:
                 actions = exportable_argmax(logits)
             else:  # MultiDiscrete: one argmax per component, (B, components)
-                bounds = np.cumsum((0,) + self.action_sizes)
-                actions = keras.ops.stack([exportable_argmax(logits[:, a:b])
-                                           for a, b in zip(bounds[:-1], bounds[1:])], axis=-1)
+                actions = keras.ops.stack([exportable_argmax(segment) for segment
+                                           in categorical_segments(logits, self.action_sizes)],
+                                          axis=-1)
         else:
             actions = keras.ops.clip(out, self.action_space.low.astype(np.float32),
                                      self.action_space.high.astype(np.float32))

@@ -6,9 +6,10 @@ numpy arrays of one shape. A structured observation is flattened once, at the en
 (`FlattenLeaves`, as Gymnasium's `flatten`: Box leaves raveled, Discrete and MultiDiscrete one-hot,
 in the space's order), so that every one of those carries it unchanged; the networks undo it with
 `SplitLeaves` (in kerasrl.networks: this module does not import Keras), a Keras layer that hands
-each leaf, in its own shape, to its encoder or to a user's model by name. Leaf names are the keys' path joined by "." ("image", "pos.x"; a Tuple's items are
-"item_0", "item_1", ...): Keras refuses "/" in input names, PyTorch's ONNX exporter a name that
-is a number, and ONNX inputs take these names.
+each leaf, in its own shape, to its encoder or to a user's model by name. Leaf names are the keys'
+path joined by "." ("image", "pos.x"; a Tuple's items are "item_0", "item_1", ...): Keras refuses
+"/" in input names, PyTorch's ONNX exporter a name that is a number, and ONNX inputs take these
+names.
 
 The price: an image leaf is stored as float32 (4 bytes a pixel where the env gives uint8).
 """
@@ -46,6 +47,11 @@ def categorical_sizes(space: gym.Space) -> tuple[int, ...] | None:
     if isinstance(space, gym.spaces.MultiDiscrete) and len(space.shape) == 1:
         return tuple(int(n) for n in space.nvec)
     return None
+
+
+def split_segments(values: np.ndarray, sizes: tuple[int, ...]) -> list[np.ndarray]:
+    """(B, sum(sizes)) logits or masks as one (B, size) array per component (numpy)."""
+    return np.split(np.asarray(values), np.cumsum(sizes)[:-1], axis=-1)
 
 
 def is_structured(space: gym.Space) -> bool:

@@ -91,9 +91,9 @@ class Agent:
 
     config_class: type[CommonConfig] = CommonConfig
     algorithm: str = "agent"
-    # Discrete agents set this to n_actions: the env's action masks are then read and obeyed.
-    _mask_size: int | None = None
-    _mask_sizes: tuple[int, ...] | None = None  # a MultiDiscrete space's components
+    # Discrete agents set the sizes of their categorical actions: the env's action masks are then
+    # read and obeyed.
+    _mask_sizes: tuple[int, ...] | None = None  # (n_actions,), or a MultiDiscrete's components
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
         if config is None:
@@ -136,7 +136,7 @@ class Agent:
     def _act_greedy(self, observations: np.ndarray) -> np.ndarray:
         """Deterministic actions for a batch of float32 observations, from the learner's weights.
 
-        Agents with `_mask_size` also take `action_masks=` (B, n_actions) bool (only passed when
+        Agents with `_mask_sizes` also take `action_masks=` (B, n_actions) bool (only passed when
         the env has masks)."""
         raise NotImplementedError
 
@@ -276,9 +276,9 @@ class Agent:
     def read_action_masks(self, info: dict, n_envs: int, where: str) -> np.ndarray | None:
         """The action masks (n_envs, n_actions) bool in a vector env's `info`, checked; None when
         the env reports none or this agent does not use masks (continuous actions)."""
-        if self._mask_size is None:
+        if self._mask_sizes is None:
             return None
-        return masks_from_info(info, n_envs, self._mask_size, where, self._mask_sizes)
+        return masks_from_info(info, n_envs, sum(self._mask_sizes), where, self._mask_sizes)
 
     def _masks_after_step(self, info: dict, done: np.ndarray):
         """(masks of the observations the envs go on from, masks of the observations each step
@@ -287,7 +287,7 @@ class Agent:
         masks = self.read_action_masks(info, len(done), where)
         if masks is None and self.loop.action_masks is not None:
             masks = np.ones_like(self.loop.action_masks)  # the env stopped reporting: all allowed
-        return masks, final_masks(masks, done, info, self._mask_size or 0, where)
+        return masks, final_masks(masks, done, info, sum(self._mask_sizes or ()), where)
 
     @property
     def policy(self):

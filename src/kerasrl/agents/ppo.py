@@ -116,8 +116,7 @@ class PPO(Agent):
                     f"actions, but {self.env_name} has {space}: a categorical policy has no log "
                     f"std. Remove log_std_init (use ent_coef to encourage exploration).")
             self.n_outputs = int(sum(self.action_sizes))  # the components' logits side by side
-            self._mask_size = self.n_outputs  # an env's action masks are obeyed
-            self._mask_sizes = self.action_sizes
+            self._mask_sizes = self.action_sizes  # an env's action masks are obeyed
             return
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(

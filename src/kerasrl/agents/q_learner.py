@@ -254,7 +254,7 @@ class QAgentMixin:
                 f"{self.action_space}. For continuous actions use kerasrl.PPO."
             )
         self.n_actions = int(self.action_space.n)
-        self._mask_size = self.n_actions
+        self._mask_sizes = (self.n_actions,)
 
     def _build_q_learner(self, model, target_fn, needs_online_next: bool) -> None:
         """Build the Q-network (the user's, or the default) and its learner, and zero the counters."""

@@ -112,7 +112,9 @@ class RolloutWorker:
             from kerasrl.policies import ActorCriticPolicy
 
             shared = spec["shared"]
-            self.discrete = self.action_space.__class__.__name__ != "Box"  # gymnasium is imported late
+            from kerasrl.spaces import categorical_sizes
+
+            self.discrete = categorical_sizes(self.action_space) is not None
             self.policy = ActorCriticPolicy(
                 self.models[0], self.observation_space, self.action_space,
                 value_model=None if shared else self.models[1], shared=shared,

@@ -22,7 +22,7 @@ import numpy as np
 
 from kerasrl.envs.wrappers import _is_framework_tensor, has_action_masks_method
 from kerasrl.masks import MASK_KEY, ActionMaskError, check_masks
-from kerasrl.spaces import categorical_sizes
+from kerasrl.spaces import categorical_sizes, split_segments
 
 HUGE = 1e4  # observation values beyond this (in absolute value) saturate a network's first layer
 LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
@@ -270,7 +270,7 @@ def _checked_mask(env: gym.Env, name: str, info: dict, where: str, ended: bool) 
     if len(sizes) == 1:
         return row
     # MultiDiscrete.sample(mask=) takes one mask per component
-    return tuple(np.split(row, np.cumsum(sizes)[:-1]))
+    return tuple(split_segments(row, sizes))
 
 
 def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,
