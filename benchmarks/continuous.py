@@ -1,17 +1,18 @@
 """SAC and TD3 steps per second against Stable-Baselines3 and SBX, side by side in one run.
 
     python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--backends jax,tensorflow,torch]
-                                    [--out benchmarks/results/continuous.md]
+                                    [--core 0] [--out benchmarks/results/continuous_pendulum.md]
 
 Each row trains one agent at the RL-Zoo settings (kerasrl's TD3Config / SACConfig defaults; the
-same hyperparameters given to SB3 and SBX) for `--steps` env steps after `learning_starts`, with
-one thread per library, and reports env steps per second over the training part only (warm-up
-random steps and compilation excluded: the first 500 training steps are not timed). Every kerasrl
-backend runs in its own process. `--env HalfCheetah-v5` needs gymnasium[mujoco].
+same hyperparameters given to SB3 and SBX) for `--steps` env steps after `learning_starts`, and
+reports env steps per second over the training part only: the warm-up random steps and the first
+500 training steps (compilation) are not timed. Every row is its own process pinned to one core
+with `taskset -c CORE` (the thread variables alone do not hold JAX to one core), run one after the
+other; CPU time is given beside wall time (CPU > wall: the process used more than one core).
+`--env HalfCheetah-v5` needs gymnasium[mujoco] (the `mujoco` wheel; no rendering).
 
 Targets (issue 13): >= 5x SB3 and >= 1.5x SBX on the default backend; every backend within 2x of
-the fastest. Run it on an otherwise idle machine: timings taken while other jobs run are not
-comparable (none are published from the shared development machine).
+the fastest. Run it on an otherwise idle machine: figures compare within one table only.
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_TORCH_THREADS": "1",
                       "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
                       }.items():
     os.environ.setdefault(_name, _value)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compiled_loop import cpu_model  # noqa: E402
 
 WARMUP_TRAIN_STEPS = 500
 
@@ -37,67 +42,99 @@ ZOO = {
     "sac": dict(learning_rate=1e-3, gamma=0.99, buffer_size=1_000_000, learning_starts=100,
                 batch_size=256, tau=0.005, train_freq=1, gradient_steps=1, net=(256, 256)),
 }
+# RL-Zoo's MuJoCo settings differ in these fields only (HalfCheetah-v5: 10,000 random steps first;
+# SAC at SB3's default step size).
+MUJOCO = {"td3": dict(gamma=0.99, buffer_size=1_000_000, learning_starts=10_000),
+          "sac": dict(learning_rate=3e-4, learning_starts=10_000)}
 
 
-def run_kerasrl(algorithm: str, env: str, steps: int) -> float:
+def settings(algorithm: str, env: str) -> dict:
+    cfg = dict(ZOO[algorithm])
+    if env != "Pendulum-v1":
+        cfg.update(MUJOCO[algorithm])
+    return cfg
+
+
+def timed(train, steps: int) -> dict:
+    """`train(n)` runs n more env steps; the timed part is the last `steps`."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    train(steps)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"steps_per_s": steps / wall, "cpu_over_wall": cpu / wall}
+
+
+def run_kerasrl(algorithm: str, env: str, steps: int) -> dict:
     import kerasrl
 
-    cfg = dict(ZOO[algorithm])
+    cfg = settings(algorithm, env)
     net = cfg.pop("net")
     agent = getattr(kerasrl, algorithm.upper())(env, hidden_sizes=net, **cfg)
     start = cfg["learning_starts"] + WARMUP_TRAIN_STEPS
     total = start + steps
     agent.fit(total, stop_at=start, progress=False)
-    began = time.perf_counter()
-    agent.fit(total, progress=False)
-    return steps / (time.perf_counter() - began)
+    return timed(lambda n: agent.fit(total, progress=False), steps)
 
 
-def run_sb3(algorithm: str, env: str, steps: int, library: str) -> float:
+def run_sb3(algorithm: str, env: str, steps: int, library: str) -> dict:
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
     if library == "sb3":
         import stable_baselines3 as lib
     else:
         import sbx as lib
-    import torch
-
     torch.set_num_threads(1)
-    cfg = dict(ZOO[algorithm])
+    cfg = settings(algorithm, env)
     net = list(cfg.pop("net"))
-    cls = getattr(lib, algorithm.upper())
     kwargs = {}
     if algorithm == "td3":
-        import numpy as np
         from stable_baselines3.common.noise import NormalActionNoise
 
-        kwargs["action_noise"] = NormalActionNoise(np.zeros(1), 0.1 * np.ones(1))
-    model = cls("MlpPolicy", env, policy_kwargs=dict(net_arch=net), verbose=0, **cfg, **kwargs)
-    start = cfg["learning_starts"] + WARMUP_TRAIN_STEPS
-    model.learn(start)
-    began = time.perf_counter()
-    model.learn(steps, reset_num_timesteps=False)
-    return steps / (time.perf_counter() - began)
+        n = gym.make(env).action_space.shape[0]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
+    model = getattr(lib, algorithm.upper())("MlpPolicy", env, policy_kwargs=dict(net_arch=net),
+                                            verbose=0, **cfg, **kwargs)
+    model.learn(cfg["learning_starts"] + WARMUP_TRAIN_STEPS)
+    return timed(lambda n: model.learn(n, reset_num_timesteps=False), steps)
 
 
-def child(args) -> None:
-    """One measurement in this process; prints JSON."""
-    if args.library == "kerasrl":
-        rate = run_kerasrl(args.algorithm, args.env, args.steps)
-    else:
-        rate = run_sb3(args.algorithm, args.env, args.steps, args.library)
-    print(json.dumps({"steps_per_s": rate}))
-
-
-def measure(library: str, algorithm: str, env: str, steps: int, backend: str | None) -> float | None:
+def measure(library: str, algorithm: str, env: str, steps: int, backend: str | None,
+            core: int) -> dict | None:
     environ = dict(os.environ)
     if backend:
         environ["KERAS_BACKEND"] = backend
-    proc = subprocess.run([sys.executable, __file__, "--child", library, "--algorithm", algorithm,
-                           "--env", env, "--steps", str(steps)], env=environ, capture_output=True,
-                          text=True)
+    proc = subprocess.run(["taskset", "-c", str(core), sys.executable, __file__, "--child", library,
+                           "--algorithm", algorithm, "--env", env, "--steps", str(steps)],
+                          env=environ, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"{library} {algorithm} {backend or ''} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])["steps_per_s"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(env: str, steps: int, core: int, rows: list[dict]) -> str:
+    lines = [f"# SAC and TD3 on {env}: env steps/s while training ({steps} timed steps), "
+             f"one core each (`taskset -c {core}`)", "",
+             f"CPU: {cpu_model()}. RL-Zoo settings, the same for every library; warm-up and "
+             "compilation not timed. Ratios: kerasrl's steps/s over the peer's.", "",
+             "| algorithm | library | backend | steps/s | CPU/wall | x SB3 | x SBX |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        peers = {r["library"]: r["steps_per_s"] for r in rows
+                 if r["algorithm"] == row["algorithm"] and r["library"] != "kerasrl"}
+        rate = row["steps_per_s"]
+
+        def ratio(peer):
+            if row["library"] != "kerasrl" or rate is None or peers.get(peer) is None:
+                return ""
+            return f"{rate / peers[peer]:.2f}"
+
+        shown = "failed" if rate is None else f"{rate:.0f}"
+        cpu = "" if row.get("cpu_over_wall") is None else f"{row['cpu_over_wall']:.2f}"
+        lines.append(f"| {row['algorithm']} | {row['library']} | {row['backend']} | {shown} | {cpu} "
+                     f"| {ratio('sb3')} | {ratio('sbx')} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -105,29 +142,31 @@ def main() -> None:
     parser.add_argument("--env", default="Pendulum-v1")
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--backends", default="jax,tensorflow,torch")
+    parser.add_argument("--algorithms", default="sac,td3")
+    parser.add_argument("--core", type=int, default=0)
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", choices=("kerasrl", "sb3", "sbx"))
     parser.add_argument("--algorithm", choices=tuple(ZOO), default="sac")
-    parser.add_argument("--library", default=None)
     args = parser.parse_args()
     if args.child:
-        args.library = args.child
-        child(args)
+        run = run_kerasrl if args.child == "kerasrl" else (
+            lambda a, e, s: run_sb3(a, e, s, args.child))
+        print(json.dumps(run(args.algorithm, args.env, args.steps)))
         return
-    lines = [f"# SAC and TD3 steps/s on {args.env} ({args.steps} timed training steps)", "",
-             "| algorithm | library | backend | steps/s |", "|---|---|---|---|"]
-    for algorithm in ZOO:
-        for backend in args.backends.split(","):
-            rate = measure("kerasrl", algorithm, args.env, args.steps, backend)
-            lines.append(f"| {algorithm} | kerasrl | {backend} | {rate and f'{rate:.0f}'} |")
-        for library in ("sb3", "sbx"):
-            rate = measure(library, algorithm, args.env, args.steps, None)
-            lines.append(f"| {algorithm} | {library} | | {rate and f'{rate:.0f}'} |")
-    text = "\n".join(lines) + "\n"
+    rows = []
+    for algorithm in args.algorithms.split(","):
+        runs = [("kerasrl", b) for b in args.backends.split(",")] + [("sb3", ""), ("sbx", "")]
+        for library, backend in runs:
+            result = measure(library, algorithm, args.env, args.steps, backend or None, args.core)
+            rows.append({"algorithm": algorithm, "library": library, "backend": backend,
+                         "steps_per_s": None, **(result or {})})
+            print(rows[-1], flush=True)
+    text = table(args.env, args.steps, args.core, rows)
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        Path(args.out).write_text(text)
+        Path(args.out).with_suffix(".json").write_text(json.dumps(
+            {"cpu": cpu_model(), "env": args.env, "steps": args.steps, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

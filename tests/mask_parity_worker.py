@@ -68,7 +68,7 @@ def run_q(case: str):
         loss, _ = agent.learner.train(q_batches(rng, case == "expected_sarsa"), 1e-3,
                                       1.0 if call % 10 == 0 else 0.0)
         losses.append(loss)
-    weights = backend.to_numpy(agent.learner.state["params"])
+    weights = backend.to_numpy(agent.learner.state["params"]["q"])
     return {"losses": np.array(losses), **{f"w{i}": np.asarray(w) for i, w in enumerate(weights)}}
 
 
@@ -93,14 +93,14 @@ def run_ppo(nvec=None):
                 "returns": (values + 0.5 * advantages).astype(np.float32),
                 "action_masks": masks}
         indices = np.stack([rng.permutation(256)[:64] for _ in range(20)]).astype(np.int32)
-        agent.state, sums, steps = agent._train(agent.state, backend.feed(data),
+        agent.learner.state, sums, steps = agent._train(agent.learner.state, backend.feed(data),
                                                 backend.feed(indices), np.float32(1e-3),
                                                 np.float32(0.2))
         sums, steps = backend.to_numpy((sums, steps))
         losses.append(np.asarray(sums) / float(steps))
-    weights = backend.to_numpy(agent.state["params"])
-    return {"losses": np.array(losses), "metrics": np.array(METRICS),
-            **{f"w{i}": np.asarray(w) for i, w in enumerate(weights)}}
+    weights = {f"w/{k}": v for k, v in agent.learner.arrays().items()
+               if k.startswith("learner/params/")}
+    return {"losses": np.array(losses), "metrics": np.array(METRICS), **weights}
 
 
 if __name__ == "__main__":

@@ -102,6 +102,7 @@ def run_updates(case: str):
         tau = 1.0 if i % 10 == 0 else 0.0  # a hard sync every 10 updates
         loss, _ = agent.learner.train(batch, 1e-3, tau)
         losses.append(loss)
+    agent.sync_model()  # the learner was driven by hand: its weights reach the model here
     weights = [np.asarray(w) for w in agent.model.get_weights()]
     return {"losses": np.array(losses), **{f"w{i}": w for i, w in enumerate(weights)}}
 

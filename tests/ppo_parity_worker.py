@@ -76,12 +76,12 @@ def run_updates(case: str):
     rng = np.random.default_rng(4)
     # Fused: 10 calls of 20 minibatches (the fori_loop); else 200 calls of one minibatch.
     per_call = 20 if fused else 1
-    losses, state = [], agent.state
+    losses, state = [], agent.learner.state
     for call in range(N_UPDATES // per_call):
         if (call * per_call) % 20 == 0:  # a fresh rollout every 20 gradient steps
-            agent.state = state
+            agent.learner.state = state
             if not discrete:
-                agent._log_std = np.asarray(backend.to_numpy(state["params"][-1]))
+                agent._log_std = agent.learner.parameter("log_std")[0]
             data = rollout(agent, rng, obs_space.shape[0])
         indices = np.stack([rng.permutation(N_SAMPLES)[:BATCH] for _ in range(per_call)])
         state, sums, steps = agent._train(state, backend.feed(data),
@@ -89,10 +89,10 @@ def run_updates(case: str):
                                           np.float32(1e-3), np.float32(0.2))
         sums = np.asarray(backend.to_numpy(sums))
         losses.append(sums / float(backend.to_numpy(steps)))
-    agent.state = state
-    weights = [np.asarray(w) for w in backend.to_numpy(state["params"])]
-    return {"losses": np.array(losses), "metrics": np.array(METRICS),
-            **{f"w{i}": w for i, w in enumerate(weights)}}
+    agent.learner.state = state
+    weights = {f"w/{k}": v for k, v in agent.learner.arrays().items()
+               if k.startswith("learner/params/")}
+    return {"losses": np.array(losses), "metrics": np.array(METRICS), **weights}
 
 
 def run_actions():
@@ -108,7 +108,7 @@ def run_actions():
                         batch_size=32, n_epochs=4, learning_rate=1e-3, ent_coef=0.01)
     init_weights(agent.actor, 5)
     init_weights(agent.critic, 6)
-    agent.state = agent._initial_state()
+    agent.learner.reset_from_models()
     taken.clear()  # the training run's actions only, not those of the env check at creation
     agent.fit(2000, progress=False)
     return {"actions": np.array(taken), "losses": agent.history.losses}

@@ -176,8 +176,8 @@ else:
             expected, loss_ref, td_ref = reference(expected, backend.feed(chunk), np.float32(1e-3), tau)
             np.testing.assert_allclose(backend.to_numpy(loss), backend.to_numpy(loss_ref), rtol=1e-6)
             np.testing.assert_allclose(backend.to_numpy(td), backend.to_numpy(td_ref), rtol=1e-5, atol=1e-6)
-            q = learner._forward(state["params"], state["non_trainable"], backend.feed(chunk["observations"][0]))
-            q_ref = learner._forward(expected["params"], expected["non_trainable"], backend.feed(chunk["observations"][0]))
+            q = learner._forward(state["params"]["q"], state["non_trainable"]["q"], backend.feed(chunk["observations"][0]))
+            q_ref = learner._forward(expected["params"]["q"], expected["non_trainable"]["q"], backend.feed(chunk["observations"][0]))
             np.testing.assert_allclose(backend.to_numpy(q), backend.to_numpy(q_ref), rtol=1e-5, atol=1e-6)
         assert_trees_close(state, backend.to_numpy(expected))
         assert learner._train_round.tracing_count == 1
@@ -209,7 +209,7 @@ else:
                                                    np.float32(1e-3), np.float32(tau))
             results.append((loss, td))
         obs = backend.feed(rng.standard_normal((3, 4)).astype(np.float32))
-        results += [learner._forward(state["params"], state["non_trainable"], obs), state]
+        results += [learner._forward(state["params"]["q"], state["non_trainable"]["q"], obs), state]
         return backend.to_numpy(results)
 
     def new_learner():

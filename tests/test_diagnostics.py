@@ -237,8 +237,8 @@ def test_a_target_that_does_not_start_at_the_online_weights_is_reported_at_fit()
     from kerasrl.backend import to_tensors
 
     state = agent.learner.state
-    agent.learner.state = {**state, "target_params": to_tensors(
-        [np.asarray(w) + 1.0 for w in kerasrl.backend.to_numpy(state["target_params"])])}
+    agent.learner.state = {**state, "target_params": {"q": to_tensors(
+        [np.asarray(w) + 1.0 for w in kerasrl.backend.to_numpy(state["target_params"]["q"])])}}
     _, caught = caught_warnings(lambda: agent.fit(100, progress=False))
     assert len(caught) == 1 and "does not start equal to the online network" in caught[0]
 

@@ -142,8 +142,10 @@ class Agent:
 
     def sync_model(self) -> None:
         """Write the learner's current weights into the Keras model(s) and the policy: the one
-        call through which weights leave the learner. Checkpoints make it before they read the
-        models; call it after `fit` or after driving the learner by hand to read the models.
+        call through which weights leave the learner. The library makes it at fixed points: when
+        `fit` returns, before each callback `fit` runs, before `evaluate` and before a checkpoint
+        or policy is written. The `model` and `policy` getters only read; after driving the
+        learner by hand (`agent.learner`), call this before reading the models.
         """
         raise NotImplementedError
 
@@ -176,6 +178,8 @@ class Agent:
         and a loaded agent continues up to it. `stop_at` pauses earlier (e.g. to save), with the
         schedules unchanged. `callback(agent, history)` runs after each step in which an episode
         ended; returning False stops training. Returns the History of all episodes and updates.
+        The Keras models hold the learner's weights whenever a callback runs and when fit returns
+        (it calls `sync_model()` then; see that method).
 
         `checkpoint_every=N` saves a checkpoint `ckpt-<step>` each time the step count passes a
         multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
@@ -213,6 +217,11 @@ class Agent:
             self.reset_envs(seed=self.config.seed)
         self.loop.total_steps = total_steps
         learn, runner = self._learn, None
+        user_callback = callback
+        if user_callback is not None:
+            def callback(agent, history):  # noqa: F811  (the user's, with current weights)
+                agent.sync_model()
+                return user_callback(agent, history)
         if engine != "local":
             runner = make_engine(engine, workers=workers, address=address)
             learn = lambda *args: runner.learn(self, *args)  # noqa: E731
@@ -236,6 +245,7 @@ class Agent:
                     save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
                     prune_checkpoints(checkpoint_dir, keep_last)
         finally:
+            self.sync_model()  # the weights leave the learner: fit's end is one of the points
             logger.close(self.num_timesteps)
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
@@ -291,8 +301,8 @@ class Agent:
 
     @property
     def policy(self):
-        """The inference-only policy, holding the current weights (getting it calls
-        `sync_model()`, so that code written before that call existed reads current weights)."""
+        """The inference-only policy on the agent's Keras models (weights as of the last
+        `sync_model()`: current after `fit`, in callbacks and after `load`)."""
         raise NotImplementedError
 
     def evaluate(self, episodes: int = 20, *, env=None, deterministic: bool = True,

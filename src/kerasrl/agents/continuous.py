@@ -218,9 +218,7 @@ class ContinuousAgent(Agent):
 
     @property
     def policy(self):
-        """The inference-only policy on the actor, with the learner's current weights (calls
-        `sync_model()`)."""
-        self.sync_model()
+        """The inference-only policy on the actor (see `Agent.policy`)."""
         if self._policy is None:
             self._policy = self._make_policy()
         return self._policy

@@ -3,13 +3,14 @@
 A learner holds the training state of one algorithm as a dict of backend tensors:
 
     state = {
-        "params":         {name: [trainable arrays]},      one entry per Keras model, plus plain
-                                                           parameters without a model (SAC's
-                                                           log alpha)
-        "non_trainable":  {name: [non-trainable arrays]},  (batch-norm statistics, seeds)
-        "target_params":  {name: [arrays]},                for the models that have a target
-        "opt":            {group: Adam state},             one optimizer per group of parameters
-        "step":           int32 scalar,                    gradient steps taken (TD3's delay)
+        "params":               {name: [trainable arrays]},      one entry per Keras model, plus
+                                                                  plain parameters without a model
+                                                                  (SAC's log alpha, PPO's log std)
+        "non_trainable":        {name: [non-trainable arrays]},  (batch-norm statistics, seeds)
+        "target_params":        {name: [arrays]},                for the models that have a target
+        "target_non_trainable": {name: [arrays]},                their non-trainable state
+        "opt":                  {group: Adam state},             one optimizer per parameter group
+        "step":                 int32 scalar,                    gradient steps taken (TD3's delay)
     }
 
 An agent writes its gradient step as a pure function `state, batch -> state, losses` from pure
@@ -22,9 +23,9 @@ Weights reach the Keras models through one public call, `push_weights()`; checkp
 `arrays()` / `load_arrays()`. The target weights are second sets of weights for the same model,
 used through `networks.stateless_apply` and never differentiated.
 
-The continuous agents (DDPG, TD3, SAC) run on this class; the value learner (q_learner.QLearner)
-and PPO keep the same state layout in their own files (a model's params, target params, Adam
-state), which is what lets them move onto it.
+Every agent runs on this class: DDPG, TD3 and SAC directly, the value-based agents through
+`q_learner.QLearner` (one Q-network and its target) and PPO through `ppo.PPOLearner` (actor,
+critic, log std).
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ from keras import tree
 from kerasrl import backend
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
 from kerasrl.networks import stateless_apply
-from kerasrl.optim import Adam, polyak
+from kerasrl.optim import Adam, copy_state, polyak
 
 # A round longer than this runs as several calls of fully unrolled steps where loops are Python
-# anyway (PyTorch): see q_learner.UNROLLED_STEPS_PER_CALL.
+# anyway (PyTorch), and for Q-networks with convolutions: see q_learner.py.
 UNROLLED_STEPS_PER_CALL = 16
 
 
@@ -84,6 +85,8 @@ class Learner:
             "non_trainable": backend.to_tensors(states),
             "target_params": backend.to_tensors({n: [w.copy() for w in params[n]]
                                                  for n in self.targets}),
+            "target_non_trainable": backend.to_tensors({n: [s.copy() for s in states[n]]
+                                                        for n in self.targets}),
             "step": backend.to_tensors(np.zeros((), np.int32)),
         }
         state["opt"] = {group: adam.init(self._group(state["params"], names))
@@ -98,18 +101,23 @@ class Learner:
     def apply(self, name: str, params: dict, state, inputs, *, target: bool = False,
               training: bool = False):
         """The model `name` on `inputs` with the weights in `params` (or its target weights)."""
-        weights = state["target_params"][name] if target else params[name]
-        outputs, _ = stateless_apply(self.models[name], weights, state["non_trainable"][name],
-                                     inputs, training)
+        if target:
+            weights, non_trainable = state["target_params"][name], state["target_non_trainable"][name]
+        else:
+            weights, non_trainable = params[name], state["non_trainable"][name]
+        outputs, _ = stateless_apply(self.models[name], weights, non_trainable, inputs, training)
         return outputs
 
-    def descend(self, state, group: str, loss_fn: Callable, learning_rate, *args, enabled=None):
+    def descend(self, state, group: str, loss_fn: Callable, learning_rate, *args, enabled=None,
+                updates_non_trainable: bool = False):
         """One Adam step of the optimizer `group` on `loss_fn(params, *args) -> (loss, aux)`,
         differentiated with respect to that group's parameters only (`params` is the whole
         {name: arrays} dict, the group's entries being the ones differentiated).
 
         `enabled` (a boolean scalar tensor, or None for always) keeps the old parameters and
         optimizer state when false: TD3's delayed actor update inside a compiled loop.
+        `updates_non_trainable`: `aux` is `(non_trainable, aux)`, the models' non-trainable state
+        after a forward pass in training mode (batch-norm statistics), which replaces the state's.
         Returns (state, loss, aux).
         """
         adam, names = self.optimizers[group]
@@ -133,15 +141,20 @@ class Learner:
         for name, size in zip(names, sizes):
             params[name] = new_flat[i:i + size]
             i += size
-        return {**state, "params": params, "opt": {**state["opt"], group: opt}}, loss, aux
+        state = {**state, "params": params, "opt": {**state["opt"], group: opt}}
+        if updates_non_trainable:
+            non_trainable, aux = aux
+            state["non_trainable"] = {**state["non_trainable"], **non_trainable}
+        return state, loss, aux
 
     def soft_update(self, state, tau, names=None):
         """Polyak-average the targets of `names` (all by default) towards the online weights."""
         names = self.targets if names is None else names
-        target = dict(state["target_params"])
+        target, target_states = dict(state["target_params"]), dict(state["target_non_trainable"])
         for name in names:
             target[name] = polyak(state["params"][name], target[name], tau)
-        return {**state, "target_params": target}
+            target_states[name] = copy_state(state["non_trainable"][name], target_states[name], tau)
+        return {**state, "target_params": target, "target_non_trainable": target_states}
 
     # -- running rounds -----------------------------------------------------------------------
     def compile_round(self, step_fn: Callable, loss_names) -> Callable:
@@ -205,8 +218,9 @@ class Learner:
         return [np.array(v) for v in backend.to_numpy(self.state["params"][name])]
 
     def target_weights(self, name: str) -> list[np.ndarray]:
-        """The target weights of model `name`, as numpy."""
-        return [np.array(w) for w in backend.to_numpy(self.state["target_params"][name])]
+        """The target weights of model `name` (trainable, then non-trainable), as numpy."""
+        return [np.array(w) for w in backend.to_numpy(
+            self.state["target_params"][name] + self.state["target_non_trainable"][name])]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The whole state as flat numpy arrays (for checkpoints and parity checks)."""

@@ -12,9 +12,9 @@ The loop, per rollout:
         entropy bonus, one Adam step each; ALL of them in ONE compiled call (the minibatch index
         permutations are drawn numpy-side and passed in; keras.ops.fori_loop runs them)
 
-The learner's state is a dict of backend tensors: the weights of the actor and critic (or the one
-shared model), the Gaussian's log std (a trainable weight of the learner, not of a Keras model),
-non-trainable weights, and Adam's moments.
+The learner (agents/learner.py) holds the weights of the actor and critic (or of the one shared
+model, "actor"), the Gaussian's log std (a plain parameter "log_std", not a weight of a Keras
+model) and one Adam over all of them (group "ppo").
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.base import (Agent, flatten_arrays, unflatten_arrays,
-                                  variable_values)
-from kerasrl.backend import to_tensors
+from kerasrl.agents.base import Agent
+from kerasrl.agents.learner import Learner
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
 from kerasrl.initializers import seed_initial_weights
@@ -200,13 +199,7 @@ class PPO(Agent):
         cfg = self.config
         self._check_spaces()
         self._build_networks(model)
-        self.n_actor = len(self.actor.trainable_variables)
-        self.n_actor_states = len(self.actor.non_trainable_variables)
-        log_std_init = 0.0 if cfg.log_std_init is None else cfg.log_std_init
-        # The Gaussian's log std is the last trainable weight of the learner (Box actions only).
-        self._log_std_init = [] if self.discrete else [
-            np.full(self.n_outputs, log_std_init, dtype=np.float32)]
-        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        self.learner = self._new_learner()
         action_shape = tuple(self.action_space.shape)  # () Discrete, (components,), (action_dim,)
         self.buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, self.observation_space.shape,
                                     action_shape, np.int32 if self.discrete else np.float32)
@@ -220,8 +213,7 @@ class PPO(Agent):
                         if cfg.normalize_observations else None)
         self.return_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._discounted_returns = np.zeros(cfg.n_envs)  # for reward scaling
-        self.state = self._initial_state()
-        self._log_std = np.array(self._log_std_init[0]) if not self.discrete else None
+        self._log_std = None if self.discrete else self.learner.parameter("log_std")[0]
         self._forward = backend.compile(
             lambda params, non_trainable, obs: self._outputs(params, non_trainable, obs, False)[:2])
         self._train = backend.compile(self._train_epochs, donate_state=True)
@@ -229,32 +221,32 @@ class PPO(Agent):
         self._policy = None
         self._eval_outputs = None
 
-    def _initial_state(self):
-        """The learner's state, copied out of the models (through numpy)."""
-        models = [self.actor] + ([] if self.shared else [self.critic])
-        params = [w for m in models for w in variable_values(m.trainable_variables)]
-        params += [w.copy() for w in self._log_std_init]
-        non_trainable = [s for m in models for s in variable_values(m.non_trainable_variables)]
-        params = to_tensors(params)
-        return {"params": params, "non_trainable": to_tensors(non_trainable),
-                "opt": self.optimizer.init(params)}
+    def _new_learner(self) -> Learner:
+        """The learner, from the models' current weights: "actor" (the shared model, if any),
+        "critic", and for Box actions the Gaussian's "log_std"; one Adam over all of them."""
+        cfg = self.config
+        models = {"actor": self.actor} if self.shared else {"actor": self.actor,
+                                                            "critic": self.critic}
+        log_std_init = 0.0 if cfg.log_std_init is None else cfg.log_std_init
+        parameters = {} if self.discrete else {
+            "log_std": [np.full(self.n_outputs, log_std_init, dtype=np.float32)]}
+        adam = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        return Learner(models, optimizers={"ppo": (adam, (*models, *parameters))},
+                       parameters=parameters)
 
     # -- the networks, functionally ------------------------------------------------------------
     def _outputs(self, params, non_trainable, observations, training):
-        """`(policy outputs (B, n_outputs), values (B,), new non-trainable weights)`."""
-        actor_params, actor_states = params[:self.n_actor], non_trainable[:self.n_actor_states]
+        """`(policy outputs (B, n_outputs), values (B,), new non-trainable weights {name: [...]})`
+        for `params` / `non_trainable` keyed by model name, as in the learner's state."""
         if self.shared:
             (policy, values), actor_states = stateless_apply(
-                self.actor, actor_params, actor_states, observations, training)
-            critic_states = []
-        else:
-            policy, actor_states = stateless_apply(
-                self.actor, actor_params, actor_states, observations, training)
-            n_critic = len(self.critic.trainable_variables)
-            values, critic_states = stateless_apply(
-                self.critic, params[self.n_actor:self.n_actor + n_critic],
-                non_trainable[self.n_actor_states:], observations, training)
-        return policy, ops.reshape(values, (-1,)), list(actor_states) + list(critic_states)
+                self.actor, params["actor"], non_trainable["actor"], observations, training)
+            return policy, ops.reshape(values, (-1,)), {"actor": actor_states}
+        policy, actor_states = stateless_apply(
+            self.actor, params["actor"], non_trainable["actor"], observations, training)
+        values, critic_states = stateless_apply(
+            self.critic, params["critic"], non_trainable["critic"], observations, training)
+        return policy, ops.reshape(values, (-1,)), {"actor": actor_states, "critic": critic_states}
 
     # -- the compiled update -------------------------------------------------------------------
     def _loss(self, params, non_trainable, batch, clip_range):
@@ -268,7 +260,7 @@ class PPO(Agent):
             log_probs = categorical_log_prob(policy, batch["actions"], self.action_sizes)
             entropy = categorical_entropy(policy, self.action_sizes)
         else:
-            log_std = params[-1]
+            log_std = params["log_std"][0]
             log_probs = gaussian_log_prob(policy, log_std, batch["actions"])
             entropy = gaussian_entropy(log_std)
         advantages = batch["advantages"]
@@ -289,16 +281,15 @@ class PPO(Agent):
         `(state, metric sums (len(METRICS),), steps taken)`.
         """
         target_kl = self.config.target_kl
-        grad_fn = backend.value_and_grad(self._loss)
 
         def body(i, carry):
             state, sums, steps = carry
             batch = tree.map_structure(lambda x: ops.take(x, indices[i], axis=0), data)
-            (loss, (non_trainable, metrics)), grads = grad_fn(
-                state["params"], state["non_trainable"], batch, clip_range)
-            params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"],
-                                                   learning_rate)
-            new_state = {"params": params, "non_trainable": non_trainable, "opt": opt}
+            new_state, loss, metrics = self.learner.descend(
+                state, "ppo", lambda params: self._loss(params, state["non_trainable"], batch,
+                                                        clip_range),
+                learning_rate, updates_non_trainable=True)
+            new_state = {**new_state, "step": new_state["step"] + 1}
             figures = ops.stack([loss] + [metrics[k] for k in METRICS[1:]])
             if target_kl is None:
                 return new_state, sums + figures, steps + 1.0
@@ -323,7 +314,8 @@ class PPO(Agent):
     def _evaluate_networks(self, observations: np.ndarray):
         """Policy outputs (B, n_outputs) and values (B,) as numpy, for normalized observations."""
         with backend.inference():
-            policy, values = self._forward(self.state["params"], self.state["non_trainable"],
+            state = self.learner.state
+            policy, values = self._forward(state["params"], state["non_trainable"],
                                            backend.feed(observations))
         policy, values = backend.to_numpy((policy, values))
         return np.asarray(policy), np.asarray(values)
@@ -409,8 +401,9 @@ class PPO(Agent):
                                     self.rng)
         learning_rate = np.float32(self._learning_rate(total_steps))
         clip_range = np.float32(self.clip_range(total_steps))
-        self.state, sums, steps = self._train(self.state, backend.feed(buffer.training_data()),
-                                              backend.feed(indices), learning_rate, clip_range)
+        self.learner.state, sums, steps = self._train(
+            self.learner.state, backend.feed(buffer.training_data()), backend.feed(indices),
+            learning_rate, clip_range)
         sums, steps = backend.to_numpy((sums, steps))
         steps = int(steps)
         self.n_updates += steps
@@ -419,7 +412,7 @@ class PPO(Agent):
         self.diagnostics.after_update(figures["value_loss"], steps, buffer.observations,
                                       buffer.rewards, values=buffer.values)
         if not self.discrete:
-            self._log_std = np.array(backend.to_numpy(self.state["params"][-1]))
+            self._log_std = self.learner.parameter("log_std")[0]
             figures["std"] = float(np.exp(self._log_std).mean())
         var = np.var(buffer.returns)
         figures["explained_variance"] = (
@@ -429,7 +422,7 @@ class PPO(Agent):
 
     # -- training state -----------------------------------------------------------------------
     def _extra_state(self):
-        arrays = flatten_arrays("learner", backend.to_numpy(self.state))
+        arrays = self.learner.arrays()
         rollout = {name: getattr(self.buffer, name) for name in ROLLOUT_ARRAYS}
         if self.buffer.action_masks is not None:
             rollout["action_masks"] = self.buffer.action_masks
@@ -442,8 +435,7 @@ class PPO(Agent):
         return arrays, meta
 
     def _load_extra_state(self, arrays, meta):
-        state = unflatten_arrays("learner", arrays, backend.to_numpy(self.state))
-        self.state = to_tensors(state)
+        self.learner.load_arrays(self._named_learner_arrays(arrays))
         for name in ROLLOUT_ARRAYS:
             getattr(self.buffer, name)[...] = arrays[f"rollout/{name}"]
         if "rollout/action_masks" in arrays:
@@ -455,38 +447,53 @@ class PPO(Agent):
                 rms.load_state_dict({k: arrays[f"{prefix}/{k}"] for k in ("mean", "var", "count")})
         self.n_updates = int(meta["n_updates"])
         if not self.discrete:
-            self._log_std = np.array(state["params"][-1])
+            self._log_std = self.learner.parameter("log_std")[0]
         self.sync_model()
+
+    def _named_learner_arrays(self, arrays):
+        """Checkpoints of kerasrl 0.1's own PPO learner held one list of weights (actor, critic,
+        log std) and one Adam state over it; split them by model, as the learner now keeps them."""
+        if "learner/params/0" not in arrays:
+            return arrays
+        state = self.learner.state
+        names = list(state["params"])  # actor, critic, log_std: the old list's order
+        renamed = {k: v for k, v in arrays.items() if not k.startswith("learner/")}
+
+        def split(prefix, new_prefix, counts):
+            i = 0
+            for name, count in zip(names, counts):
+                for j in range(count):
+                    renamed[f"{new_prefix}/{name}/{j}"] = arrays[f"{prefix}/{i}"]
+                    i += 1
+
+        split("learner/params", "learner/params", [len(state["params"][n]) for n in names])
+        split("learner/non_trainable", "learner/non_trainable",
+              [len(state["non_trainable"].get(n, [])) for n in names])
+        total = sum(len(state["params"][n]) for n in names)
+        for moment in ("m", "v"):
+            for i in range(total):
+                renamed[f"learner/opt/ppo/{moment}/{i}"] = arrays[f"learner/opt/{moment}/{i}"]
+        renamed["learner/opt/ppo/count"] = arrays["learner/opt/count"]
+        renamed["learner/step"] = np.zeros((), np.int32)
+        return renamed
 
     # -- weights out --------------------------------------------------------------------------
     def sync_model(self) -> None:
         """Write the learner's weights into the Keras actor and critic, and the log std and
         observation statistics into the policy (see `Agent.sync_model`)."""
-        params = backend.to_numpy(self.state["params"])
-        states = backend.to_numpy(self.state["non_trainable"])
-        models = [self.actor] + ([] if self.shared else [self.critic])
-        variables = [v for m in models for v in m.trainable_variables]
-        state_variables = [v for m in models for v in m.non_trainable_variables]
-        for variable, value in zip(variables, params):  # the log std (last) has no variable
-            variable.assign(np.array(value))
-        for variable, value in zip(state_variables, states):
-            variable.assign(np.array(value))
+        self.learner.push_weights()
         if self._policy is not None:
             self._policy.log_std = self.log_std
             self._policy.obs_rms = self.obs_rms
 
     @property
     def model(self) -> keras.Model:
-        """The Keras actor (or shared actor-critic) holding the current weights (calls
-        `sync_model()`)."""
-        self.sync_model()
+        """The Keras actor (or shared actor-critic; weights as of the last `sync_model()`)."""
         return self.actor
 
     @property
     def value_model(self) -> keras.Model | None:
-        """The Keras critic holding the current weights (None with a shared model; calls
-        `sync_model()`)."""
-        self.sync_model()
+        """The Keras critic (None with a shared model; weights as of the last `sync_model()`)."""
         return self.critic
 
     @property
@@ -496,8 +503,8 @@ class PPO(Agent):
 
     @property
     def policy(self) -> ActorCriticPolicy:
-        """The current policy (inference only): models, log std, observation statistics."""
-        self.sync_model()
+        """The policy (inference only): models, log std, observation statistics, as of the last
+        `sync_model()` (see `Agent.policy`)."""
         if self._policy is None:
             self._policy = ActorCriticPolicy(
                 self.actor, self.observation_space, self.action_space, value_model=self.critic,

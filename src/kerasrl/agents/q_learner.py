@@ -1,12 +1,9 @@
 """The learner shared by the value-based agents (DQN and its family, SARSA, Expected SARSA).
 
-It holds the online and target weights of one Keras Q-network and the Adam state, as a dict of
-backend tensors, and runs a whole training round (target sync when due, TD targets, loss,
-gradients, Adam, for every gradient step) as one compiled call. Agents differ only in the TD target
-they pass in: a five-line function of the target network's next-state Q-values and the batch.
-
-The target network is a second set of weights for the same model, used through `networks.stateless_apply`
-and never differentiated.
+A `Learner` (agents/learner.py) of one Keras Q-network, its target weights and Adam, that runs a
+whole training round (target sync when due, TD targets, loss, gradients, Adam, for every gradient
+step) as one compiled call. Agents differ only in the TD target they pass in: a five-line function
+of the target network's next-state Q-values and the batch.
 """
 
 from __future__ import annotations
@@ -20,12 +17,11 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
-from kerasrl.backend import to_tensors
+from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner
 from kerasrl.losses import select, td_loss
 from kerasrl.masks import masked_argmax
 from kerasrl.networks import build_model, default_network, stateless_apply
-from kerasrl.optim import Adam, copy_state, polyak
+from kerasrl.optim import Adam
 from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn, greedy_fn
 from kerasrl.schedules import linear_schedule
 
@@ -37,8 +33,7 @@ TargetFn = Callable[..., object]
 # MLP runs as fast in a rolled loop as unrolled and compiles five times sooner (a 128-step round of
 # the RL-Zoo CartPole net: 1 s against 5 s). So a round is one call with a rolled loop, except for
 # networks with convolutions, and on backends whose loops are Python anyway: there it is split
-# into calls of this many fully unrolled steps.
-UNROLLED_STEPS_PER_CALL = 16
+# into calls of UNROLLED_STEPS_PER_CALL fully unrolled steps.
 
 
 def has_convolutions(model: keras.Model) -> bool:
@@ -53,8 +48,8 @@ def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
                            num_timesteps / max(1.0, config.exploration_fraction * total_steps))
 
 
-class QLearner:
-    """Online + target weights of `model`, Adam, and the compiled training round.
+class QLearner(Learner):
+    """A `Learner` of one Q-network ("q"), its target and Adam, with the compiled training round.
 
     Args:
         model: a built Keras Q-network.
@@ -67,12 +62,12 @@ class QLearner:
 
     def __init__(self, model: keras.Model, *, optimizer: Adam, target_fn: TargetFn,
                  loss: str = "huber", needs_online_next: bool = False):
+        super().__init__({"q": model}, targets=("q",), optimizers={"q": (optimizer, ("q",))})
         self.model = model
         self.optimizer = optimizer
         self.target_fn = target_fn
         self.loss = loss
         self.needs_online_next = needs_online_next
-        self.reset_from_model()
         self._forward = forward_fn(model)
         self._greedy = greedy_fn(model)
         # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
@@ -82,49 +77,31 @@ class QLearner:
         # calls of fully unrolled steps (see UNROLLED_STEPS_PER_CALL).
         self.unrolled = not backend.COMPILED_LOOPS or has_convolutions(model)
 
-    def reset_from_model(self) -> None:
-        """Start again from the model's current weights: online and target equal, Adam fresh.
-
-        Values are copied out of the model (through numpy) so that donated buffers never alias
-        the model's own.
-        """
-        weights = variable_values(self.model.trainable_variables)
-        states = variable_values(self.model.non_trainable_variables)
-        params = to_tensors(weights)
-        self.state = {
-            "params": params,
-            "non_trainable": to_tensors(states),
-            "target_params": to_tensors([w.copy() for w in weights]),
-            "target_non_trainable": to_tensors([s.copy() for s in states]),
-            "opt": self.optimizer.init(params),
-        }
-
     # -- the compiled round -------------------------------------------------------------------
     def _targets(self, state, batch):
         """TD targets from the target weights, in inference mode."""
         next_obs = batch["next_observations"]
-        next_q_target, _ = stateless_apply(
-            self.model, state["target_params"], state["target_non_trainable"], next_obs, False)
+        next_q_target = self.apply("q", None, state, next_obs, target=True)
         next_q_online = None
         if self.needs_online_next:
-            next_q_online, _ = stateless_apply(
-                self.model, state["params"], state["non_trainable"], next_obs, False)
+            next_q_online = self.apply("q", state["params"], state, next_obs)
         return self.target_fn(next_q_target, next_q_online, batch)
-
-    def _loss(self, params, non_trainable, batch, targets):
-        """The TD loss of the online weights in training mode (batch norm, dropout active)."""
-        q, non_trainable = stateless_apply(
-            self.model, params, non_trainable, batch["observations"], True)
-        loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"], self.loss)
-        return loss, (non_trainable, td_errors)
 
     def _gradient_step(self, state, batch, learning_rate, targets=None):
         if targets is None:
             targets = self._targets(state, batch)
-        (loss, (non_trainable, td_errors)), grads = backend.value_and_grad(self._loss)(
-            state["params"], state["non_trainable"], batch, targets)
-        params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
-        return {**state, "params": params, "non_trainable": non_trainable, "opt": opt}, loss, td_errors
+
+        def td_objective(params):
+            """The TD loss of the online weights in training mode (batch norm, dropout active)."""
+            q, non_trainable = stateless_apply(self.model, params["q"], state["non_trainable"]["q"],
+                                               batch["observations"], True)
+            loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"],
+                                      self.loss)
+            return loss, ({"q": non_trainable}, td_errors)
+
+        state, loss, td_errors = self.descend(state, "q", td_objective, learning_rate,
+                                              updates_non_trainable=True)
+        return {**state, "step": state["step"] + 1}, loss, td_errors
 
     def _round_targets(self, state, batches):
         """The TD targets of every step of a round (G, B) from one forward pass over all G * B
@@ -139,12 +116,7 @@ class QLearner:
         """Sync the target by `target_tau` (1: copy, 0 or None: no sync), then one gradient step per
         leading row of `batches` (G, B, ...). Returns (state, mean loss, TD errors (G, B))."""
         if target_tau is not None:
-            state = {
-                **state,
-                "target_params": polyak(state["params"], state["target_params"], target_tau),
-                "target_non_trainable": copy_state(state["non_trainable"],
-                                                   state["target_non_trainable"], target_tau),
-            }
+            state = self.soft_update(state, target_tau)
         # With the online network in the target (Double DQN, Expected SARSA) each step needs the
         # weights of the step before; otherwise all targets are known before the first step.
         all_targets = None if self.needs_online_next else self._round_targets(state, batches)
@@ -197,45 +169,39 @@ class QLearner:
     def q_values(self, observations: np.ndarray) -> np.ndarray:
         """Online Q-values (B, A) for float32 observations, in inference mode."""
         with backend.inference():
-            q = self._forward(self.state["params"], self.state["non_trainable"],
+            q = self._forward(self.state["params"]["q"], self.state["non_trainable"]["q"],
                               backend.feed(observations))
         return np.asarray(backend.to_numpy(q))
 
     def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
         """Argmax of the online Q-values (B,) for float32 observations: acting, once per env step."""
         with backend.inference():
-            actions = self._greedy(self.state["params"], self.state["non_trainable"],
+            actions = self._greedy(self.state["params"]["q"], self.state["non_trainable"]["q"],
                                    backend.feed(observations))
         return backend.to_numpy(actions)
 
-    def policy(self, observation_space, action_space):
-        """The greedy policy of the current online weights, on the model itself."""
-        self.sync_model()
-        if getattr(self, "_policy", None) is None:
-            self._policy = QPolicy(self.model, observation_space, action_space)
-        return self._policy
-
-    def sync_model(self) -> None:
-        """Write the online weights into the Keras model (copies: donation never reaches it)."""
-        values = backend.to_numpy(self.state["params"] + self.state["non_trainable"])
-        variables = self.model.trainable_variables + self.model.non_trainable_variables
-        for variable, value in zip(variables, values):
-            variable.assign(np.array(value))
-
-    @property
-    def target_weights(self) -> list[np.ndarray]:
-        """The target weights (trainable, then non-trainable), as numpy."""
-        return [np.array(w) for w in backend.to_numpy(
-            self.state["target_params"] + self.state["target_non_trainable"])]
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The learner state as flat numpy arrays (for checkpoints)."""
-        return flatten_arrays("learner", backend.to_numpy(self.state))
-
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore from `arrays()` output."""
-        self.state = to_tensors(unflatten_arrays("learner", arrays, backend.to_numpy(self.state)))
-        self.sync_model()
+        """Restore from `arrays()` output; checkpoints of kerasrl 0.1's own Q-learner layout (one
+        model's lists directly under each section, no "q" level) are read too."""
+        super().load_arrays(_with_model_level(arrays, "q"))
+
+
+STATE_SECTIONS = ("params", "non_trainable", "target_params", "target_non_trainable", "opt")
+
+
+def _with_model_level(arrays: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
+    """`learner/params/0` -> `learner/params/<name>/0` for a state saved before the learner held
+    its models by name (no step counter then: it starts at zero)."""
+    if any(k.split("/")[2:3] == [name] for k in arrays if k.startswith("learner/params/")):
+        return arrays
+    upgraded = {}
+    for key, value in arrays.items():
+        parts = key.split("/")
+        if parts[0] == "learner" and len(parts) > 2 and parts[1] in STATE_SECTIONS:
+            key = "/".join([*parts[:2], name, *parts[2:]])
+        upgraded[key] = value
+    upgraded.setdefault("learner/step", np.zeros((), np.int32))
+    return upgraded
 
 
 class QAgentMixin:
@@ -301,22 +267,22 @@ class QAgentMixin:
 
     def sync_model(self) -> None:
         """Write the online weights into the Keras Q-network (see `Agent.sync_model`)."""
-        self.learner.sync_model()
+        self.learner.push_weights()
 
     @property
     def model(self) -> keras.Model:
-        """The Keras Q-network holding the current online weights (calls `sync_model()`)."""
-        self.sync_model()
+        """The Keras Q-network (weights as of the last `sync_model()`)."""
         return self.q_network
 
     @property
     def target_weights(self) -> list[np.ndarray]:
         """The target network's weights (trainable, then non-trainable), as numpy."""
-        return self.learner.target_weights
+        return self.learner.target_weights("q")
 
     @property
     def policy(self) -> QPolicy:
-        """The greedy policy of the current online weights (inference only)."""
-        policy = self.learner.policy(self.observation_space, self.action_space)
-        policy.action_masks = self.loop.action_masks is not None
-        return policy
+        """The greedy policy on the Q-network (inference only; see `Agent.policy`)."""
+        if getattr(self, "_q_policy", None) is None:
+            self._q_policy = QPolicy(self.q_network, self.observation_space, self.action_space)
+        self._q_policy.action_masks = self.loop.action_masks is not None
+        return self._q_policy

@@ -394,10 +394,12 @@ class RayEngine:
         from kerasrl import backend
 
         agent = self._agent
-        state = agent.learner.state if agent.algorithm == "dqn" else agent.state
+        # Every model's weights, then plain parameters (PPO's log std last), in the learner's order.
+        state = backend.to_numpy({k: agent.learner.state[k] for k in ("params", "non_trainable")})
         payload = {"version": self._version + 1,
-                   "params": [np.asarray(w) for w in backend.to_numpy(state["params"])],
-                   "non_trainable": [np.asarray(w) for w in backend.to_numpy(state["non_trainable"])],
+                   "params": [np.asarray(w) for ws in state["params"].values() for w in ws],
+                   "non_trainable": [np.asarray(w) for ws in state["non_trainable"].values()
+                                     for w in ws],
                    "obs_rms": None}
         if agent.algorithm == "ppo" and agent.obs_rms is not None:
             payload["obs_rms"] = (agent.obs_rms.mean.copy(), agent.obs_rms.var.copy())
