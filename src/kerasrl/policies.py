@@ -74,6 +74,10 @@ class Policy:
         """JSON-ready values besides the models and spaces that rebuild this policy."""
         return {}
 
+    def load_config(self, config: dict) -> None:
+        """Take the values of `get_config()` output that change while training (a remote actor
+        is sent them with new weights); nothing for a policy whose models hold everything."""
+
     @classmethod
     def from_saved(cls, models: dict, observation_space: gym.Space, action_space: gym.Space,
                    config: dict) -> "Policy":
@@ -471,17 +475,26 @@ class ActorCriticPolicy(Policy):
                                  "var": self.obs_rms.var.tolist(), "count": self.obs_rms.count}
         return config
 
-    @classmethod
-    def from_saved(cls, models, observation_space, action_space, config):
+    @staticmethod
+    def _trained_values(config, observation_space):
+        """(log_std, obs_rms) from `get_config()` output."""
         obs_rms = None
         if config.get("obs_rms") is not None:
             obs_rms = RunningMeanStd(observation_space.shape)
             obs_rms.load_state_dict({k: np.asarray(v) for k, v in config["obs_rms"].items()})
         log_std = config.get("log_std")
+        return None if log_std is None else np.asarray(log_std, np.float32), obs_rms
+
+    def load_config(self, config: dict) -> None:
+        """The log std and observation statistics of `get_config()` output."""
+        self.log_std, self.obs_rms = self._trained_values(config, self.observation_space)
+
+    @classmethod
+    def from_saved(cls, models, observation_space, action_space, config):
+        log_std, obs_rms = cls._trained_values(config, observation_space)
         policy = cls(models["model"], observation_space, action_space,
                      value_model=models.get("value_model"), shared=bool(config.get("shared")),
-                     log_std=None if log_std is None else np.asarray(log_std, np.float32),
-                     obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+                     log_std=log_std, obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
         policy.action_masks = bool(config.get("action_masks", False))
         return policy
 

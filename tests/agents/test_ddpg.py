@@ -12,7 +12,7 @@ from continuous_checks import (check_bad_input_is_refused_at_creation, check_exa
                                check_learns_the_target, check_policy_saves_loads_and_exports,
                                check_user_models_are_used, trained_agent)
 from kerasrl import losses
-from kerasrl.agents.continuous import ActionNoise
+from kerasrl.exploration import ActionNoise
 
 pytestmark = pytest.mark.backend
 

@@ -7,6 +7,7 @@ import pytest
 
 import kerasrl
 from kerasrl import backend
+from kerasrl.envs.testing import TargetEnv
 
 
 def _numpy(values):
@@ -28,7 +29,7 @@ def _agent(algorithm):
                            buffer_size=200, hidden_sizes=(8,))
     if algorithm == "ppo":
         return kerasrl.PPO("CartPole-v1", seed=0, n_steps=16, batch_size=8, n_epochs=1)
-    return kerasrl.TD3("Pendulum-v1", seed=0, learning_starts=16, batch_size=8,
+    return kerasrl.TD3(TargetEnv, seed=0, learning_starts=16, batch_size=8,  # 10-step episodes
                        buffer_size=200, hidden_sizes=(8,))
 
 

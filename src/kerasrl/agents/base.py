@@ -140,6 +140,58 @@ class Agent:
         the env has masks)."""
         raise NotImplementedError
 
+    # -- what engines use: one interface for every algorithm ---------------------------------
+    on_policy: bool = False
+    """True: learns from rollouts of its current policy (PPO); False: from a replay buffer."""
+
+    def explorer(self, n_envs: int, epsilon: float | None = None):
+        """How a remote actor with `n_envs` envs explores as this agent does (a
+        `kerasrl.exploration.Explorer`). `epsilon`: the engine's exploration rate for that actor
+        (Ape-X), for agents that explore epsilon-greedily."""
+        raise NotImplementedError(f"{type(self).__name__} does not train with remote actors.")
+
+    def actor_spec(self) -> dict:
+        """What a remote actor needs to rebuild this agent's policy, as a saved policy holds it:
+        the policy type, its models' JSON configs and its config; and whether it is on-policy."""
+        policy = self.policy
+        return {"policy_type": policy.policy_type, "on_policy": self.on_policy,
+                "models": {stem: model.to_json() for stem, model in policy.models().items()},
+                "policy_config": policy.get_config()}
+
+    def actor_weights(self) -> dict:
+        """The policy's current weights for remote actors, as numpy: each model's `get_weights()`
+        by file stem, and the policy's config (PPO's log std and observation statistics). Makes
+        `sync_model()` first: weights leave the learner through that call only."""
+        self.sync_model()
+        policy = self.policy
+        return {"weights": {stem: [np.asarray(w) for w in model.get_weights()]
+                            for stem, model in policy.models().items()},
+                "policy_config": policy.get_config()}
+
+    def random_warmup(self) -> bool:
+        """Whether experience is collected with uniform random actions now (before learning
+        starts, for agents that do that)."""
+        return False
+
+    def receive_transitions(self, chunk: dict, steps_before: int, total_steps: int,
+                            logger: RunLogger) -> None:
+        """Off-policy: store transitions collected elsewhere (arrays (T, n_envs, ...):
+        observations, actions, rewards, next_observations, terminated, truncated; the step count
+        already advanced from `steps_before`) and run the training they make due."""
+        raise NotImplementedError(f"{type(self).__name__} does not learn from a replay buffer.")
+
+    def receive_rollouts(self, rollouts: list[dict], total_steps: int, logger: RunLogger) -> None:
+        """On-policy: learn from rollouts collected elsewhere with the current weights, one per
+        actor (see `kerasrl.distributed.RolloutWorker.collect`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts.")
+
+    def _store_transitions(self, chunk: dict, truncated: np.ndarray | None = None) -> None:
+        """Add a chunk's rows (T, n_envs, ...) to the replay buffer in time order."""
+        truncated = chunk["truncated"] if truncated is None else truncated
+        for t in range(len(chunk["actions"])):
+            self.buffer.add(chunk["observations"][t], chunk["actions"][t], chunk["rewards"][t],
+                            chunk["next_observations"][t], chunk["terminated"][t], truncated[t])
+
     def sync_model(self) -> None:
         """Write the learner's current weights into the Keras model(s) and the policy: the one
         call through which weights leave the learner. The library makes it at fixed points: when

@@ -24,6 +24,7 @@ from kerasrl import backend
 from kerasrl.agents.base import Agent
 from kerasrl.agents.learner import Learner
 from kerasrl.buffers.replay import ReplayBuffer, action_layout
+from kerasrl.exploration import ActionNoise, NoisyActor
 from kerasrl.networks import actor_network, build_critic, build_model, critic_network
 from kerasrl.optim import Adam
 from kerasrl.policies import forward_fn, scale_to_bounds, unit_from_bounds
@@ -177,6 +178,25 @@ class ContinuousAgent(Agent):
                 if callback(self, logger.history) is False:
                     break
 
+    # -- remote actors (kerasrl.distributed) ----------------------------------------------------
+    def explorer(self, n_envs, epsilon=None):
+        """DDPG and TD3 explore with the actor plus their action noise (SAC overrides: it samples)."""
+        cfg = self.config
+        return NoisyActor(ActionNoise(cfg.action_noise, cfg.action_noise_std,
+                                      (n_envs, self.action_dim), cfg.ou_theta, cfg.ou_dt))
+
+    def random_warmup(self) -> bool:
+        return self.num_timesteps < self.config.learning_starts
+
+    def receive_transitions(self, chunk, steps_before, total_steps, logger) -> None:
+        self._store_transitions(chunk)
+        cfg, n_rows = self.config, len(chunk["actions"])
+        rounds = (self._vector_steps + n_rows) // cfg.train_freq - self._vector_steps // cfg.train_freq
+        self._vector_steps += n_rows
+        if self.num_timesteps > cfg.learning_starts:
+            for _ in range(rounds):
+                logger.update(self.num_timesteps, **self._train_round(total_steps))
+
     def _episodes_ended(self, done: np.ndarray) -> None:
         """Reset per-episode exploration state (Ornstein-Uhlenbeck noise) of the envs in `done`."""
 
@@ -247,29 +267,3 @@ class ContinuousAgent(Agent):
 
     def _load_exploration_state(self, arrays: dict[str, np.ndarray]) -> None:
         pass
-
-
-class ActionNoise:
-    """Exploration noise of a deterministic actor, per env, in unit-box units, drawn in numpy.
-
-    kind "normal": independent Gaussian draws of std `std`. "ornstein_uhlenbeck": the temporally
-    correlated process of DDPG's paper and keras-rl, `x += theta * (0 - x) * dt + std * sqrt(dt) * N`,
-    restarted at 0 when an env's episode ends. "none": zeros.
-    """
-
-    def __init__(self, kind: str, std: float, shape, theta: float = 0.15, dt: float = 1e-2):
-        self.kind, self.std, self.theta, self.dt = kind, float(std), float(theta), float(dt)
-        self.state = np.zeros(shape, dtype=np.float64)  # (n_envs, D), the OU process
-
-    def __call__(self, rng: np.random.Generator) -> np.ndarray:
-        if self.kind == "none":
-            return np.zeros(self.state.shape, np.float32)
-        draws = rng.standard_normal(self.state.shape)
-        if self.kind == "normal":
-            return (self.std * draws).astype(np.float32)
-        self.state = (self.state - self.theta * self.state * self.dt
-                      + self.std * np.sqrt(self.dt) * draws)
-        return self.state.astype(np.float32)
-
-    def reset(self, done: np.ndarray) -> None:
-        self.state[np.asarray(done, bool)] = 0.0

@@ -19,6 +19,7 @@ from kerasrl.agents.base import Agent
 from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
 from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from kerasrl.config import DQNConfig
+from kerasrl.exploration import EpsilonGreedy
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import adapt_model, dueling, is_image_space, mlp_torso
 from kerasrl.policies import epsilon_greedy, random_actions
@@ -116,11 +117,28 @@ class DQN(QAgentMixin, Agent):
                 if callback(self, logger.history) is False:
                     break
 
+    # -- remote actors (kerasrl.distributed) ----------------------------------------------------
+    def explorer(self, n_envs, epsilon=None):
+        return EpsilonGreedy(self.config.exploration_final_eps if epsilon is None else epsilon)
+
+    def random_warmup(self) -> bool:
+        return self.config.random_warmup and self.num_timesteps < self.config.learning_starts
+
+    def receive_transitions(self, chunk, steps_before, total_steps, logger) -> None:
+        truncated = chunk["truncated"]
+        if self.config.n_step_return > 1:
+            # Rows of different actors interleave in the buffer: end n-step sums at the chunk's
+            # last row, which then bootstraps from its own next observation (still correct).
+            truncated = truncated.copy()
+            truncated[-1] = True
+        self._store_transitions(chunk, truncated)
+        self.learn_from_received_steps(len(chunk["actions"]), steps_before, total_steps, logger)
+
     def learn_from_received_steps(self, vector_steps: int, steps_before: int, total_steps: int,
                                   logger) -> None:
         """Run the target syncs and training rounds that `vector_steps` vector steps collected
-        elsewhere (Ray actors; already in the buffer, `num_timesteps` advanced from
-        `steps_before`) make due, as the same steps would in a local run."""
+        elsewhere (already in the buffer, `num_timesteps` advanced from `steps_before`) make
+        due, as the same steps would in a local run."""
         cfg = self.config
         self._pending_syncs += (self.num_timesteps // cfg.target_update_interval
                                 - steps_before // cfg.target_update_interval)

@@ -33,6 +33,7 @@ from kerasrl.agents.base import Agent
 from kerasrl.agents.learner import Learner
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
+from kerasrl.exploration import RolloutSampler
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
@@ -213,6 +214,7 @@ class PPO(Agent):
                         if cfg.normalize_observations else None)
         self.return_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._discounted_returns = np.zeros(cfg.n_envs)  # for reward scaling
+        self._remote_returns = np.zeros(0)  # the same for remote actors' envs (receive_rollouts)
         self._log_std = None if self.discrete else self.learner.parameter("log_std")[0]
         self._forward = backend.compile(
             lambda params, non_trainable, obs: self._outputs(params, non_trainable, obs, False)[:2])
@@ -339,13 +341,18 @@ class PPO(Agent):
     def _explore(self, greedy_actions, rng, action_masks=None):
         return self._sample(self._eval_outputs, rng, action_masks)[1]
 
-    def _scale_rewards(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """Rewards divided by the running std of the discounted return (SB3's VecNormalize)."""
+    def _scale_rewards(self, rewards: np.ndarray, done: np.ndarray,
+                       discounted: np.ndarray | None = None) -> np.ndarray:
+        """Rewards divided by the running std of the discounted return (SB3's VecNormalize).
+        `discounted`: the running discounted returns, one per env, updated in place (default:
+        the local envs')."""
         if self.return_rms is None:
             return rewards
-        self._discounted_returns = self._discounted_returns * self.config.gamma + rewards
-        self.return_rms.update(self._discounted_returns)
-        self._discounted_returns[done] = 0.0
+        discounted = self._discounted_returns if discounted is None else discounted
+        discounted *= self.config.gamma
+        discounted += rewards
+        self.return_rms.update(discounted)
+        discounted[done] = 0.0
         scaled = rewards / np.sqrt(self.return_rms.var + 1e-8)
         return np.clip(scaled, -10.0, 10.0).astype(np.float32)
 
@@ -419,6 +426,37 @@ class PPO(Agent):
             float(1.0 - np.var(buffer.returns - buffer.values) / var) if var > 0 else 0.0)
         logger.update(self.num_timesteps, **figures, learning_rate=float(learning_rate),
                       clip_range=float(clip_range), gradient_steps=steps)
+
+    # -- remote actors (kerasrl.distributed) ----------------------------------------------------
+    on_policy = True
+
+    def explorer(self, n_envs, epsilon=None):
+        return RolloutSampler()
+
+    def receive_rollouts(self, rollouts, total_steps, logger) -> None:
+        """Join the actors' rollouts column-wise into one (n_steps, all their envs), scale the
+        rewards as a local run does, and run the update on it; then fold the raw observations
+        into the observation statistics (as `_normalize` does during a local rollout)."""
+        cfg = self.config
+        joined = {key: np.concatenate([r[key] for r in rollouts], axis=1)
+                  for key in ("observations", "raw_observations", "actions", "log_probs",
+                              "values", "rewards", "terminated", "truncated", "truncation_values")}
+        n_columns = joined["rewards"].shape[1]
+        buffer = RolloutBuffer(cfg.n_steps, n_columns, self.observation_space.shape,
+                               self.buffer.actions.shape[2:], self.buffer.actions.dtype)
+        done = joined["terminated"] | joined["truncated"]
+        if len(self._remote_returns) != n_columns:  # the actors' envs' running returns
+            self._remote_returns = np.zeros(n_columns)
+        for t in range(cfg.n_steps):
+            rewards = self._scale_rewards(joined["rewards"][t], done[t], self._remote_returns)
+            buffer.add(joined["observations"][t], joined["actions"][t], joined["log_probs"][t],
+                       joined["values"][t], rewards, joined["terminated"][t],
+                       joined["truncated"][t], joined["truncation_values"][t])
+        last_obs = np.concatenate([r["last_observations"] for r in rollouts])
+        self.learn_from_rollout(buffer, last_obs, total_steps, logger)
+        if self.obs_rms is not None:
+            raw = joined["raw_observations"]
+            self.obs_rms.update(raw.reshape(-1, *raw.shape[2:]))
 
     # -- training state -----------------------------------------------------------------------
     def _extra_state(self):

@@ -25,6 +25,7 @@ from keras import ops
 from kerasrl.agents.continuous import ContinuousAgent
 from kerasrl.agents.learner import Learner
 from kerasrl.config import SACConfig
+from kerasrl.exploration import SampledActor
 from kerasrl.losses import (clipped_double_q_target, critic_loss, entropy_coefficient_loss,
                             sac_actor_loss, squashed_gaussian)
 from kerasrl.policies import SquashedGaussianPolicy
@@ -115,6 +116,9 @@ class SAC(ContinuousAgent):
         mean, log_std = out[:, :self.action_dim], np.clip(out[:, self.action_dim:], -20.0, 2.0)
         noise = self.rng.standard_normal(mean.shape).astype(np.float32)
         return np.tanh(mean + np.exp(log_std) * noise).astype(np.float32)
+
+    def explorer(self, n_envs, epsilon=None):
+        return SampledActor()
 
     def _batch_noise(self, n_batches, batch_size):
         shape = (n_batches, batch_size, self.action_dim)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 from keras import ops
 
-from kerasrl.agents.continuous import ActionNoise, ContinuousAgent
+from kerasrl.agents.continuous import ContinuousAgent
+from kerasrl.exploration import ActionNoise
 from kerasrl.config import TD3Config
 from kerasrl.losses import (clipped_double_q_target, critic_loss, deterministic_actor_loss,
                             smoothed_target_actions)

@@ -1,21 +1,24 @@
 """Rollouts on Ray: actors with their own environments and a numpy copy of the weights.
 
-There is one model, in the learner (the agent in the driver process). Each rollout actor builds the
-same Keras architecture from its JSON config, on whatever backend its process runs, and acts from
-numpy weights that the learner puts in the Ray object store (one `ray.put` per broadcast; an actor
-is sent the reference only when its copy is stale). Only numpy travels: weights out, transitions
-back. Ray actors and the object store are the whole transport.
+There is one learner, the agent in the driver process. Each rollout actor rebuilds the agent's
+policy as a saved policy holds it (policy type, models' JSON configs, config: `Agent.actor_spec`),
+on whatever backend its process runs, and explores with the agent's `Explorer`
+(`Agent.explorer`, kerasrl.exploration) from numpy weights that the learner puts in the Ray
+object store (`Agent.actor_weights`: one `ray.put` per broadcast; an actor is sent the reference
+only when its copy is stale). Only numpy travels: weights out, experience back. The engine knows
+no algorithm, only whether the agent is on-policy:
 
-DQN, in the manner of Ape-X (Horgan et al., 2018):
-    every actor has a fixed epsilon, eps_i = 0.4 ** (1 + 7 i / (N - 1)), and keeps one
-        `collect(rollout_steps)` call in flight; the learner takes whichever chunk is ready
-        (ray.wait), adds it to its replay buffer and trains on its own schedule: one round per
-        `train_freq` vector steps received, as a local run would
+Off-policy agents (DQN, DDPG, TD3, SAC), in the manner of Ape-X (Horgan et al., 2018):
+    every actor keeps one `collect(rollout_steps)` call in flight (uniform random actions while
+        `Agent.random_warmup()`); the learner takes whichever chunk is ready (ray.wait) and hands
+        it to `Agent.receive_transitions`, which stores it and trains on the agent's own
+        schedule, as a local run would; a DQN actor explores with its own epsilon,
+        eps_i = 0.4 ** (1 + 7 i / (N - 1))
     every `broadcast_interval` gradient steps the learner broadcasts new weights
-PPO, synchronous:
+On-policy agents (PPO), synchronously:
     every update, all actors collect `n_steps` on their envs with the current weights; the learner
-        joins them column-wise into one rollout (n_steps, workers * n_envs), computes GAE and runs
-        PPO's compiled update (the agent's own `_train`) on it
+        hands the rollouts to `Agent.receive_rollouts` (one rollout of all their envs, GAE and
+        the agent's compiled update)
 
 Fault tolerance: actors are started with `max_restarts`; an actor that dies (or is killed, or
 whose call raises: it is then restarted) comes back through Ray's restart, is counted, sent the
@@ -27,6 +30,7 @@ restarted). The learner only ever waits with a timeout.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
@@ -61,15 +65,15 @@ def apex_epsilons(n: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
 
 
 class RolloutWorker:
-    """One rollout actor: its vector env, a copy of the networks, and numpy acting.
+    """One rollout actor: its vector env, a copy of the agent's policy, and its explorer.
 
     Runs inside a Ray actor process (made remote by `RayEngine`); plain Python otherwise, so it
     can be tested and profiled without Ray.
 
     Args:
-        spec: algorithm ("dqn" or "ppo"), env (an id or a picklable factory), n_envs,
-            vectorization, seed, models (JSON configs of the learner's Keras models, in order),
-            epsilon (DQN), and for PPO: shared, clip_obs.
+        spec: env (an id or a picklable factory), n_envs, vectorization, seed, explorer (a
+            `kerasrl.exploration.Explorer`) and `Agent.actor_spec()`'s entries (policy_type,
+            models, policy_config, on_policy).
     """
 
     def __init__(self, spec: dict):
@@ -80,20 +84,25 @@ class RolloutWorker:
         backend.configure_threads()
         import keras
 
+        from kerasrl import registry
         from kerasrl.networks import dummy_observation
 
         self.spec = spec
-        self.algorithm = spec["algorithm"]
+        self.on_policy = spec["on_policy"]
         self.env = make_vec_env(spec["env"], spec["n_envs"], vectorization=spec["vectorization"])
         self.n_envs = spec["n_envs"]
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
-        self.models = []
-        for config in spec["models"]:
+        self.models = {}
+        for stem, config in spec["models"].items():
             model = keras.models.model_from_json(config)
             if not model.built:
                 model(dummy_observation(self.observation_space, 1), training=False)
-            self.models.append(model)
+            self.models[stem] = model
+        self.policy = registry.policy_class(spec["policy_type"]).from_saved(
+            self.models, self.observation_space, self.action_space, spec["policy_config"])
+        # A copy: arrays that arrive through Ray's object store are read-only (the OU state).
+        self.explorer = copy.deepcopy(spec["explorer"])
         self.rng = np.random.default_rng(spec["seed"])
         self.version = -1  # of the weights held; -1: none yet
         self.obs, info = self.env.reset(seed=spec["seed"])
@@ -104,45 +113,16 @@ class RolloutWorker:
                 f"Train with engine='local' (see docs/action_masks.md).")
         self.episode_returns = np.zeros(self.n_envs)
         self.episode_lengths = np.zeros(self.n_envs, dtype=np.int64)
-        if self.algorithm == "dqn":
-            from kerasrl.policies import QPolicy
-
-            self.policy = QPolicy(self.models[0], self.observation_space, self.action_space)
-        else:
-            from kerasrl.policies import ActorCriticPolicy
-
-            shared = spec["shared"]
-            from kerasrl.spaces import categorical_sizes
-
-            self.discrete = categorical_sizes(self.action_space) is not None
-            self.policy = ActorCriticPolicy(
-                self.models[0], self.observation_space, self.action_space,
-                value_model=None if shared else self.models[1], shared=shared,
-                log_std=None if self.discrete else np.zeros(self.action_space.shape, np.float32),
-                clip_obs=spec["clip_obs"])
 
     def pid(self) -> int:
         """The actor's process id (tests kill it)."""
         return os.getpid()
 
     def set_weights(self, payload: dict) -> None:
-        """Take the learner's weights: `params` (trainable, model by model; PPO's log std last),
-        `non_trainable`, and for PPO `obs_rms` (mean, var) or None."""
-        trainable = [v for m in self.models for v in m.trainable_variables]
-        states = [v for m in self.models for v in m.non_trainable_variables]
-        for variable, value in zip(trainable, payload["params"]):
-            variable.assign(value)
-        for variable, value in zip(states, payload["non_trainable"]):
-            variable.assign(value)
-        if self.algorithm == "ppo":
-            if not self.discrete:
-                self.policy.log_std = np.asarray(payload["params"][-1], np.float32)
-            if payload.get("obs_rms") is not None:
-                from kerasrl.policies import RunningMeanStd
-
-                rms = RunningMeanStd(self.observation_space.shape)
-                rms.mean, rms.var = payload["obs_rms"]
-                self.policy.obs_rms = rms
+        """Take the learner's weights (`Agent.actor_weights()`, with a `version`)."""
+        for stem, weights in payload["weights"].items():
+            self.models[stem].set_weights(weights)
+        self.policy.load_config(payload["policy_config"])
         self.version = payload["version"]
 
     def collect(self, payload, n_steps: int, random_actions: bool = False) -> dict:
@@ -152,10 +132,8 @@ class RolloutWorker:
         if self.version < 0 and not random_actions:
             # A restarted actor (Ray re-ran __init__) is sent a call meant for its old self.
             return {"needs_weights": True, "pid": os.getpid()}
-        if self.algorithm == "dqn":
-            out = self._collect_dqn(n_steps, random_actions)
-        else:
-            out = self._collect_ppo(n_steps)
+        out = self._collect_rollout(n_steps) if self.on_policy else self._collect_transitions(
+            n_steps, random_actions)
         out["pid"] = os.getpid()
         return out
 
@@ -173,79 +151,57 @@ class RolloutWorker:
             episodes.append((float(self.episode_returns[i]), int(self.episode_lengths[i])))
         self.episode_returns[done] = 0.0
         self.episode_lengths[done] = 0
+        self.explorer.episodes_ended(done)
         return next_obs, rewards, terminated, truncated, final_obs
 
-    def _collect_dqn(self, n_steps: int, random_actions: bool) -> dict:
-        from kerasrl.policies import epsilon_greedy
+    @staticmethod
+    def _record(out: dict, key: str, t: int, n_steps: int, value) -> None:
+        """out[key][t] = value, the (n_steps, n_envs, ...) array made at the first write."""
+        value = np.asarray(value)
+        if key not in out:
+            out[key] = np.zeros((n_steps, *value.shape), value.dtype)
+        out[key][t] = value
 
-        n_actions = int(self.action_space.n)
-        shape = (n_steps, self.n_envs)
-        obs_shape, obs_dtype = self.obs.shape[1:], self.obs.dtype
-        out = {  # (T, n_envs, ...), next_observations the true final ones on auto-reset
-            "observations": np.zeros((*shape, *obs_shape), obs_dtype),
-            "actions": np.zeros(shape, np.int32),
-            "rewards": np.zeros(shape, np.float32),
-            "next_observations": np.zeros((*shape, *obs_shape), obs_dtype),
-            "terminated": np.zeros(shape, bool),
-            "truncated": np.zeros(shape, bool),
-        }
-        episodes = []
+    def _collect_transitions(self, n_steps: int, random_actions: bool) -> dict:
+        """Off-policy: (T, n_envs, ...) observations, actions, rewards, next_observations (the
+        true final ones on auto-reset), terminated, truncated."""
+        from kerasrl.exploration import uniform_actions
+
+        out, episodes = {}, []
         for t in range(n_steps):
+            obs = np.asarray(self.obs, np.float32)
             if random_actions:
-                actions = self.rng.integers(0, n_actions, size=self.n_envs)
+                actions = uniform_actions(self.action_space, self.n_envs, self.rng)
             else:
-                greedy = np.argmax(self.policy.q_values(self.obs.astype(np.float32)), axis=-1)
-                actions = epsilon_greedy(greedy, n_actions, self.spec["epsilon"], self.rng)
+                actions, _ = self.explorer.act(self.policy, obs, self.rng)
             next_obs, rewards, terminated, truncated, final_obs = self._step(actions, episodes)
-            out["observations"][t] = self.obs
-            out["actions"][t] = actions
-            out["rewards"][t] = rewards
-            out["next_observations"][t] = final_obs
-            out["terminated"][t] = terminated
-            out["truncated"][t] = truncated
+            for key, value in (("observations", self.obs), ("actions", actions),
+                               ("rewards", rewards), ("next_observations", final_obs),
+                               ("terminated", terminated), ("truncated", truncated)):
+                self._record(out, key, t, n_steps, value)
             self.obs = next_obs
         out["episodes"] = episodes
         return out
 
-    def _collect_ppo(self, n_steps: int) -> dict:
-        from kerasrl.policies import sample_categorical, sample_gaussian
-
-        policy, shape = self.policy, (n_steps, self.n_envs)
-        action_shape = self.action_space.shape  # () Discrete, (components,) MultiDiscrete, Box
-        out = {
-            "observations": np.zeros((*shape, *self.obs.shape[1:]), np.float32),  # normalized
-            "raw_observations": np.zeros((*shape, *self.obs.shape[1:]), np.float32),
-            "actions": np.zeros((*shape, *action_shape), np.int32 if self.discrete else np.float32),
-            "log_probs": np.zeros(shape, np.float32),
-            "values": np.zeros(shape, np.float32),
-            "rewards": np.zeros(shape, np.float32),
-            "terminated": np.zeros(shape, bool),
-            "truncated": np.zeros(shape, bool),  # cut by a time limit and not terminated
-            "truncation_values": np.zeros(shape, np.float32),
-        }
-        episodes = []
+    def _collect_rollout(self, n_steps: int) -> dict:
+        """On-policy: what the explorer records per step (observations as the network saw them,
+        actions as sampled, log-probabilities, values), the raw observations, rewards, terminated,
+        truncated (cut by a time limit and not terminated) with the value of the true final
+        observation there, and the observations after the last step."""
+        out, episodes = {}, []
         for t in range(n_steps):
             raw = np.asarray(self.obs, np.float32)
-            params = policy.distribution(raw)
-            values = policy.values(raw)
-            if self.discrete:
-                actions, log_probs = sample_categorical(params, self.rng, policy.action_sizes)
-                env_actions = actions
-            else:
-                actions, log_probs = sample_gaussian(params, policy.log_std, self.rng)
-                env_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+            env_actions, record = self.explorer.act(self.policy, raw, self.rng)
             next_obs, rewards, terminated, truncated, final_obs = self._step(env_actions, episodes)
             cut = truncated & ~terminated
+            truncation_values = np.zeros(self.n_envs, np.float32)
             if cut.any():
-                out["truncation_values"][t][cut] = policy.values(final_obs[cut])
-            out["observations"][t] = policy.normalize(raw)
-            out["raw_observations"][t] = raw
-            out["actions"][t] = actions
-            out["log_probs"][t] = log_probs
-            out["values"][t] = values
-            out["rewards"][t] = rewards
-            out["terminated"][t] = terminated
-            out["truncated"][t] = cut
+                truncation_values[cut] = self.policy.values(final_obs[cut])
+            record = {**record, "raw_observations": raw, "rewards": rewards,
+                      "terminated": terminated, "truncated": cut,
+                      "truncation_values": truncation_values}
+            for key, value in record.items():
+                self._record(out, key, t, n_steps, value)
             self.obs = next_obs
         out["last_observations"] = np.asarray(self.obs, np.float32)  # (n_envs, ...) raw
         out["episodes"] = episodes
@@ -264,10 +220,11 @@ class RayEngine:
             local Ray when none is running in this process.
         n_envs: environments per actor (default: the agent's n_envs).
         vectorization: "sync" or "subprocess" inside each actor (default: the agent's).
-        rollout_steps: DQN: vector steps per actor call (the chunk streamed to the learner).
-        broadcast_interval: DQN: gradient steps between weight broadcasts (PPO broadcasts before
-            every rollout, as it must).
-        epsilons: DQN: one exploration rate per actor; default `apex_epsilons(workers)`.
+        rollout_steps: off-policy: vector steps per actor call (the chunk streamed to the learner).
+        broadcast_interval: off-policy: gradient steps between weight broadcasts (an on-policy
+            agent's weights are broadcast before every rollout, as they must).
+        epsilons: one exploration rate per actor, for agents that explore epsilon-greedily
+            (DQN); default `apex_epsilons(workers)`.
         max_restarts: restarts of each actor before it is dropped.
         actor_timeout: seconds one call may take before its actor is treated as dead.
         num_cpus: CPUs reserved per actor.
@@ -307,7 +264,6 @@ class RayEngine:
         self._weights_ref = None
         self._actor_versions: list[int] = []
         self._last_broadcast = 0
-        self._discounted = None  # PPO reward scaling, per column
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, agent) -> None:
@@ -317,20 +273,18 @@ class RayEngine:
         if self._agent is not None:
             raise ValueError("This RayEngine already serves another agent; make a new one.")
         ray = _import_ray()
-        if agent.algorithm not in ("dqn", "ppo"):
-            raise ValueError(f"engine='ray' runs DQN and PPO; {type(agent).__name__} trains with "
-                             f"engine='local'.")
+        self.n_envs = self.n_envs or agent.config.n_envs
+        try:
+            specs = [self._spec(agent, i) for i in range(self.workers)]
+        except NotImplementedError as error:
+            raise ValueError(f"engine='ray' runs agents that learn from a replay buffer or from "
+                             f"rollouts (DQN, DDPG, TD3, SAC, PPO); {error} Train it with "
+                             f"engine='local'.") from None
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": True, **self.ray_init}
             ray.init(address=self.address, **kwargs)
             self._started_ray = True
-        cfg = agent.config
-        if agent.algorithm == "dqn" and self.n_envs not in (None, cfg.n_envs):
-            raise ValueError(f"For DQN every actor runs the agent's n_envs ({cfg.n_envs}) envs: "
-                             f"its replay buffer stores rows of that width. Set n_envs="
-                             f"{self.n_envs} on the agent instead of on the RayEngine.")
         self._agent = agent
-        self.n_envs = self.n_envs or cfg.n_envs
         env_vars = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
         from kerasrl import backend
 
@@ -340,8 +294,8 @@ class RayEngine:
         remote = ray.remote(RolloutWorker).options(
             num_cpus=self.num_cpus, max_restarts=self.max_restarts, max_task_retries=0,
             runtime_env={"env_vars": env_vars})
-        for i in range(self.workers):
-            self.actors.append(remote.remote(self._spec(agent, i)))
+        for spec in specs:
+            self.actors.append(remote.remote(spec))
         self.failures = [0] * self.workers
         self.results = [0] * self.workers
         self._pids = [None] * self.workers
@@ -349,17 +303,18 @@ class RayEngine:
         self._actor_versions = [-1] * self.workers
 
     def _spec(self, agent, i: int) -> dict:
-        if agent.algorithm == "dqn":
-            models = [agent.q_network]
-        else:
-            models = [agent.actor] + ([] if agent.shared else [agent.critic])
-        spec = {"algorithm": agent.algorithm, "env": agent.env_spec, "n_envs": self.n_envs,
+        """What actor `i` is made from: the agent's policy and explorer, its envs and seed."""
+        n_envs = self.n_envs or agent.config.n_envs
+        if not agent.on_policy and n_envs != agent.config.n_envs:
+            raise ValueError(f"For {type(agent).__name__} every actor runs the agent's n_envs "
+                             f"({agent.config.n_envs}) envs: its replay buffer stores rows of "
+                             f"that width. Set n_envs={n_envs} on the agent instead of on the "
+                             f"RayEngine.")
+        return {"env": agent.env_spec, "n_envs": n_envs,
                 "vectorization": self.vectorization or agent.config.vectorization,
                 "seed": int(agent.config.seed) + 1_000 * (i + 1),
-                "models": [m.to_json() for m in models], "epsilon": self.epsilons[i]}
-        if agent.algorithm == "ppo":
-            spec.update(shared=agent.shared, clip_obs=float(agent.config.clip_obs))
-        return spec
+                "explorer": agent.explorer(n_envs, epsilon=self.epsilons[i]),
+                **agent.actor_spec()}
 
     def close(self) -> None:
         """Stop the actors (and Ray, if this engine started it)."""
@@ -391,27 +346,17 @@ class RayEngine:
     # -- weights -----------------------------------------------------------------------------
     def broadcast(self) -> None:
         """Put the learner's current weights in the object store (once for all actors)."""
-        from kerasrl import backend
-
         agent = self._agent
-        # Every model's weights, then plain parameters (PPO's log std last), in the learner's order.
-        state = backend.to_numpy({k: agent.learner.state[k] for k in ("params", "non_trainable")})
-        payload = {"version": self._version + 1,
-                   "params": [np.asarray(w) for ws in state["params"].values() for w in ws],
-                   "non_trainable": [np.asarray(w) for ws in state["non_trainable"].values()
-                                     for w in ws],
-                   "obs_rms": None}
-        if agent.algorithm == "ppo" and agent.obs_rms is not None:
-            payload["obs_rms"] = (agent.obs_rms.mean.copy(), agent.obs_rms.var.copy())
+        payload = {"version": self._version + 1, **agent.actor_weights()}
         self._weights_ref = _import_ray().put(payload)
         self._version += 1
-        self._last_broadcast = getattr(agent, "n_updates", 0)
+        self._last_broadcast = agent.n_updates
 
     def weight_bytes(self) -> int:
         """Bytes of one weight broadcast (the numpy arrays)."""
         ray = _import_ray()
         payload = ray.get(self._weights_ref)
-        return sum(w.nbytes for w in payload["params"] + payload["non_trainable"])
+        return sum(w.nbytes for weights in payload["weights"].values() for w in weights)
 
     def _submit(self, i: int, n_steps: int, random_actions: bool = False) -> None:
         stale = self._actor_versions[i] < self._version
@@ -511,10 +456,10 @@ class RayEngine:
     def learn(self, agent, total_steps: int, stop_at: int, logger, callback) -> None:
         """Train `agent` up to `stop_at` env steps (called by `Agent.fit(engine=...)`)."""
         self.start(agent)
-        if agent.algorithm == "dqn":
-            self._learn_dqn(agent, total_steps, stop_at, logger, callback)
+        if agent.on_policy:
+            self._learn_on_policy(agent, total_steps, stop_at, logger, callback)
         else:
-            self._learn_ppo(agent, total_steps, stop_at, logger, callback)
+            self._learn_off_policy(agent, total_steps, stop_at, logger, callback)
 
     def _book_episodes(self, agent, logger, episodes, n_steps) -> None:
         agent.num_timesteps += n_steps
@@ -523,16 +468,13 @@ class RayEngine:
         logger.advance(agent.num_timesteps, n_steps)
         logger.set(actors=len(self.live_workers))
 
-    def _learn_dqn(self, agent, total_steps, stop_at, logger, callback) -> None:
-        cfg = agent.config
+    def _learn_off_policy(self, agent, total_steps, stop_at, logger, callback) -> None:
+        learning_starts = getattr(agent.config, "learning_starts", 0)
         if self._weights_ref is None:
             self.broadcast()
 
-        def warming_up():
-            return cfg.random_warmup and agent.num_timesteps < cfg.learning_starts
-
         def submit(i):
-            self._submit(i, self.rollout_steps, warming_up())
+            self._submit(i, self.rollout_steps, agent.random_warmup())
 
         for i in self.live_workers:
             if not any(j == i for j, _ in self._pending.values()):
@@ -540,81 +482,39 @@ class RayEngine:
         while agent.num_timesteps < stop_at:
             i, chunk = self._next_result(self.rollout_steps, submit)
             submit(i)  # the actor collects the next chunk while the learner trains on this one
-            n_rows = chunk["actions"].shape[0]
-            truncated = chunk["truncated"]
-            if cfg.n_step_return > 1:
-                # Rows of different actors interleave in the buffer: end n-step sums at the chunk's
-                # last row, which then bootstraps from its own next observation (still correct).
-                truncated = truncated.copy()
-                truncated[-1] = True
-            for t in range(n_rows):
-                agent.buffer.add(chunk["observations"][t], chunk["actions"][t],
-                                 chunk["rewards"][t], chunk["next_observations"][t],
-                                 chunk["terminated"][t], truncated[t])
             steps_before = agent.num_timesteps
-            self._book_episodes(agent, logger, chunk["episodes"], n_rows * self.n_envs)
-            agent.learn_from_received_steps(n_rows, steps_before, total_steps, logger)
-            if (agent.num_timesteps > cfg.learning_starts
+            self._book_episodes(agent, logger, chunk["episodes"],
+                                chunk["actions"].shape[0] * self.n_envs)
+            agent.receive_transitions(chunk, steps_before, total_steps, logger)
+            if (agent.num_timesteps > learning_starts
                     and agent.n_updates - self._last_broadcast >= self.broadcast_interval):
                 self.broadcast()
             if callback is not None and chunk["episodes"]:
                 if callback(agent, logger.history) is False:
                     break
 
-    def _learn_ppo(self, agent, total_steps, stop_at, logger, callback) -> None:
-        from kerasrl.buffers.rollout import RolloutBuffer
-
-        cfg = agent.config
+    def _learn_on_policy(self, agent, total_steps, stop_at, logger, callback) -> None:
+        n_steps = agent.config.n_steps
         while agent.num_timesteps < stop_at:
             self.broadcast()  # synchronous: every rollout comes from the current weights
             self._pending.clear()
             results = {}
 
             def submit(i):
-                self._submit(i, cfg.n_steps)
+                self._submit(i, n_steps)
 
             for i in self.live_workers:
                 submit(i)
             while self._pending:
-                i, rollout = self._next_result(cfg.n_steps, submit)
+                i, rollout = self._next_result(n_steps, submit)
                 results[i] = rollout
             if not results:
                 raise RuntimeError("No rollout actor is left.")
-            order = sorted(results)
-            joined = {key: np.concatenate([results[i][key] for i in order], axis=1)
-                      for key in ("observations", "raw_observations", "actions", "log_probs",
-                                  "values", "rewards", "terminated", "truncated",
-                                  "truncation_values")}
-            n_columns = joined["rewards"].shape[1]
-            buffer = RolloutBuffer(cfg.n_steps, n_columns, agent.observation_space.shape,
-                                   agent.buffer.actions.shape[2:], agent.buffer.actions.dtype)
-            done = joined["terminated"] | joined["truncated"]
-            rewards = self._scale_rewards(agent, joined["rewards"], done)
-            for t in range(cfg.n_steps):
-                buffer.add(joined["observations"][t], joined["actions"][t], joined["log_probs"][t],
-                           joined["values"][t], rewards[t], joined["terminated"][t],
-                           joined["truncated"][t], joined["truncation_values"][t])
-            episodes = [e for i in order for e in results[i]["episodes"]]
-            self._book_episodes(agent, logger, episodes, cfg.n_steps * n_columns)
-            last_obs = np.concatenate([results[i]["last_observations"] for i in order])
-            agent.learn_from_rollout(buffer, last_obs, total_steps, logger)
-            if agent.obs_rms is not None:
-                raw = joined["raw_observations"]
-                agent.obs_rms.update(raw.reshape(-1, *raw.shape[2:]))
+            rollouts = [results[i] for i in sorted(results)]
+            episodes = [e for rollout in rollouts for e in rollout["episodes"]]
+            n_columns = sum(rollout["rewards"].shape[1] for rollout in rollouts)
+            self._book_episodes(agent, logger, episodes, n_steps * n_columns)
+            agent.receive_rollouts(rollouts, total_steps, logger)
             if callback is not None and episodes:
                 if callback(agent, logger.history) is False:
                     break
-
-    def _scale_rewards(self, agent, rewards, done):
-        """PPO's reward scaling over the joined rollout, column by column in time order."""
-        if agent.return_rms is None:
-            return rewards
-        if self._discounted is None or self._discounted.shape[0] != rewards.shape[1]:
-            self._discounted = np.zeros(rewards.shape[1])
-        scaled = np.empty_like(rewards)
-        for t in range(rewards.shape[0]):
-            self._discounted = self._discounted * agent.config.gamma + rewards[t]
-            agent.return_rms.update(self._discounted)
-            self._discounted[done[t]] = 0.0
-            scaled[t] = np.clip(rewards[t] / np.sqrt(agent.return_rms.var + 1e-8), -10.0, 10.0)
-        return scaled.astype(np.float32)
