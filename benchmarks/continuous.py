@@ -1,7 +1,8 @@
 """SAC and TD3 steps per second against Stable-Baselines3 and SBX, side by side in one run.
 
-    python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--backends jax,tensorflow,torch]
-                                    [--core 0] [--out benchmarks/results/continuous_pendulum.md]
+    python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--algorithms sac,td3]
+                                    [--backends jax,tensorflow,torch] [--core 0]
+                                    [--out benchmarks/results/continuous_pendulum.md]
 
 Each row trains one agent at the RL-Zoo settings (kerasrl's TD3Config / SACConfig defaults; the
 same hyperparameters given to SB3 and SBX) for `--steps` env steps after `learning_starts`, and
@@ -9,7 +10,8 @@ reports env steps per second over the training part only: the warm-up random ste
 500 training steps (compilation) are not timed. Every row is its own process pinned to one core
 with `taskset -c CORE` (the thread variables alone do not hold JAX to one core), run one after the
 other; CPU time is given beside wall time (CPU > wall: the process used more than one core).
-`--env HalfCheetah-v5` needs gymnasium[mujoco] (the `mujoco` wheel; no rendering).
+`--env HalfCheetah-v5` needs gymnasium[mujoco] (the `mujoco` wheel; no rendering). The table's
+header gives the core's float32 matrix-product rate (XLA), the ceiling of these updates.
 
 Targets (issue 13): >= 5x SB3 and >= 1.5x SBX on the default backend; every backend within 2x of
 the fastest. Run it on an otherwise idle machine: figures compare within one table only.
@@ -99,6 +101,21 @@ def run_sb3(algorithm: str, env: str, steps: int, library: str) -> dict:
     return timed(lambda n: model.learn(n, reset_num_timesteps=False), steps)
 
 
+def gemm_rate() -> dict:
+    """The CPU's float32 matrix-product rate on one core (XLA, a chain of 256x256 @ 256x256 with
+    a tanh between, in a compiled loop): the ceiling of these agents' updates, which are almost
+    all products of that size (batch 256, hidden layers of 256 to 400)."""
+    import jax
+    import jax.numpy as jnp
+
+    a, b = jnp.ones((256, 256)), jnp.full((256, 256), 1e-3)
+    chain = jax.jit(lambda a, b: jax.lax.fori_loop(0, 200, lambda i, x: jnp.tanh(x @ b), a))
+    chain(a, b).block_until_ready()
+    began = time.perf_counter()
+    chain(a, b).block_until_ready()
+    return {"gflops": 200 * 2 * 256 ** 3 / (time.perf_counter() - began) / 1e9}
+
+
 def measure(library: str, algorithm: str, env: str, steps: int, backend: str | None,
             core: int) -> dict | None:
     environ = dict(os.environ)
@@ -113,11 +130,13 @@ def measure(library: str, algorithm: str, env: str, steps: int, backend: str | N
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def table(env: str, steps: int, core: int, rows: list[dict]) -> str:
+def table(env: str, steps: int, core: int, rows: list[dict], gemm: float | None) -> str:
+    ceiling = "" if gemm is None else (
+        f" Matrix products (256x256 by 256x256, XLA, one core): {gemm:.1f} GFLOP/s.")
     lines = [f"# SAC and TD3 on {env}: env steps/s while training ({steps} timed steps), "
              f"one core each (`taskset -c {core}`)", "",
              f"CPU: {cpu_model()}. RL-Zoo settings, the same for every library; warm-up and "
-             "compilation not timed. Ratios: kerasrl's steps/s over the peer's.", "",
+             f"compilation not timed. Ratios: kerasrl's steps/s over the peer's.{ceiling}", "",
              "| algorithm | library | backend | steps/s | CPU/wall | x SB3 | x SBX |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -145,14 +164,18 @@ def main() -> None:
     parser.add_argument("--algorithms", default="sac,td3")
     parser.add_argument("--core", type=int, default=0)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--child", choices=("kerasrl", "sb3", "sbx"))
+    parser.add_argument("--child", choices=("kerasrl", "sb3", "sbx", "gemm"))
     parser.add_argument("--algorithm", choices=tuple(ZOO), default="sac")
     args = parser.parse_args()
+    if args.child == "gemm":
+        print(json.dumps(gemm_rate()))
+        return
     if args.child:
         run = run_kerasrl if args.child == "kerasrl" else (
             lambda a, e, s: run_sb3(a, e, s, args.child))
         print(json.dumps(run(args.algorithm, args.env, args.steps)))
         return
+    gemm = (measure("gemm", "sac", args.env, 0, None, args.core) or {}).get("gflops")
     rows = []
     for algorithm in args.algorithms.split(","):
         runs = [("kerasrl", b) for b in args.backends.split(",")] + [("sb3", ""), ("sbx", "")]
@@ -161,12 +184,13 @@ def main() -> None:
             rows.append({"algorithm": algorithm, "library": library, "backend": backend,
                          "steps_per_s": None, **(result or {})})
             print(rows[-1], flush=True)
-    text = table(args.env, args.steps, args.core, rows)
+    text = table(args.env, args.steps, args.core, rows, gemm)
     print(text)
     if args.out:
         Path(args.out).write_text(text)
         Path(args.out).with_suffix(".json").write_text(json.dumps(
-            {"cpu": cpu_model(), "env": args.env, "steps": args.steps, "rows": rows}, indent=1))
+            {"cpu": cpu_model(), "env": args.env, "steps": args.steps, "gemm_gflops": gemm,
+             "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

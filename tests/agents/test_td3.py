@@ -66,6 +66,34 @@ def test_delayed_actor_updates(trained):
     assert isinstance(agent.policy, kerasrl.DeterministicActorPolicy)
 
 
+def test_one_step_rounds_skip_the_actor_gradient_with_the_same_result():
+    """A round of one gradient step (the zoo's train_freq 1, gradient_steps 1) runs a compiled
+    step that updates the actor, or one that leaves it (no actor gradient), as the step count
+    says: the same state as the masked step of longer rounds, step for step."""
+    from kerasrl.agents.continuous import ContinuousAgent
+    from kerasrl.envs.testing import TargetEnv
+
+    agent = kerasrl.TD3(TargetEnv, seed=0, learning_starts=16, batch_size=8, hidden_sizes=(8,),
+                        buffer_size=200)
+    agent.fit(48, progress=False)
+    start, n_updates = agent.learner.arrays(), agent.n_updates
+    batches = [agent.sample_batches() for _ in range(4)]
+    results = []
+    for update in (agent.update, lambda b, lr: ContinuousAgent.update(agent, b, lr)):
+        agent.learner.load_arrays(start)
+        agent.n_updates = n_updates
+        losses = [update(b, 1e-3) for b in batches]
+        results.append((losses, agent.learner.arrays()))
+    (fast_losses, fast), (masked_losses, masked) = results
+    assert fast.keys() == masked.keys()
+    for key in fast:
+        np.testing.assert_allclose(fast[key], masked[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    for a, b in zip(fast_losses, masked_losses):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    actor = [k for k in fast if k.startswith("learner/params/actor/")]
+    assert any(not np.array_equal(fast[k], start[k]) for k in actor)  # the actor did move
+
+
 @pytest.mark.slow_on_other_backends
 def test_policy_saves_loads_and_exports_with_scaling_inside(trained, tmp_path):
     check_policy_saves_loads_and_exports(trained[0], tmp_path, formats=("onnx", "saved_model"))

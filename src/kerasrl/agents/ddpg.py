@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from kerasrl.agents.continuous import ContinuousAgent
-from kerasrl.exploration import ActionNoise
 from kerasrl.config import DDPGConfig
+from kerasrl.exploration import ActionNoise
 from kerasrl.losses import clipped_double_q_target, critic_loss, deterministic_actor_loss
 from kerasrl.policies import DeterministicActorPolicy
 

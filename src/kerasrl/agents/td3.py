@@ -15,12 +15,14 @@ Exploration: the actor's action plus Gaussian (or Ornstein-Uhlenbeck) noise, cli
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from keras import ops
 
 from kerasrl.agents.continuous import ContinuousAgent
-from kerasrl.exploration import ActionNoise
 from kerasrl.config import TD3Config
+from kerasrl.exploration import ActionNoise
 from kerasrl.losses import (clipped_double_q_target, critic_loss, deterministic_actor_loss,
                             smoothed_target_actions)
 from kerasrl.policies import DeterministicActorPolicy
@@ -51,8 +53,12 @@ class TD3(ContinuousAgent):
         cfg = self.config
         self.noise = ActionNoise(cfg.action_noise, cfg.action_noise_std,
                                  (cfg.n_envs, self.action_dim), cfg.ou_theta, cfg.ou_dt)
+        self._one_step_rounds = None  # compiled when first needed (see update)
 
-    def _step(self, state, batch, learning_rate):
+    def _step(self, state, batch, learning_rate, actor_due=None):
+        """`actor_due`: None, the step count decides (inside a compiled loop of many steps); True
+        or False, known on the host (a round of one step), so that a step that leaves the actor
+        alone does not compute its gradient."""
         cfg, learner, critics = self.config, self.learner, self.critic_names
         obs, actions, next_obs = batch["observations"], batch["actions"], batch["next_observations"]
         # The target: smoothed target action, the minimum of the target critics.
@@ -70,17 +76,37 @@ class TD3(ContinuousAgent):
         state, c_loss, _ = learner.descend(state, "critic", critic_objective, learning_rate)
 
         # Delayed: the actor and the targets move on every policy_delay-th step only.
-        delayed = ops.equal(ops.mod(state["step"] + 1, cfg.policy_delay), 0)
-
         def actor_objective(params):
             pi = learner.apply("actor", params, state, obs, training=True)
             return deterministic_actor_loss(
                 learner.apply(critics[0], params, state, [obs, pi], training=True)), ()
 
-        state, a_loss, _ = learner.descend(state, "actor", actor_objective, learning_rate,
-                                           enabled=delayed)
-        state = learner.soft_update(state, ops.where(delayed, cfg.tau, 0.0))
+        if actor_due is False:  # the actor's loss as logged, without its gradient
+            a_loss, _ = actor_objective(state["params"])
+        else:
+            delayed = (ops.equal(ops.mod(state["step"] + 1, cfg.policy_delay), 0)
+                       if actor_due is None else None)
+            state, a_loss, _ = learner.descend(state, "actor", actor_objective, learning_rate,
+                                               enabled=delayed)
+            state = learner.soft_update(
+                state, cfg.tau if delayed is None else ops.where(delayed, cfg.tau, 0.0))
         return {**state, "step": state["step"] + 1}, {"critic_loss": c_loss, "actor_loss": a_loss}
+
+    def update(self, batches, learning_rate):
+        """As `ContinuousAgent.update`; a round of one gradient step (train_freq 1,
+        gradient_steps 1: the zoo's setting) runs the compiled variant that updates the actor
+        or the one that does not, as the step count says: the same arithmetic as the masked
+        step, without the actor gradient it discards on the other policy_delay - 1 steps."""
+        if len(batches["actions"]) != 1:
+            return super().update(batches, learning_rate)
+        if self._one_step_rounds is None:
+            self._one_step_rounds = {due: self.learner.compile_round(
+                functools.partial(self._step, actor_due=due), self.loss_names)
+                for due in (False, True)}
+        due = (self.n_updates + 1) % self.config.policy_delay == 0
+        losses = self.learner.run_round(self._one_step_rounds[due], batches, learning_rate)
+        self.n_updates += 1
+        return losses
 
     def _explore_unit(self, observations):
         unit = self._deterministic_unit(observations) + self.noise(self.rng)
