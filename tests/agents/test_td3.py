@@ -66,6 +66,7 @@ def test_delayed_actor_updates(trained):
     assert isinstance(agent.policy, kerasrl.DeterministicActorPolicy)
 
 
+@pytest.mark.slow_on_other_backends  # CI time; passed on TensorFlow and PyTorch when written
 def test_one_step_rounds_skip_the_actor_gradient_with_the_same_result():
     """A round of one gradient step (the zoo's train_freq 1, gradient_steps 1) runs a compiled
     step that updates the actor, or one that leaves it (no actor gradient), as the step count

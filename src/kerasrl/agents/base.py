@@ -195,9 +195,10 @@ class Agent:
     def sync_model(self) -> None:
         """Write the learner's current weights into the Keras model(s) and the policy: the one
         call through which weights leave the learner. The library makes it at fixed points: when
-        `fit` returns, before each callback `fit` runs, before `evaluate` and before a checkpoint
-        or policy is written. The `model` and `policy` getters only read; after driving the
-        learner by hand (`agent.learner`), call this before reading the models.
+        `fit` returns, before each callback `fit` runs, before a checkpoint is written (and after
+        one is loaded) and before weights go to remote actors; `evaluate` acts from the learner's
+        weights directly. The `model` and `policy` getters only read; after driving the learner by
+        hand (`agent.learner`), call this before reading the models.
         """
         raise NotImplementedError
 
