@@ -48,8 +48,15 @@ POLICIES: dict[str, str] = {
 
 ENGINES: dict[str, str] = {
     "ray": "kerasrl.distributed.ray_engine:RayEngine",
+    "compiled": "kerasrl.compiled.engine:CompiledEngine",
 }
-"""Engine name for `fit(engine=...)` (besides "local") -> engine class; Ray is imported on use."""
+"""Engine name for `fit(engine=...)` (besides "auto" and "local") -> engine class; Ray is imported
+on use."""
+
+COMPILED_LOOPS: dict[str, str] = {
+    "dqn": "kerasrl.compiled.dqn:CompiledDQN",
+}
+"""Algorithm name -> its whole loop compiled, which `fit` runs on a kerasrl.envs.ops env."""
 
 MODEL_BUILDERS: dict[str, str] = {
     "snake_reference": "kerasrl.networks:snake_reference_network",

@@ -6,6 +6,7 @@ optimizer, buffers, compiled steps) and `_learn` (the algorithm's loop, read top
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import warnings
@@ -223,7 +224,7 @@ class Agent:
             log_dir=None, log_interval: int | None = None,
             callback: Callable[[Agent, History], bool | None] | None = None,
             checkpoint_every: int | None = None, keep_last: int | None = None,
-            checkpoint_dir=None, engine="local", workers: int = 2,
+            checkpoint_dir=None, engine="auto", workers: int = 2,
             address: str | None = None) -> History:
         """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
 
@@ -238,9 +239,13 @@ class Agent:
         multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
         keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
 
-        `engine="ray"` collects experience with `workers` Ray rollout actors (on the Ray cluster
-        at `address`, else a local Ray) while this process learns; `engine` may also be a
-        `kerasrl.distributed.RayEngine` with every option. See docs/scaling.md.
+        `engine`: "auto" (the default) runs the whole loop compiled (`engine="compiled"`, see
+        docs/ops_envs.md) when the env is a keras.ops env (`kerasrl/OpsCartPole-v1`, ...) and the
+        algorithm and config have a compiled loop, else this process's Python loop (`"local"`),
+        saying why once (an INFO line of the "kerasrl" logger). `engine="ray"` collects experience
+        with `workers` Ray rollout actors (on the Ray cluster at `address`, else a local Ray) while
+        this process learns; `engine` may also be a `kerasrl.distributed.RayEngine` with every
+        option. See docs/scaling.md.
         """
         if checkpoint_every is not None:
             if checkpoint_every < 1:
@@ -275,8 +280,11 @@ class Agent:
             def callback(agent, history):  # noqa: F811  (the user's, with current weights)
                 agent.sync_model()
                 return user_callback(agent, history)
-        if engine != "local":
+        if engine in ("auto", "compiled"):
+            runner = self._compiled_engine(required=engine == "compiled")
+        elif engine != "local":
             runner = make_engine(engine, workers=workers, address=address)
+        if runner is not None:
             learn = lambda *args: runner.learn(self, *args)  # noqa: E731
         try:
             if checkpoint_every is None:
@@ -303,6 +311,22 @@ class Agent:
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
         return self.history
+
+    def _compiled_engine(self, required: bool):
+        """The compiled-loop engine of this agent (made once, so its compiled calls are reused by
+        later fits), or None where it cannot run (`required`: raise then, saying why)."""
+        engine_class = registry.engine_class("compiled")
+        reason = engine_class.why_not(self)
+        if reason is None:
+            if getattr(self, "_compiled_runner", None) is None:
+                self._compiled_runner = engine_class(self)
+            return self._compiled_runner
+        if required:
+            engine_class(self)  # raises, saying why
+        if not getattr(self, "_said_python_loop", False):
+            self._said_python_loop = True
+            logging.getLogger("kerasrl").info("%s.fit runs the Python loop: %s.", type(self).__name__, reason)
+        return None
 
     def save(self, path) -> Path:
         """Write the full training state to the folder `path` (atomically); see `load`."""
@@ -506,11 +530,11 @@ def make_engine(engine, *, workers: int = 2, address: str | None = None):
     imported now), or `engine` itself."""
     if isinstance(engine, str):
         if engine not in registry.ENGINES:
-            raise ValueError(f"engine must be one of {('local', *registry.ENGINES)} (or a RayEngine), "
-                             f"got {engine!r}.")
+            raise ValueError(f"engine must be one of {('auto', 'local', *registry.ENGINES)} (or a "
+                             f"RayEngine), got {engine!r}.")
         return registry.engine_class(engine)(workers=workers, address=address)
     if not hasattr(engine, "learn"):
-        raise TypeError(f"engine must be 'local', 'ray' or a RayEngine, got {type(engine).__name__}.")
+        raise TypeError(f"engine must be 'auto', 'local', 'compiled', 'ray' or a RayEngine, got {type(engine).__name__}.")
     return engine
 
 

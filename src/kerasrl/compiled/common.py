@@ -41,19 +41,36 @@ def episode_init(n_envs: int) -> dict:
 
 
 def episode_update(stats, reward, done):
-    """Adds a step's rewards; moves finished episodes into the sums."""
+    """Adds a step's rewards; moves finished episodes into the sums. Returns the new stats and
+    the episodes that ended at this step: {"return", "length"} per env (length 0: still running)."""
     from keras import ops
 
     ret = stats["return"] + reward
     length = stats["length"] + 1
     finished = ops.cast(done, "float32")
+    ended = {"return": ret * finished, "length": ops.where(done, length, 0)}
     return {
         "return": ret * (1.0 - finished),
         "length": ops.where(done, 0, length),
         "done_returns": stats["done_returns"] + ops.sum(ret * finished),
-        "done_lengths": stats["done_lengths"] + ops.sum(ops.where(done, length, 0)),
+        "done_lengths": stats["done_lengths"] + ops.sum(ended["length"]),
         "done_count": stats["done_count"] + ops.sum(ops.cast(done, "int32")),
-    }
+    }, ended
+
+
+def log_episodes(metrics: dict, ended: dict) -> dict:
+    """`metrics` with one vector step's ended episodes written into its episode log, when the call
+    keeps one (`CompiledLoop.log_episodes`): row `metrics["log"]["row"]` of (steps, n_envs) arrays."""
+    if "log" not in metrics:
+        return metrics
+    from keras import ops
+
+    log = metrics["log"]
+    rows = ops.expand_dims(log["row"], 0)
+    write = backend.write_rows or backend.scatter_rows
+    return dict(metrics, log={"return": write(log["return"], rows, ops.expand_dims(ended["return"], 0)),
+                              "length": write(log["length"], rows, ops.expand_dims(ended["length"], 0)),
+                              "row": log["row"] + 1})
 
 
 def episode_read(stats) -> dict:
@@ -109,10 +126,15 @@ def unstack(tree, index: int):
 class CompiledLoop:
     """What every compiled algorithm shares: seeds, compiled calls, `fit` and the per-call records.
 
-    A subclass sets `seeds`, `steps_per_round` (env steps per round over all envs), calls
+    A subclass sets `seeds`, `n_envs`, `steps_per_round` (env steps per round over all envs) and
+    `vector_steps_per_round`, calls
     `_start(per-seed numpy states)`, and writes `_round(state, metrics, total_steps) -> (state, metrics)`, adding to
     `metrics["loss_sum"]` and `metrics["updates"]`; episode figures come from `state["episodes"]`.
+    With `log_episodes` set, a call also returns each ended episode's return and length, step by
+    step (`log_episodes`): what `Agent.fit` books episode by episode (kerasrl.compiled.engine).
     """
+
+    log_episodes = False
 
     def _start(self, states: list) -> None:
         self._many = len(states) > 1
@@ -136,29 +158,38 @@ class CompiledLoop:
             pieces[key] = backend.compile(fn)
         return pieces[key]
 
-    def _run(self, state, rounds: int, total_steps: int):
-        """`rounds` rounds from `state`; returns (state, metrics of the call)."""
+    def _run(self, state, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None):
+        """`rounds` rounds from `state`; returns (state, metrics of the call). `partial=(env_steps,
+        train)` runs one part of a round instead: `env_steps` vector steps, then the round's
+        training if `train` (a fit that stops or starts mid-round, kerasrl.compiled.engine)."""
         from keras import ops
 
         state = dict(state, episodes=dict(state["episodes"], **{
             key: ops.zeros_like(state["episodes"][key]) for key in ("done_returns", "done_lengths", "done_count")}))
         metrics = {"loss_sum": ops.zeros((), "float32"), "updates": ops.zeros((), "int32")}
+        if self.log_episodes:
+            rows = partial[0] if partial else rounds * self.vector_steps_per_round
+            metrics["log"] = {"return": ops.zeros((rows, self.n_envs), "float32"),
+                              "length": ops.zeros((rows, self.n_envs), "int32"), "row": ops.zeros((), "int32")}
 
         def body(i, carry):
             return self._round(*carry, total_steps)
 
-        state, metrics = backend.fori_loop(0, rounds, body, (state, metrics))
+        if partial:
+            state, metrics = self._round(state, metrics, total_steps, *partial)
+        else:
+            state, metrics = backend.fori_loop(0, rounds, body, (state, metrics))
         episodes = state["episodes"]
         metrics = dict(metrics, episode_returns=episodes["done_returns"], episode_lengths=episodes["done_lengths"],
                        episodes=episodes["done_count"])
         return state, metrics
 
-    def _compiled(self, rounds: int, total_steps: int):
+    def _compiled(self, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None):
         import keras
 
-        key = (rounds, total_steps)
+        key = (rounds, total_steps, partial)
         if key not in self._calls:
-            run = lambda state: self._run(state, rounds, total_steps)  # noqa: E731
+            run = lambda state: self._run(state, rounds, total_steps, partial)  # noqa: E731
             if not backend.COMPILED_LOOPS:
                 self._calls[key] = run  # a Python loop over compiled pieces (see `_piece`)
             elif self._vmap:

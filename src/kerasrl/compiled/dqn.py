@@ -29,6 +29,7 @@ from kerasrl.compiled.common import (
     CompiledLoop,
     episode_init,
     episode_update,
+    log_episodes,
     parse_seeds,
     random_ints,
     seed_streams,
@@ -37,6 +38,14 @@ from kerasrl.compiled.common import (
 from kerasrl.config import DQNConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
+
+
+def unsupported(config: DQNConfig) -> str | None:
+    """The first setting of `config` the compiled DQN loop does not run (as `name=value`), or None."""
+    for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False)):
+        if getattr(config, flag) != default:
+            return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
+    return None
 
 
 class CompiledDQN(CompiledLoop):
@@ -50,44 +59,50 @@ class CompiledDQN(CompiledLoop):
     """
 
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
-                 env_params: dict | None = None, **fields):
+                 env_params: dict | None = None, model=None, **fields):
         from kerasrl.agents.base import variable_values
         from kerasrl.initializers import seed_initial_weights
         from kerasrl.networks import build_model, default_network
-        from kerasrl.optim import Adam
 
         if config is None:
             config = DQNConfig.from_dict(fields)
         elif fields:
             config = dataclasses.replace(config, **DQNConfig.upgrade(fields))
-        for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False)):
-            if getattr(config, flag) != default:
-                raise ValueError(f"CompiledDQN does not support {flag}={getattr(config, flag)!r} yet; use "
-                                 f"kerasrl.DQN (the Python loop) for it, or {flag}={default!r}.")
-        self.config = cfg = config
-        self.env = make_ops_env(env)
-        self.env_params = self.env.params(**(env_params or {}))
-        space = self.env.action_space
+        reason = unsupported(config)
+        if reason:
+            raise ValueError(f"CompiledDQN does not support {reason} yet; use kerasrl.DQN (the Python loop) for it.")
+        ops_env = make_ops_env(env)
+        space = ops_env.action_space
         if not hasattr(space, "n"):
-            raise ValueError(f"CompiledDQN needs discrete actions; {self.env.name} has {space}. Use CompiledPPO.")
-        self.n_actions = int(space.n)
-        self.seeds = parse_seeds(seeds)
-        obs_space = self.env.observation_space
-        self.model = build_model(None, obs_space, self.n_actions, action_space=space,
-                                 default=lambda: default_network(obs_space, self.n_actions, cfg.hidden_sizes),
-                                 role="Q-network", seed=self.seeds[0])
+            raise ValueError(f"CompiledDQN needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
+        obs_space = ops_env.observation_space
+        seeds = parse_seeds(seeds)
+        model = build_model(model, obs_space, int(space.n), action_space=space,
+                            default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
+                            role="Q-network", seed=seeds[0])
+        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, model)
+        states = []
+        for seed in seeds:
+            seed_initial_weights(model, seed, "Q-network")
+            weights = variable_values(model.trainable_variables)
+            non_trainable = variable_values(model.non_trainable_variables)
+            states.append(self._initial_state(seed, weights, non_trainable))
+        self._start(states)
+
+    def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], model) -> None:
+        from kerasrl.optim import Adam
+
+        self.config = cfg = config
+        self.env, self.env_params = env, env_params
+        self.n_actions = int(env.action_space.n)
+        self.seeds = seeds
+        self.model = model
         self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
         self.n_envs = cfg.n_envs
-        self.capacity = max(cfg.buffer_size // cfg.n_envs, 1)  # vector steps held
+        self.capacity = max(1, -(-cfg.buffer_size // cfg.n_envs))  # vector steps held, as ReplayBuffer
         self.sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as the agent
-        states = []
-        for seed in self.seeds:
-            seed_initial_weights(self.model, seed, "Q-network")
-            weights = variable_values(self.model.trainable_variables)
-            non_trainable = variable_values(self.model.non_trainable_variables)
-            states.append(self._initial_state(seed, weights, non_trainable))
         self.steps_per_round = cfg.train_freq * cfg.n_envs
-        self._start(states)
+        self.vector_steps_per_round = cfg.train_freq
 
     # -- state -------------------------------------------------------------------------------
     def _initial_state(self, seed, weights, non_trainable) -> dict:
@@ -101,7 +116,7 @@ class CompiledDQN(CompiledLoop):
             "buffer": {"obs": np.zeros((size, *obs_shape), np.float32),
                        "next_obs": np.zeros((size, *obs_shape), np.float32),
                        "actions": np.zeros(size, np.int32), "rewards": np.zeros(size, np.float32),
-                       "discounts": np.zeros(size, np.float32)},
+                       "terminated": np.zeros(size, np.float32), "truncated": np.zeros(size, np.float32)},
             "params": weights, "non_trainable": non_trainable,
             "target_params": [w.copy() for w in weights], "target_non_trainable": [w.copy() for w in non_trainable],
             "opt": backend.to_numpy(self.optimizer.init(backend.to_tensors(weights))),
@@ -125,14 +140,14 @@ class CompiledDQN(CompiledLoop):
         transitions into the replay buffer (in place on PyTorch, see `backend.write_rows`)."""
         act = self._piece(("act", total_steps), lambda s: self._act(s, total_steps))
         buffer = state["buffer"]
-        state, rows, transition = act({key: value for key, value in state.items() if key != "buffer"})
+        state, rows, transition, ended = act({key: value for key, value in state.items() if key != "buffer"})
         write = backend.write_rows or backend.scatter_rows
         buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
-        return dict(state, buffer=buffer), metrics
+        return dict(state, buffer=buffer), log_episodes(metrics, ended)
 
     def _act(self, state, total_steps):
         """Epsilon-greedy actions and one env step: the state without its buffer, the buffer
-        rows to write and the transitions."""
+        rows to write, the transitions and the episodes that ended (`episode_update`)."""
         from keras import ops
 
         from kerasrl.networks import stateless_apply
@@ -148,13 +163,14 @@ class CompiledDQN(CompiledLoop):
         pos = state["vector_steps"] % self.capacity
         rows = pos * n + ops.arange(n, dtype="int32")
         transition = {"obs": state["obs"], "next_obs": info["final_obs"], "actions": actions, "rewards": reward,
-                      "discounts": self.config.gamma * (1.0 - ops.cast(terminated, "float32"))}
+                      "terminated": ops.cast(terminated, "float32"), "truncated": ops.cast(truncated, "float32")}
         vector_steps = state["vector_steps"] + 1
         done = ops.logical_or(terminated, truncated)
+        episodes, ended = episode_update(state["episodes"], reward, done)
         state = dict(state, env=env_state, obs=obs, explore_rng=explore_rng, action_rng=action_rng,
-                     vector_steps=vector_steps, episodes=episode_update(state["episodes"], reward, done),
+                     vector_steps=vector_steps, episodes=episodes,
                      pending_syncs=state["pending_syncs"] + ops.cast(vector_steps % self.sync_every == 0, "int32"))
-        return state, rows, transition
+        return state, rows, transition, ended
 
     def _loss(self, params, non_trainable, batch, targets):
         from kerasrl.losses import select, td_loss
@@ -180,13 +196,16 @@ class CompiledDQN(CompiledLoop):
         if cfg.double_q:
             next_online, _ = stateless_apply(self.model, state["params"], state["non_trainable"], batch["next_obs"],
                                              False)
-        targets = q_learning_target(next_q, batch["rewards"], batch["discounts"], next_online)
+        discounts = cfg.gamma * (1.0 - batch["terminated"])
+        targets = q_learning_target(next_q, batch["rewards"], discounts, next_online)
         (loss, non_trainable), grads = backend.value_and_grad(self._loss)(
             state["params"], state["non_trainable"], batch, targets)
         params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
         return dict(state, params=params, non_trainable=non_trainable, opt=opt, sample_rng=sample_rng), loss
 
-    def _round(self, state, metrics, total_steps):
+    def _round(self, state, metrics, total_steps, env_steps=None, train_after=True):
+        """`train_freq` vector steps then the training part; or `env_steps` of them, and the
+        training part only if `train_after` (a part of a round: `CompiledLoop._run`)."""
         from keras import ops
         from keras import tree
 
@@ -197,7 +216,10 @@ class CompiledDQN(CompiledLoop):
         def env_body(i, carry):
             return self._env_step(*carry, total_steps)
 
-        state, metrics = backend.fori_loop(0, cfg.train_freq, env_body, (state, metrics))
+        state, metrics = backend.fori_loop(0, cfg.train_freq if env_steps is None else env_steps, env_body,
+                                           (state, metrics))
+        if not train_after:
+            return state, metrics
         timesteps = state["vector_steps"] * self.n_envs
         train = timesteps > cfg.learning_starts
         k = ops.cast(state["pending_syncs"], "float32")
@@ -225,6 +247,106 @@ class CompiledDQN(CompiledLoop):
         metrics = dict(metrics, loss_sum=metrics["loss_sum"] + ops.where(train, loss_sum, 0.0),
                        updates=metrics["updates"] + ops.where(train, cfg.gradient_steps, 0))
         return state, metrics
+
+    # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
+    STREAMS = ("explore_rng", "action_rng", "sample_rng")
+
+    @staticmethod
+    def why_not(agent) -> str | None:
+        """Why this loop cannot run `agent`'s fit (a `kerasrl.DQN` on an ops env), or None."""
+        reason = unsupported(agent.config)
+        if reason:
+            return f"the compiled loop does not run {reason}"
+        capacity = agent.buffer.capacity_per_env
+        if agent.buffer.position != agent._vector_steps % capacity or (
+                agent.buffer.full != (agent._vector_steps >= capacity)):
+            return "the replay buffer holds steps this agent did not take itself (Ray actors')"
+        return None
+
+    @classmethod
+    def for_agent(cls, agent) -> CompiledDQN:
+        """The loop of `agent` (a `kerasrl.DQN` on an ops env): its config, its Q-network (the
+        same Keras model, not a copy), its games' env and params. Its state comes from the agent
+        at each call of `state_from_agent` and goes back with `state_to_agent`."""
+        from kerasrl.compiled.engine import ops_vector_env
+
+        games = ops_vector_env(agent.env)
+        loop = cls.__new__(cls)
+        loop._configure(games.env, games.params, agent.config, [agent.config.seed], agent.learner.models["q"])
+        loop.log_episodes = True
+        loop._many = loop._vmap = False
+        loop._calls = {}
+        return loop
+
+    def round_phase(self, agent) -> int:
+        """Vector steps `agent` has taken into its current round (0: it stands at a round's start)."""
+        return agent._vector_steps % self.config.train_freq
+
+    def scalars(self, agent, total_steps: int) -> dict[str, float]:
+        """What the Python loop shows beside the loss (the exploration rate)."""
+        from kerasrl.agents.q_learner import exploration_rate
+
+        return {"epsilon": exploration_rate(self.config, agent.num_timesteps, total_steps)}
+
+    def state_from_agent(self, agent) -> dict:
+        """The runner state of `agent`'s training state (backend tensors): its learner, replay
+        buffer, games, running episodes, counters, and the random streams (from its seed at the
+        first compiled fit; kept by the agent after it)."""
+        from kerasrl.compiled.engine import ops_vector_env
+
+        cfg, n = self.config, self.n_envs
+        buffer, size = agent.buffer, self.capacity * self.n_envs
+        learner = backend.to_numpy(agent.learner.state)
+        streams = agent.compiled_streams
+        if streams is None:
+            streams = dict(zip(self.STREAMS, seed_streams(cfg.seed, n, n, cfg.batch_size)))
+        flat = lambda rows, dtype: np.asarray(rows, dtype).reshape(size, *rows.shape[2:])  # noqa: E731
+        state = {
+            "env": ops_vector_env(agent.env).state_dict(),
+            "obs": np.asarray(agent.loop.observations, np.float32),
+            "episodes": dict(episode_init(n), **{
+                "return": agent.loop.episode_returns.astype(np.float32),
+                "length": agent.loop.episode_lengths.astype(np.int32)}),
+            "buffer": {"obs": flat(buffer.observations, np.float32),
+                       "next_obs": flat(buffer.next_observations, np.float32),
+                       "actions": flat(buffer.actions, np.int32), "rewards": flat(buffer.rewards, np.float32),
+                       "terminated": flat(buffer.terminated, np.float32),
+                       "truncated": flat(buffer.truncated, np.float32)},
+            "params": learner["params"]["q"], "non_trainable": learner["non_trainable"]["q"],
+            "target_params": learner["target_params"]["q"],
+            "target_non_trainable": learner["target_non_trainable"]["q"],
+            "opt": learner["opt"]["q"],
+            **{key: np.asarray(value, np.int32) for key, value in streams.items()},
+            "vector_steps": np.int32(agent._vector_steps), "pending_syncs": np.int32(agent._pending_syncs),
+        }
+        return backend.to_tensors(state)
+
+    def state_to_agent(self, state: dict, agent) -> None:
+        """Write the runner state back into `agent` (copies: the runner state stays usable)."""
+        from kerasrl.compiled.engine import ops_vector_env
+
+        s = backend.to_numpy(state)
+        learner = backend.to_numpy(agent.learner.state)
+        for key in ("params", "non_trainable", "target_params", "target_non_trainable"):
+            learner[key] = dict(learner[key], q=[np.array(w) for w in s[key]])
+        learner["opt"] = dict(learner["opt"], q=s["opt"])
+        agent.learner.state = backend.to_tensors(learner)
+        ops_vector_env(agent.env).games = s["env"]
+        loop, buffer = agent.loop, agent.buffer
+        loop.observations = np.array(s["obs"], dtype=agent.observation_space.dtype)
+        loop.episode_returns[...] = s["episodes"]["return"]
+        loop.episode_lengths[...] = s["episodes"]["length"]
+        shape = buffer.rewards.shape
+        for name, key in (("observations", "obs"), ("next_observations", "next_obs"), ("actions", "actions"),
+                          ("rewards", "rewards"), ("terminated", "terminated"), ("truncated", "truncated")):
+            target = getattr(buffer, name)
+            target[...] = np.asarray(s["buffer"][key]).reshape(*shape, *target.shape[2:]).astype(target.dtype)
+        vector_steps = int(s["vector_steps"])
+        buffer.position = vector_steps % self.capacity
+        buffer.full = buffer.full or vector_steps >= self.capacity
+        agent._vector_steps, agent._pending_syncs = vector_steps, int(s["pending_syncs"])
+        loop.num_timesteps = vector_steps * self.n_envs
+        agent.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""

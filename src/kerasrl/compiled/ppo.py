@@ -75,6 +75,7 @@ class CompiledPPO(CompiledLoop):
         self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
         self.n_envs = cfg.n_envs
         self.steps_per_round = self.n_samples
+        self.vector_steps_per_round = cfg.n_steps
         states = []
         for seed in self.seeds:
             seed_initial_weights(self.actor, seed, "policy")
@@ -124,7 +125,7 @@ class CompiledPPO(CompiledLoop):
                 "rewards": reward + bootstrap, "dones": ops.cast(done, "float32")}
         rollout = {key: ops.scatter_update(rollout[key], row, ops.expand_dims(step[key], 0)) for key in rollout}
         state = dict(state, env=env_state, obs=obs, action_rng=action_rng,
-                     episodes=episode_update(state["episodes"], reward, done))
+                     episodes=episode_update(state["episodes"], reward, done)[0])
         return state, rollout
 
     def _advantages(self, rollout, last_values):

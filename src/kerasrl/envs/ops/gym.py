@@ -112,6 +112,36 @@ class OpsVectorEnv(gym.vector.VectorEnv):
                 infos["_final_info"] = done.copy()
         return obs, reward.astype(np.float64), terminated, truncated, infos
 
+    # -- the games' state: checkpoints, and the compiled loop (kerasrl.compiled.engine) ----------
+    @property
+    def games(self) -> dict | None:
+        """Every game's state as a dict of backend tensors (first axis: the game); None before
+        `reset`. Setting it continues the games from another state of the same env."""
+        return self._state
+
+    @games.setter
+    def games(self, state: dict) -> None:
+        self._state = self._backend.to_tensors({key: np.asarray(value) for key, value in state.items()})
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The games' state as numpy arrays (what a checkpoint saves; empty before `reset`)."""
+        return {} if self._state is None else dict(self._backend.to_numpy(self._state))
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned: the games go on exactly where they were."""
+        if not arrays:
+            self._state = None
+            return
+        _, like = self._reset(make_rng(0, self.num_envs))
+        if set(arrays) != set(like):
+            raise ValueError(f"{self.env.name}: the saved games' state has {sorted(arrays)}, this env's "
+                             f"{sorted(like)}.")
+        for key, value in like.items():
+            if tuple(np.shape(arrays[key])) != tuple(value.shape):
+                raise ValueError(f"{self.env.name}: saved state {key!r} has shape {np.shape(arrays[key])}, this "
+                                 f"env's {tuple(value.shape)} (num_envs or the board differs).")
+        self.games = arrays
+
 
 def _snake_board(kwargs: dict) -> dict:
     """Snake's board keywords, taken out of `kwargs`."""

@@ -1,0 +1,118 @@
+"""`Agent.fit` on the compiled loop: what `fit` runs by itself when the env is a keras.ops env.
+
+The agent keeps its whole training state (learner, replay buffer, games, loop counters); a fit
+hands it to the algorithm's compiled loop (`registry.COMPILED_LOOPS`, e.g. `CompiledDQN`), which
+runs thousands of env steps with acting, storage, target syncs and training rounds per call, and
+takes it back after every call. Between calls the agent books what the call did, as its Python
+loop does step by step: every finished episode (step, return, length) into the History, the
+progress bar and the logs; the training loss; the step count. Callbacks run between calls (after
+a call in which an episode ended), with the agent's state current, so they may save checkpoints.
+
+The same config means the same algorithm as the Python loop (the compiled loops are written from
+the agents' own losses and schedules), not the same random draws: the compiled loop draws from
+xorshift streams in its state (the same on every backend), the Python loop from numpy. The streams
+are part of the agent's state, so a run split into several fits or resumed from a checkpoint is
+the run made in one fit.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from kerasrl import backend, registry
+from kerasrl.envs.ops.gym import OpsVectorEnv
+
+# Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
+# (booking episodes, copying state back) is small, short enough that the bar moves and callbacks
+# run every few seconds.
+STEPS_PER_CALL = 5_000
+
+
+def ops_vector_env(env) -> OpsVectorEnv | None:
+    """The `OpsVectorEnv` under any vector wrappers of `env`, or None if it is another env."""
+    while not isinstance(env, OpsVectorEnv) and isinstance(env, gym.vector.VectorWrapper):
+        env = env.env
+    return env if isinstance(env, OpsVectorEnv) else None
+
+
+class CompiledEngine:
+    """Runs `agent`'s fit on its algorithm's compiled loop (`fit(engine="compiled")`, and what
+    `fit` picks by itself, engine="auto", when `why_not(agent)` is None)."""
+
+    def __init__(self, agent):
+        reason = self.why_not(agent)
+        if reason is not None:
+            raise ValueError(f"fit(engine='compiled') cannot run here: {reason}. Use engine='auto' "
+                             f"(the Python loop where the compiled one cannot run).")
+        self.loop = registry.load(registry.COMPILED_LOOPS[agent.algorithm]).for_agent(agent)
+
+    @staticmethod
+    def why_not(agent) -> str | None:
+        """Why `agent`'s fit cannot run on a compiled loop, or None if it can."""
+        if ops_vector_env(agent.env) is None:
+            return (f"{agent.env_name} is not a keras.ops environment (the compiled loop runs "
+                    f"kerasrl.envs.ops envs, e.g. kerasrl/OpsCartPole-v1)")
+        if agent.algorithm not in registry.COMPILED_LOOPS:
+            return (f"{type(agent).__name__} has no compiled loop yet (the algorithms with one: "
+                    f"{', '.join(sorted(registry.COMPILED_LOOPS))})")
+        return registry.load(registry.COMPILED_LOOPS[agent.algorithm]).why_not(agent)
+
+    def learn(self, agent, total_steps: int, stop_at: int, logger, callback) -> None:
+        """Train `agent` until `stop_at` env steps, as `Agent._learn` does.
+
+        Calls run whole rounds (`vector_steps_per_round` vector steps, then training), except
+        where a fit starts or stops mid-round: there a call runs that part of the round (its
+        training only if the round ends in it), so the step count ends where the Python loop's
+        would and runs split anywhere are the run made in one fit."""
+        loop, n_envs = self.loop, self.loop.n_envs
+        per_round = loop.vector_steps_per_round
+        max_rounds = max(1, STEPS_PER_CALL // loop.steps_per_round)
+        state = loop.state_from_agent(agent)
+
+        def left() -> int:  # vector steps to stop_at, as the Python loop counts them
+            return max(0, -(-(stop_at - agent.num_timesteps) // n_envs))
+
+        phase = loop.round_phase(agent)
+        if phase and left():
+            steps = min(per_round - phase, left())
+            state, stop = self._call(agent, state, loop._compiled(1, total_steps, (steps, phase + steps == per_round)),
+                                     total_steps, logger, callback)
+            if stop:
+                return
+        while left() >= per_round:
+            rounds = min(max_rounds, left() // per_round)
+            state, stop = self._call(agent, state, loop._compiled(rounds, total_steps), total_steps, logger, callback)
+            if stop:
+                return
+        if left():
+            self._call(agent, state, loop._compiled(1, total_steps, (left(), False)), total_steps, logger, callback)
+
+    def _call(self, agent, state, compiled, total_steps: int, logger, callback):
+        """One compiled call from `state`, its result written back into `agent` and booked, then
+        the callback (if an episode ended). Returns (state, whether the callback said stop)."""
+        start = agent.num_timesteps
+        state, metrics = compiled(state)
+        self.loop.state_to_agent(state, agent)  # the agent always holds a whole call's result
+        ended = self._book(agent, start, backend.to_numpy(metrics), total_steps, logger)
+        return state, bool(callback is not None and ended and callback(agent, logger.history) is False)
+
+    def _book(self, agent, start: int, metrics: dict, total_steps: int, logger) -> bool:
+        """Record one call's episodes, losses and scalars; True if an episode ended."""
+        n_envs = self.loop.n_envs
+        returns, lengths = metrics["log"]["return"], metrics["log"]["length"]
+        rows, envs = np.nonzero(lengths)
+        for row, env in zip(rows, envs):  # in the order the Python loop books them
+            logger.episode(start + (int(row) + 1) * n_envs, float(returns[row, env]), int(lengths[row, env]))
+        updates = int(metrics["updates"])
+        if updates:
+            loss = float(metrics["loss_sum"]) / updates
+            agent.n_updates += updates
+            agent._check_loss(loss, agent.n_updates)
+            logger.update(agent.num_timesteps, loss=loss)
+        logger.set(**self.loop.scalars(agent, total_steps))
+        logger.advance(agent.num_timesteps, agent.num_timesteps - start)
+        return len(rows) > 0
+
+    def close(self) -> None:
+        """Nothing to release (the compiled calls stay with the agent for its next fit)."""

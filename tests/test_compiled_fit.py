@@ -1,0 +1,96 @@
+"""`Agent.fit` runs the compiled loop by itself on a keras.ops env (kerasrl.compiled.engine): the
+agent's own model and state, episodes booked as the Python loop books them, exact step counts,
+chunked and resumed runs equal to one run, and the Python loop with one INFO line where the
+compiled one cannot run."""
+
+from __future__ import annotations
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl import backend
+
+OPS_CARTPOLE = "kerasrl/OpsCartPole-v1"
+TINY = dict(learning_starts=64, train_freq=8, gradient_steps=2, batch_size=16, buffer_size=500,
+            target_update_interval=50, n_envs=2, seed=3)
+
+
+class QNet(keras.Model):
+    """As users write them: subclassed, no `training` argument, not registered with Keras."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def python_loop_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "kerasrl" and "Python loop" in r.getMessage()]
+
+
+def test_fit_on_an_ops_env_runs_the_compiled_loop_on_the_agents_model(caplog):
+    caplog.set_level(logging.INFO, logger="kerasrl")
+    agent = kerasrl.DQN(OPS_CARTPOLE, model=QNet(), **TINY)
+    model = agent.model
+    history = agent.fit(1_010, progress=False)  # 63 rounds of 16 steps, then 1 vector step of one
+    assert agent.compiled_streams is not None and python_loop_lines(caplog) == []
+    assert agent.num_timesteps == 1_010
+    # The rounds ending after learning_starts (at env steps 80, 96, ..., 1008) train twice each.
+    assert agent.n_updates == 2 * ((1_008 - 80) // 16 + 1)
+    episodes = history.episodes
+    assert len(episodes) > 10 and all(e["return"] == e["length"] for e in episodes)  # CartPole: +1 a step
+    steps = [e["step"] for e in episodes]
+    assert steps == sorted(steps) and steps[-1] <= 1_010 and all(s % 2 == 0 for s in steps)
+    # Every env step is in an episode or in a running one.
+    assert sum(e["length"] for e in episodes) + agent.loop.episode_lengths.sum() == 1_010
+    assert agent.model is model  # one copy: the user's model holds the trained weights
+    for variable, value in zip(model.trainable_variables, backend.to_numpy(agent.learner.state["params"]["q"])):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), value)
+    assert np.isfinite(history.losses).all() and len(history.losses) > 0
+    predictions = agent.predict(agent.loop.observations)
+    assert predictions.shape == (2,)
+
+
+@pytest.mark.slow_on_other_backends  # bit for bit on TensorFlow and PyTorch too (40 s there: CI time)
+@pytest.mark.backend
+def test_runs_split_by_checkpoints_and_resumed_are_the_one_run(tmp_path):
+    one = kerasrl.DQN(OPS_CARTPOLE, **TINY)
+    one.fit(800, progress=False)
+    split = kerasrl.DQN(OPS_CARTPOLE, **TINY)
+    split.fit(800, progress=False, checkpoint_every=300, checkpoint_dir=tmp_path / "ckpt")  # mid-round stops
+    resumed = kerasrl.DQN.load(tmp_path / "ckpt" / "ckpt-000000300")
+    resumed.fit(800, progress=False)
+    for run in (split, resumed):
+        assert run.num_timesteps == 800
+        for a, b in zip(backend.to_numpy(one.learner.state["params"]["q"]),
+                        backend.to_numpy(run.learner.state["params"]["q"])):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(one.buffer.observations, run.buffer.observations)
+        assert [e["step"] for e in run.history.episodes] == [e["step"] for e in one.history.episodes]
+        for key in one.compiled_streams:
+            np.testing.assert_array_equal(one.compiled_streams[key], run.compiled_streams[key])
+
+
+def test_the_python_loop_where_the_compiled_one_cannot_run_says_why_once(caplog):
+    caplog.set_level(logging.INFO, logger="kerasrl")
+    agent = kerasrl.DQN("CartPole-v1", **TINY)
+    agent.fit(20, progress=False)
+    agent.fit(40, progress=False)
+    assert len(python_loop_lines(caplog)) == 1 and "not a keras.ops environment" in python_loop_lines(caplog)[0]
+    assert agent.compiled_streams is None and agent.num_timesteps == 40
+    caplog.clear()
+    n_step = kerasrl.DQN(OPS_CARTPOLE, n_step_return=3, **TINY)
+    n_step.fit(20, progress=False)
+    assert "n_step_return=3" in python_loop_lines(caplog)[0] and n_step.compiled_streams is None
+    with pytest.raises(ValueError, match="n_step_return=3"):
+        n_step.fit(40, progress=False, engine="compiled")
+    ppo = kerasrl.PPO(OPS_CARTPOLE, n_envs=2, n_steps=16, batch_size=16)
+    with pytest.raises(ValueError, match="PPO has no compiled loop yet"):
+        ppo.fit(32, progress=False, engine="compiled")
