@@ -94,3 +94,14 @@ def test_the_python_loop_where_the_compiled_one_cannot_run_says_why_once(caplog)
     ppo = kerasrl.PPO(OPS_CARTPOLE, n_envs=2, n_steps=16, batch_size=16)
     with pytest.raises(ValueError, match="PPO has no compiled loop yet"):
         ppo.fit(32, progress=False, engine="compiled")
+
+
+def test_short_learning_check_dqn_on_ops_cartpole():
+    """RL-Zoo CartPole settings, a smaller network, 20,000 steps (about 6 s). Measured on seeds 0-5:
+    the last 100 training episodes average 87 to 151 steps (random play: about 22)."""
+    agent = kerasrl.DQN(OPS_CARTPOLE, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                        learning_starts=1000, target_update_interval=10, train_freq=256, gradient_steps=128,
+                        exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(64, 64), seed=0)
+    history = agent.fit(20_000, progress=False)
+    assert agent.compiled_streams is not None
+    assert history.mean_return(last=100) >= 50, history.mean_return(last=100)
