@@ -4,7 +4,7 @@
     kerasrl compare dqn --env CartPole-v1 [--steps 5000] [--seed S] [--set name=value ...]
     kerasrl train dqn --env CartPole-v1 [--backend jax] [--steps N] [--seed S] [--n-envs K]
                       [--out DIR] [--set name=value ...] [--vectorization subprocess]
-                      [--engine ray --workers N [--address ADDR]]
+                      [--engine auto|local|compiled|ray [--workers N] [--address ADDR]]
     kerasrl train --preset cartpole-dqn
     kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
     kerasrl evaluate RUN [--episodes 20] [--video out.mp4]
@@ -24,6 +24,7 @@ import argparse
 import ast
 import dataclasses
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -85,7 +86,18 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def show_info_lines() -> None:
+    """kerasrl's INFO lines (e.g. why fit runs the Python loop, not the compiled one) on stderr."""
+    log = logging.getLogger("kerasrl")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("kerasrl: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
 def cmd_train(args) -> int:
+    show_info_lines()
     if args.backend:
         backend.use(args.backend)
     if args.resume:
@@ -381,9 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vectorization", choices=("sync", "subprocess"),
                    help="run the --n-envs environments in this process (sync, default) or in one "
                         "worker process each (subprocess: for envs slower than about 0.1 ms a step)")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="collect experience here (local) or with Ray rollout actors (ray: "
-                        "pip install 'kerasrl[ray]'; see docs/scaling.md)")
+    p.add_argument("--engine", choices=("auto", "local", "compiled", "ray"), default="auto",
+                   help="auto (default): the whole loop compiled on a keras.ops env where the "
+                        "algorithm has one (compiled; docs/ops_envs.md), else the Python loop "
+                        "here (local); ray: Ray rollout actors (pip install 'kerasrl[ray]'; see "
+                        "docs/scaling.md)")
     p.add_argument("--workers", type=int, default=2, help="Ray rollout actors (--engine ray)")
     p.add_argument("--address", help="Ray cluster to join, e.g. auto or HOST:6379 (--engine ray; "
                                      "default: start a local Ray)")

@@ -267,6 +267,13 @@ class Agent:
                 stacklevel=2,
             )
             return self.history
+        learn, runner = self._learn, None  # chosen before the bar appears: the INFO line goes first
+        if engine in ("auto", "compiled"):
+            runner = self._compiled_engine(required=engine == "compiled")
+        elif engine != "local":
+            runner = make_engine(engine, workers=workers, address=address)
+        if runner is not None:
+            learn = lambda *args: runner.learn(self, *args)  # noqa: E731
         logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
                            log_interval=log_interval, start_step=self.num_timesteps,
                            history=self.history)
@@ -274,18 +281,11 @@ class Agent:
         if self.loop.observations is None:
             self.reset_envs(seed=self.config.seed)
         self.loop.total_steps = total_steps
-        learn, runner = self._learn, None
         user_callback = callback
         if user_callback is not None:
             def callback(agent, history):  # noqa: F811  (the user's, with current weights)
                 agent.sync_model()
                 return user_callback(agent, history)
-        if engine in ("auto", "compiled"):
-            runner = self._compiled_engine(required=engine == "compiled")
-        elif engine != "local":
-            runner = make_engine(engine, workers=workers, address=address)
-        if runner is not None:
-            learn = lambda *args: runner.learn(self, *args)  # noqa: E731
         try:
             if checkpoint_every is None:
                 learn(total_steps, stop_at, logger, callback)
