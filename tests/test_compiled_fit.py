@@ -105,3 +105,22 @@ def test_short_learning_check_dqn_on_ops_cartpole():
     history = agent.fit(20_000, progress=False)
     assert agent.compiled_streams is not None
     assert history.mean_return(last=100) >= 50, history.mean_return(last=100)
+
+
+@pytest.mark.slow_on_other_backends  # one seed after another there: the same check, three times the time
+@pytest.mark.backend
+def test_seeds_trained_together_are_each_the_run_of_its_own_fit(tmp_path):
+    together = [kerasrl.DQN(OPS_CARTPOLE, **dict(TINY, seed=seed)) for seed in (3, 4, 5)]
+    histories = kerasrl.fit_seeds(together, 600, progress=False, log_dirs=[tmp_path / f"seed-{s}" for s in (3, 4, 5)])
+    alone = kerasrl.DQN(OPS_CARTPOLE, **dict(TINY, seed=4))
+    alone.fit(600, progress=False)
+    assert [a.num_timesteps for a in together] == [600] * 3
+    for a, b in zip(backend.to_numpy(together[1].learner.state["params"]["q"]),
+                    backend.to_numpy(alone.learner.state["params"]["q"])):
+        np.testing.assert_array_equal(a, b)
+    assert histories[1].episodes == alone.history.episodes
+    assert histories[0].episodes != histories[1].episodes  # their own runs
+    assert (tmp_path / "seed-5" / "episodes.csv").read_text().count("\n") == len(histories[2].episodes) + 1
+    with pytest.raises(ValueError, match=r"differs from agent 0's in \['batch_size'\]"):
+        kerasrl.fit_seeds([kerasrl.DQN(OPS_CARTPOLE, **TINY), kerasrl.DQN(OPS_CARTPOLE, **dict(TINY, seed=9,
+                                                                                              batch_size=8))], 100)

@@ -44,6 +44,7 @@ _LAZY = {
     "check_env": "kerasrl.envs.checker",
     "EnvCheckError": "kerasrl.envs.checker",
     "networks": "kerasrl.networks",
+    "fit_seeds": "kerasrl.agents.seeds",
 }
 
 __all__ = ["__version__", "backend", "envs", *_LAZY]

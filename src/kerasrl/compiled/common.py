@@ -187,7 +187,7 @@ class CompiledLoop:
     def _compiled(self, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None):
         import keras
 
-        key = (rounds, total_steps, partial)
+        key = (rounds, total_steps, partial, self._vmap)
         if key not in self._calls:
             run = lambda state: self._run(state, rounds, total_steps, partial)  # noqa: E731
             if not backend.COMPILED_LOOPS:

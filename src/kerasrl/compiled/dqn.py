@@ -289,7 +289,7 @@ class CompiledDQN(CompiledLoop):
         return {"epsilon": exploration_rate(self.config, agent.num_timesteps, total_steps)}
 
     def state_from_agent(self, agent) -> dict:
-        """The runner state of `agent`'s training state (backend tensors): its learner, replay
+        """The runner state of `agent`'s training state (numpy): its learner, replay
         buffer, games, running episodes, counters, and the random streams (from its seed at the
         first compiled fit; kept by the agent after it)."""
         from kerasrl.compiled.engine import ops_vector_env
@@ -299,7 +299,7 @@ class CompiledDQN(CompiledLoop):
         learner = backend.to_numpy(agent.learner.state)
         streams = agent.compiled_streams
         if streams is None:
-            streams = dict(zip(self.STREAMS, seed_streams(cfg.seed, n, n, cfg.batch_size)))
+            streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, cfg.batch_size)))
         flat = lambda rows, dtype: np.asarray(rows, dtype).reshape(size, *rows.shape[2:])  # noqa: E731
         state = {
             "env": ops_vector_env(agent.env).state_dict(),
@@ -319,10 +319,10 @@ class CompiledDQN(CompiledLoop):
             **{key: np.asarray(value, np.int32) for key, value in streams.items()},
             "vector_steps": np.int32(agent._vector_steps), "pending_syncs": np.int32(agent._pending_syncs),
         }
-        return backend.to_tensors(state)
+        return state
 
     def state_to_agent(self, state: dict, agent) -> None:
-        """Write the runner state back into `agent` (copies: the runner state stays usable)."""
+        """Write a runner state (numpy or tensors) back into `agent` (copies: it stays usable)."""
         from kerasrl.compiled.engine import ops_vector_env
 
         s = backend.to_numpy(state)

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from kerasrl import backend, registry
+from kerasrl.compiled.common import stack, unstack
 from kerasrl.envs.ops.gym import OpsVectorEnv
 
 # Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
@@ -59,43 +60,62 @@ class CompiledEngine:
         return registry.load(registry.COMPILED_LOOPS[agent.algorithm]).why_not(agent)
 
     def learn(self, agent, total_steps: int, stop_at: int, logger, callback) -> None:
-        """Train `agent` until `stop_at` env steps, as `Agent._learn` does.
+        """Train `agent` until `stop_at` env steps, as `Agent._learn` does (see `train_together`)."""
+        self.train_together([agent], [logger], total_steps, stop_at, callback)
+
+    def train_together(self, agents: list, loggers: list, total_steps: int, stop_at: int, callback=None) -> None:
+        """Train `agents` (the first is this engine's; the others the same config with other seeds,
+        at the same step) until `stop_at` env steps, each booked in its own logger: one compiled
+        call runs them all (vmapped on JAX, one after another elsewhere).
 
         Calls run whole rounds (`vector_steps_per_round` vector steps, then training), except
         where a fit starts or stops mid-round: there a call runs that part of the round (its
         training only if the round ends in it), so the step count ends where the Python loop's
-        would and runs split anywhere are the run made in one fit."""
-        loop, n_envs = self.loop, self.loop.n_envs
-        per_round = loop.vector_steps_per_round
+        would and runs split anywhere are the run made in one fit. `callback(agent, history)`
+        runs for each agent after a call in which one of its episodes ended; False stops all."""
+        loop, first = self.loop, agents[0]
+        n_envs, per_round = loop.n_envs, loop.vector_steps_per_round
         max_rounds = max(1, STEPS_PER_CALL // loop.steps_per_round)
-        state = loop.state_from_agent(agent)
+        together = len(agents) > 1 and backend.NAME == "jax"
+        states = [loop.state_from_agent(agent) for agent in agents]
+        if together:
+            states = [backend.to_tensors(stack(states))]
+        else:
+            states = [backend.to_tensors(state) for state in states]
 
         def left() -> int:  # vector steps to stop_at, as the Python loop counts them
-            return max(0, -(-(stop_at - agent.num_timesteps) // n_envs))
+            return max(0, -(-(stop_at - first.num_timesteps) // n_envs))
 
-        phase = loop.round_phase(agent)
+        def call(compiled) -> bool:
+            starts = [agent.num_timesteps for agent in agents]
+            results = [compiled(state) for state in states]
+            states[:] = [state for state, _ in results]
+            outputs = [backend.to_numpy(result) for result in results]
+            if together:
+                outputs = [(unstack(outputs[0][0], i), unstack(outputs[0][1], i)) for i in range(len(agents))]
+            stop = False
+            for agent, logger, start, (state, metrics) in zip(agents, loggers, starts, outputs):
+                loop.state_to_agent(state, agent)  # the agent always holds a whole call's result
+                ended = self._book(agent, start, metrics, total_steps, logger)
+                stop |= bool(callback is not None and ended and callback(agent, logger.history) is False)
+            return stop
+
+        phase = loop.round_phase(first)
         if phase and left():
             steps = min(per_round - phase, left())
-            state, stop = self._call(agent, state, loop._compiled(1, total_steps, (steps, phase + steps == per_round)),
-                                     total_steps, logger, callback)
-            if stop:
+            if call(self._compiled(1, total_steps, (steps, phase + steps == per_round), together)):
                 return
         while left() >= per_round:
-            rounds = min(max_rounds, left() // per_round)
-            state, stop = self._call(agent, state, loop._compiled(rounds, total_steps), total_steps, logger, callback)
-            if stop:
+            if call(self._compiled(min(max_rounds, left() // per_round), total_steps, None, together)):
                 return
         if left():
-            self._call(agent, state, loop._compiled(1, total_steps, (left(), False)), total_steps, logger, callback)
+            call(self._compiled(1, total_steps, (left(), False), together))
 
-    def _call(self, agent, state, compiled, total_steps: int, logger, callback):
-        """One compiled call from `state`, its result written back into `agent` and booked, then
-        the callback (if an episode ended). Returns (state, whether the callback said stop)."""
-        start = agent.num_timesteps
-        state, metrics = compiled(state)
-        self.loop.state_to_agent(state, agent)  # the agent always holds a whole call's result
-        ended = self._book(agent, start, backend.to_numpy(metrics), total_steps, logger)
-        return state, bool(callback is not None and ended and callback(agent, logger.history) is False)
+    def _compiled(self, rounds: int, total_steps: int, partial, together: bool):
+        """The loop's compiled call, for one runner state or for a stack of them (vmapped)."""
+        loop = self.loop
+        loop._vmap = together
+        return loop._compiled(rounds, total_steps, partial)
 
     def _book(self, agent, start: int, metrics: dict, total_steps: int, logger) -> bool:
         """Record one call's episodes, losses and scalars; True if an episode ended."""
