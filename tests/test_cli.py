@@ -198,3 +198,29 @@ def test_weights_only_run_loads_with_model_factory(tmp_path, capsys, monkeypatch
     assert code == 0, err
     assert json.loads(out)["episodes"] == 1
     agent.close()
+
+
+def test_train_many_seeds_at_once_one_run_folder_each(tmp_path, capsys, monkeypatch):
+    """`--seeds 0-2` on a keras.ops env: the seeds trained together (kerasrl.fit_seeds), a run
+    folder per seed that evaluate and plot read, and the summary in seeds.json."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(capsys, "train", "dqn", "--env", "kerasrl/OpsCartPole-v1", "--seeds", "0-2",
+                              "--steps", 300, "--out", "runs/many", "--set", "learning_starts=100",
+                              "--set", "train_freq=8", "--no-progress", "--eval-episodes", 2)
+    assert code == 0, err
+    assert "Python loop" not in err and "(3 runs)" in out
+    summary = json.loads(Path("runs/many/seeds.json").read_text())
+    assert summary["seeds"] == [0, 1, 2] and len(summary["mean_returns"]) == 3
+    for seed in (0, 1, 2):
+        config = json.loads(Path(f"runs/many/seed-{seed}/config.json").read_text())
+        assert config["config"]["seed"] == seed
+        evaluation = json.loads(Path(f"runs/many/seed-{seed}/evaluation.json").read_text())
+        assert evaluation["mean_return"] == summary["mean_returns"][seed]
+    code, out, err = run_main(capsys, "evaluate", "runs/many/seed-1", "--episodes", 2)
+    assert code == 0, err
+    code, out, err = run_main(capsys, "plot", *[f"runs/many/seed-{s}" for s in (0, 1, 2)], "-o", "curve.png")
+    assert code == 0 and "3 seed(s)" in out, err
+    with pytest.raises(SystemExit, match="does not go with --seed"):
+        run_main(capsys, "train", "dqn", "--env", "kerasrl/OpsCartPole-v1", "--seeds", "0-2", "--seed", 1)
+    with pytest.raises(SystemExit, match="'0-15'"):
+        run_main(capsys, "train", "dqn", "--env", "kerasrl/OpsCartPole-v1", "--seeds", "2-0")

@@ -66,7 +66,9 @@ def test_unsupported_settings_are_named():
         parse_seeds("0:15")
     with pytest.raises(ValueError, match="distinct"):
         parse_seeds([1, 1])
-    assert parse_seeds("2-4") == [2, 3, 4]
+    assert parse_seeds("2-4") == [2, 3, 4] and parse_seeds("0,5-6") == [0, 5, 6]
+    with pytest.raises(ValueError, match="'0,3,7'"):
+        parse_seeds("4-2")
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@
                       [--out DIR] [--set name=value ...] [--vectorization subprocess]
                       [--engine auto|local|compiled|ray [--workers N] [--address ADDR]]
     kerasrl train --preset cartpole-dqn
+    kerasrl train dqn --env kerasrl/OpsCartPole-v1 --seeds 0-15 [--steps N]
     kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
     kerasrl evaluate RUN [--episodes 20] [--video out.mp4]
     kerasrl plot RUN [RUN ...] -o curve.png [--smooth 20] [--target 475]
@@ -28,6 +29,8 @@ import logging
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from kerasrl import backend, registry
 from kerasrl.envs import env_action
@@ -136,12 +139,11 @@ def cmd_train(args) -> int:
         from kerasrl.networks import model_builder
 
         model = model_builder(model_name)
+    run = dict(algorithm=algorithm, env_id=env_id, steps=steps, model_name=model_name, eval_kwargs=eval_kwargs)
+    if args.seeds is not None:
+        return _train_seeds(args, out, model, hyperparameters, **run)
     agent = registry.agent_class(algorithm)(env_id, model=model, **hyperparameters)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(
-        {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
-         "model": model_name, "eval_env_kwargs": eval_kwargs,
-         "config": agent.config.to_dict()}, indent=2))
+    _write_run_config(out, agent, **run)
     callback, save_best, stopper = _train_callbacks(args, out)
     print(f"Training {algorithm.upper()} on {env_id} for {steps} steps, backend {backend.NAME}, "
           f"writing to {out}", flush=True)
@@ -164,6 +166,26 @@ def cmd_train(args) -> int:
                   f"(step {save_best.best_step}), saved as {save_best.path}")
         else:
             print(f"No best model saved: fewer than {save_best.window} episodes ended.")
+    result = _evaluate_run(agent, out, env_id, eval_kwargs, args.eval_episodes, train_time)
+    print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+          f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
+          f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
+    print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
+          f"final checkpoint {final}")
+    return 0
+
+
+def _write_run_config(out: Path, agent, *, algorithm, env_id, steps, model_name, eval_kwargs) -> None:
+    """RUN/config.json: what `evaluate`, `plot` (which groups seeds by it) and `--resume` read."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(
+        {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
+         "model": model_name, "eval_env_kwargs": eval_kwargs,
+         "config": agent.config.to_dict()}, indent=2))
+
+
+def _evaluate_run(agent, out: Path, env_id: str, eval_kwargs: dict, episodes: int, train_time: float) -> dict:
+    """Evaluate a trained agent (on the run's evaluation env) into RUN/evaluation.json."""
     eval_env = None
     if eval_kwargs:
         import gymnasium as gym
@@ -172,14 +194,52 @@ def cmd_train(args) -> int:
             return gym.make(env_id, **eval_kwargs)
 
         eval_env.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in eval_kwargs.items())})"
-    result = agent.evaluate(episodes=args.eval_episodes, env=eval_env)
-    result.update(train_time_s=train_time, steps_per_s=steps / train_time, backend=backend.NAME)
+    result = agent.evaluate(episodes=episodes, env=eval_env)
+    result.update(train_time_s=train_time, steps_per_s=agent.num_timesteps / train_time, backend=backend.NAME)
     (out / "evaluation.json").write_text(json.dumps(result, indent=2))
-    print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
-          f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
-          f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
-    print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
-          f"final checkpoint {final}")
+    return result
+
+
+def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
+    """`kerasrl train ... --seeds 0-15`: one run folder per seed (RUN/seed-K), trained together
+    (kerasrl.fit_seeds: one compiled call for every seed on a keras.ops env)."""
+    import kerasrl
+    from kerasrl.compiled.common import parse_seeds
+
+    clashes = [flag for flag, given in (("--seed", args.seed is not None), ("--resume", args.resume),
+                                        ("--checkpoint-every", args.checkpoint_every is not None),
+                                        ("--save-best", args.save_best),
+                                        ("--stop-at-return", args.stop_at_return is not None),
+                                        ("--engine ray", args.engine == "ray")) if given]
+    if clashes:
+        raise SystemExit(f"--seeds trains several runs at once; it does not go with {', '.join(clashes)}.")
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as error:
+        raise SystemExit(f"--seeds: {error}") from None
+    agent_class = registry.agent_class(run["algorithm"])
+    agents = [agent_class(run["env_id"], model=model, **{**hyperparameters, "seed": seed}) for seed in seeds]
+    folders = [out / f"seed-{seed}" for seed in seeds]
+    for agent, folder in zip(agents, folders):
+        _write_run_config(folder, agent, **run)
+    print(f"Training {run['algorithm'].upper()} on {run['env_id']} for {run['steps']} steps, seeds "
+          f"{args.seeds} ({len(seeds)} runs), backend {backend.NAME}, writing to {out}/seed-*", flush=True)
+    start = time.perf_counter()
+    kerasrl.fit_seeds(agents, run["steps"], progress=not args.no_progress, log_dirs=folders)
+    train_time = time.perf_counter() - start
+    returns = []
+    for seed, agent, folder in zip(seeds, agents, folders):
+        save_final_checkpoint(agent, folder, args.keep_last)
+        result = _evaluate_run(agent, folder, run["env_id"], run["eval_kwargs"], args.eval_episodes, train_time)
+        returns.append(result["mean_return"])
+        print(f"seed {seed}: mean return {result['mean_return']:.2f} over {result['episodes']} episodes")
+    total = sum(agent.num_timesteps for agent in agents)
+    summary = {"seeds": seeds, "mean_returns": returns, "mean_return": float(np.mean(returns)),
+               "std_return": float(np.std(returns)), "train_time_s": train_time, "steps_per_s": total / train_time}
+    (out / "seeds.json").write_text(json.dumps(summary, indent=2))
+    print(f"Over {len(seeds)} seeds: mean return {summary['mean_return']:.2f} +/- {summary['std_return']:.2f}. "
+          f"Trained in {train_time:.1f} s ({summary['steps_per_s']:.0f} steps/s in all). Plot them: "
+          f"kerasrl plot {out}/seed-* -o curve.png")
     return 0
 
 
@@ -389,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend (default: KERAS_BACKEND, else the fastest installed)")
     p.add_argument("--steps", type=int, help="total env steps")
     p.add_argument("--seed", type=int)
+    p.add_argument("--seeds", metavar="A-B",
+                   help="train seeds A to B (or a comma list) together, one run folder each "
+                        "(RUN/seed-K); on a keras.ops env in one compiled call (docs/ops_envs.md)")
     p.add_argument("--n-envs", type=int)
     p.add_argument("--vectorization", choices=("sync", "subprocess"),
                    help="run the --n-envs environments in this process (sync, default) or in one "

@@ -89,13 +89,16 @@ def seed_streams(seed: int, *sizes: int) -> list[np.ndarray]:
 
 
 def parse_seeds(seeds) -> list[int]:
-    """An int, a list of ints, or "a-b" (inclusive) as a list of distinct seeds."""
+    """An int, a list of ints, or a string of "a-b" ranges (inclusive) and ints joined by commas
+    ("0-15", "0,3,7", "0-3,10") as a list of distinct seeds."""
     if isinstance(seeds, str):
         try:
-            low, high = (int(part) for part in seeds.split("-"))
+            parts = [[int(x) for x in part.split("-")] for part in seeds.split(",")]
+            if any(len(p) > 2 or (len(p) == 2 and p[1] < p[0]) for p in parts):
+                raise ValueError
         except ValueError:
-            raise ValueError(f"seeds must look like '0-15', got {seeds!r}.") from None
-        seeds = list(range(low, high + 1))
+            raise ValueError(f"seeds must look like '0-15' or '0,3,7', got {seeds!r}.") from None
+        seeds = [s for p in parts for s in range(p[0], p[-1] + 1)]
     elif isinstance(seeds, (int, np.integer)):
         seeds = [int(seeds)]
     seeds = [int(s) for s in seeds]
