@@ -55,6 +55,7 @@ on use."""
 
 COMPILED_LOOPS: dict[str, str] = {
     "dqn": "kerasrl.compiled.dqn:CompiledDQN",
+    "ppo": "kerasrl.compiled.ppo:CompiledPPO",
 }
 """Algorithm name -> its whole loop compiled, which `fit` runs on a kerasrl.envs.ops env."""
 

@@ -47,6 +47,9 @@ class LoopState:
     action_masks: np.ndarray | None = None
     """(n_envs, n_actions) bool: the allowed actions at `observations`, for an env with action
     masks (Discrete agents); None otherwise."""
+    compiled_streams: dict[str, np.ndarray] | None = None
+    """The compiled loop's random streams (int32 xorshift states, kerasrl.compiled.engine) once a
+    fit has run on it; None before."""
 
     @classmethod
     def start(cls, n_envs: int) -> LoopState:
@@ -67,6 +70,8 @@ class LoopState:
             arrays["loop/observations"] = np.array(self.observations)
         if self.action_masks is not None:
             arrays["loop/action_masks"] = np.array(self.action_masks)
+        for key, value in (self.compiled_streams or {}).items():
+            arrays[f"loop/compiled/{key}"] = np.array(value)
         return arrays, {"num_timesteps": self.num_timesteps, "total_steps": self.total_steps}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -77,6 +82,9 @@ class LoopState:
                              if "loop/observations" in arrays else None)
         self.action_masks = (np.array(arrays["loop/action_masks"])
                              if "loop/action_masks" in arrays else None)
+        streams = {key[len("loop/compiled/"):]: np.array(value) for key, value in arrays.items()
+                   if key.startswith("loop/compiled/")}
+        self.compiled_streams = streams or None
         self.num_timesteps = int(meta["num_timesteps"])
         total = meta.get("total_steps")
         self.total_steps = None if total is None else int(total)

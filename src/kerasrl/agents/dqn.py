@@ -61,8 +61,6 @@ class DQN(QAgentMixin, Agent):
         self._build_q_learner(model, double_q_target if cfg.double_q else max_q_target,
                               needs_online_next=cfg.double_q)
         self.buffer = self._make_buffer()
-        # The compiled loop's random streams (kerasrl.compiled.engine), once a fit has run on it.
-        self.compiled_streams: dict[str, np.ndarray] | None = None
 
     def _dueling_model(self, torso):
         """The dueling Q-network on the user's torso, or on the default MLP torso."""
@@ -175,7 +173,6 @@ class DQN(QAgentMixin, Agent):
     def _extra_state(self):
         arrays = self.learner.arrays()
         arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
-        arrays.update({f"compiled/{k}": np.array(v) for k, v in (self.compiled_streams or {}).items()})
         return arrays, self._counter_state()
 
     def _load_extra_state(self, arrays, meta):
@@ -183,5 +180,4 @@ class DQN(QAgentMixin, Agent):
         self.buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
                                      if k.startswith("buffer/")})
         self._load_counter_state(meta)
-        streams = {k[len("compiled/"):]: np.array(v) for k, v in arrays.items() if k.startswith("compiled/")}
-        self.compiled_streams = streams or None
+

@@ -250,6 +250,7 @@ class CompiledDQN(CompiledLoop):
 
     # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
     STREAMS = ("explore_rng", "action_rng", "sample_rng")
+    partial_rounds = True  # a call may run part of a round (engine)
 
     @staticmethod
     def why_not(agent) -> str | None:
@@ -292,21 +293,18 @@ class CompiledDQN(CompiledLoop):
         """The runner state of `agent`'s training state (numpy): its learner, replay
         buffer, games, running episodes, counters, and the random streams (from its seed at the
         first compiled fit; kept by the agent after it)."""
-        from kerasrl.compiled.engine import ops_vector_env
+        from kerasrl.compiled.engine import games_from_agent
 
         cfg, n = self.config, self.n_envs
         buffer, size = agent.buffer, self.capacity * self.n_envs
         learner = backend.to_numpy(agent.learner.state)
-        streams = agent.compiled_streams
+        streams = agent.loop.compiled_streams
         if streams is None:
-            streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, cfg.batch_size)))
+            # The streams of `_initial_state` but the env's (the agent's games are seeded already).
+            streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, n, cfg.batch_size)[1:]))
         flat = lambda rows, dtype: np.asarray(rows, dtype).reshape(size, *rows.shape[2:])  # noqa: E731
         state = {
-            "env": ops_vector_env(agent.env).state_dict(),
-            "obs": np.asarray(agent.loop.observations, np.float32),
-            "episodes": dict(episode_init(n), **{
-                "return": agent.loop.episode_returns.astype(np.float32),
-                "length": agent.loop.episode_lengths.astype(np.int32)}),
+            **games_from_agent(agent),
             "buffer": {"obs": flat(buffer.observations, np.float32),
                        "next_obs": flat(buffer.next_observations, np.float32),
                        "actions": flat(buffer.actions, np.int32), "rewards": flat(buffer.rewards, np.float32),
@@ -323,7 +321,7 @@ class CompiledDQN(CompiledLoop):
 
     def state_to_agent(self, state: dict, agent) -> None:
         """Write a runner state (numpy or tensors) back into `agent` (copies: it stays usable)."""
-        from kerasrl.compiled.engine import ops_vector_env
+        from kerasrl.compiled.engine import games_to_agent
 
         s = backend.to_numpy(state)
         learner = backend.to_numpy(agent.learner.state)
@@ -331,11 +329,8 @@ class CompiledDQN(CompiledLoop):
             learner[key] = dict(learner[key], q=[np.array(w) for w in s[key]])
         learner["opt"] = dict(learner["opt"], q=s["opt"])
         agent.learner.state = backend.to_tensors(learner)
-        ops_vector_env(agent.env).games = s["env"]
+        games_to_agent(s, agent)
         loop, buffer = agent.loop, agent.buffer
-        loop.observations = np.array(s["obs"], dtype=agent.observation_space.dtype)
-        loop.episode_returns[...] = s["episodes"]["return"]
-        loop.episode_lengths[...] = s["episodes"]["length"]
         shape = buffer.rewards.shape
         for name, key in (("observations", "obs"), ("next_observations", "next_obs"), ("actions", "actions"),
                           ("rewards", "rewards"), ("terminated", "terminated"), ("truncated", "truncated")):
@@ -346,7 +341,7 @@ class CompiledDQN(CompiledLoop):
         buffer.full = buffer.full or vector_steps >= self.capacity
         agent._vector_steps, agent._pending_syncs = vector_steps, int(s["pending_syncs"])
         loop.num_timesteps = vector_steps * self.n_envs
-        agent.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
+        agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""

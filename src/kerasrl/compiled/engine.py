@@ -37,6 +37,28 @@ def ops_vector_env(env) -> OpsVectorEnv | None:
     return env if isinstance(env, OpsVectorEnv) else None
 
 
+def games_from_agent(agent) -> dict:
+    """The part of a runner state every compiled loop shares, from `agent`: its games' state,
+    current observations and running episodes (numpy)."""
+    from kerasrl.compiled.common import episode_init
+
+    loop = agent.loop
+    return {"env": ops_vector_env(agent.env).state_dict(),
+            "obs": np.asarray(loop.observations, np.float32),
+            "episodes": dict(episode_init(len(loop.episode_returns)),
+                             **{"return": loop.episode_returns.astype(np.float32),
+                                "length": loop.episode_lengths.astype(np.int32)})}
+
+
+def games_to_agent(state: dict, agent) -> None:
+    """Put back what `games_from_agent` took, from a runner state (numpy)."""
+    ops_vector_env(agent.env).games = state["env"]
+    loop = agent.loop
+    loop.observations = np.array(state["obs"], dtype=agent.observation_space.dtype)
+    loop.episode_returns[...] = state["episodes"]["return"]
+    loop.episode_lengths[...] = state["episodes"]["length"]
+
+
 class CompiledEngine:
     """Runs `agent`'s fit on its algorithm's compiled loop (`fit(engine="compiled")`, and what
     `fit` picks by itself, engine="auto", when `why_not(agent)` is None)."""
@@ -69,9 +91,11 @@ class CompiledEngine:
         call runs them all (vmapped on JAX, one after another elsewhere).
 
         Calls run whole rounds (`vector_steps_per_round` vector steps, then training), except
-        where a fit starts or stops mid-round: there a call runs that part of the round (its
-        training only if the round ends in it), so the step count ends where the Python loop's
-        would and runs split anywhere are the run made in one fit. `callback(agent, history)`
+        where a fit starts or stops mid-round. There a loop with `partial_rounds` (DQN) runs that
+        part of the round in a call (its training only if the round ends in it), so runs split
+        anywhere are the run made in one fit; PPO's rollouts are whole rounds, and that part
+        goes through the Python loop (a run split mid-rollout is then another run of the same
+        algorithm, resumed exactly). Either way the step count ends where the Python loop's would. `callback(agent, history)`
         runs for each agent after a call in which one of its episodes ended; False stops all."""
         loop, first = self.loop, agents[0]
         n_envs, per_round = loop.n_envs, loop.vector_steps_per_round
@@ -100,16 +124,33 @@ class CompiledEngine:
                 stop |= bool(callback is not None and ended and callback(agent, logger.history) is False)
             return stop
 
+        def python_loop(until: int) -> bool:  # a loop without partial rounds: the Python loop's steps
+            for agent, logger in zip(agents, loggers):
+                agent._learn(total_steps, until, logger, callback)
+                if agent.num_timesteps < until:
+                    return True  # the callback stopped it
+            states[:] = [backend.to_tensors(s) for s in
+                         ([stack([loop.state_from_agent(a) for a in agents])] if together else
+                          [loop.state_from_agent(a) for a in agents])]
+            return False
+
         phase = loop.round_phase(first)
         if phase and left():
             steps = min(per_round - phase, left())
-            if call(self._compiled(1, total_steps, (steps, phase + steps == per_round), together)):
+            if loop.partial_rounds:
+                stop = call(self._compiled(1, total_steps, (steps, phase + steps == per_round), together))
+            else:
+                stop = python_loop(min(stop_at, first.num_timesteps + steps * n_envs))
+            if stop:
                 return
         while left() >= per_round:
             if call(self._compiled(min(max_rounds, left() // per_round), total_steps, None, together)):
                 return
         if left():
-            call(self._compiled(1, total_steps, (left(), False), together))
+            if loop.partial_rounds:
+                call(self._compiled(1, total_steps, (left(), False), together))
+            else:
+                python_loop(stop_at)
 
     def _compiled(self, rounds: int, total_steps: int, partial, together: bool):
         """The loop's compiled call, for one runner state or for a stack of them (vmapped)."""

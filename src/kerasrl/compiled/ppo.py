@@ -18,10 +18,27 @@ import dataclasses
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.compiled.common import CompiledLoop, episode_init, episode_update, parse_seeds, seed_streams, uniform01
+from kerasrl.compiled.common import (
+    CompiledLoop,
+    episode_init,
+    episode_update,
+    log_episodes,
+    parse_seeds,
+    seed_streams,
+    uniform01,
+)
 from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
+
+
+def unsupported(config: PPOConfig) -> str | None:
+    """The first setting of `config` the compiled PPO loop does not run (as `name=value`), or None."""
+    for flag, default in (("target_kl", None), ("normalize_observations", False), ("normalize_reward", False),
+                          ("shared_network", False)):
+        if getattr(config, flag) != default:
+            return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
+    return None
 
 
 class CompiledPPO(CompiledLoop):
@@ -37,45 +54,30 @@ class CompiledPPO(CompiledLoop):
         from kerasrl.agents.ppo import actor_critic_mlp
         from kerasrl.initializers import seed_initial_weights
         from kerasrl.networks import build_model
-        from kerasrl.optim import Adam
 
         if config is None:
             config = PPOConfig(**fields)
         elif fields:
             config = dataclasses.replace(config, **fields)
-        for flag, default in (("target_kl", None), ("normalize_observations", False), ("normalize_reward", False),
-                              ("shared_network", False)):
-            if getattr(config, flag) != default:
-                raise ValueError(f"CompiledPPO does not support {flag}={getattr(config, flag)!r} yet; use "
-                                 f"kerasrl.PPO (the Python loop) for it, or {flag}={default!r}.")
-        self.config = cfg = config
-        self.env = make_ops_env(env)
-        self.env_params = self.env.params(**(env_params or {}))
-        space = self.env.action_space
+        reason = unsupported(config)
+        if reason:
+            raise ValueError(f"CompiledPPO does not support {reason} yet; use kerasrl.PPO (the Python loop) for it.")
+        ops_env = make_ops_env(env)
+        space = ops_env.action_space
         if not hasattr(space, "n"):
-            raise ValueError(f"CompiledPPO handles discrete actions for now; {self.env.name} has {space}. "
+            raise ValueError(f"CompiledPPO handles discrete actions for now; {ops_env.name} has {space}. "
                              "Use kerasrl.PPO on its Gymnasium id.")
-        self.n_actions = int(space.n)
-        self.n_samples = cfg.n_steps * cfg.n_envs
-        self.n_minibatches = self.n_samples // cfg.batch_size
-        if self.n_minibatches < 1:
-            raise ValueError(f"batch_size={cfg.batch_size} is larger than a rollout of n_steps * n_envs = "
-                             f"{self.n_samples}; use a smaller batch_size or more steps.")
-        self.seeds = parse_seeds(seeds)
-        obs_space = self.env.observation_space
-        self.actor = build_model(None, obs_space, self.n_actions, action_space=space,
-                                 default=lambda: actor_critic_mlp(obs_space, self.n_actions, cfg.hidden_sizes,
-                                                                  cfg.activation, cfg.ortho_init, head="policy"),
-                                 role="policy model", seed=self.seeds[0], stream="policy")
-        self.critic = build_model(None, obs_space, 1, action_space=space,
-                                  default=lambda: actor_critic_mlp(obs_space, self.n_actions, cfg.hidden_sizes,
-                                                                   cfg.activation, cfg.ortho_init, head="value"),
-                                  role="value model", seed=self.seeds[0], stream="value")
-        self.n_actor = len(self.actor.trainable_variables)
-        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
-        self.n_envs = cfg.n_envs
-        self.steps_per_round = self.n_samples
-        self.vector_steps_per_round = cfg.n_steps
+        n_actions, cfg, seeds = int(space.n), config, parse_seeds(seeds)
+        obs_space = ops_env.observation_space
+        actor = build_model(None, obs_space, n_actions, action_space=space,
+                            default=lambda: actor_critic_mlp(obs_space, n_actions, cfg.hidden_sizes,
+                                                             cfg.activation, cfg.ortho_init, head="policy"),
+                            role="policy model", seed=seeds[0], stream="policy")
+        critic = build_model(None, obs_space, 1, action_space=space,
+                             default=lambda: actor_critic_mlp(obs_space, n_actions, cfg.hidden_sizes,
+                                                              cfg.activation, cfg.ortho_init, head="value"),
+                             role="value model", seed=seeds[0], stream="value")
+        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, actor, critic)
         states = []
         for seed in self.seeds:
             seed_initial_weights(self.actor, seed, "policy")
@@ -83,6 +85,25 @@ class CompiledPPO(CompiledLoop):
             params = variable_values(self.actor.trainable_variables) + variable_values(self.critic.trainable_variables)
             states.append(self._initial_state(seed, params))
         self._start(states)
+
+    def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], actor, critic) -> None:
+        from kerasrl.optim import Adam
+
+        self.config = cfg = config
+        self.env, self.env_params = env, env_params
+        self.n_actions = int(env.action_space.n)
+        self.n_samples = cfg.n_steps * cfg.n_envs
+        self.n_minibatches = self.n_samples // cfg.batch_size
+        if self.n_minibatches < 1:
+            raise ValueError(f"batch_size={cfg.batch_size} is larger than a rollout of n_steps * n_envs = "
+                             f"{self.n_samples}; use a smaller batch_size or more steps.")
+        self.seeds = seeds
+        self.actor, self.critic = actor, critic
+        self.n_actor = len(self.actor.trainable_variables)
+        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        self.n_envs = cfg.n_envs
+        self.steps_per_round = self.n_samples
+        self.vector_steps_per_round = cfg.n_steps
 
     def _initial_state(self, seed, params) -> dict:
         n = self.n_envs
@@ -124,9 +145,9 @@ class CompiledPPO(CompiledLoop):
         step = {"obs": state["obs"], "actions": actions, "log_probs": log_probs, "values": values,
                 "rewards": reward + bootstrap, "dones": ops.cast(done, "float32")}
         rollout = {key: ops.scatter_update(rollout[key], row, ops.expand_dims(step[key], 0)) for key in rollout}
-        state = dict(state, env=env_state, obs=obs, action_rng=action_rng,
-                     episodes=episode_update(state["episodes"], reward, done)[0])
-        return state, rollout
+        episodes, ended = episode_update(state["episodes"], reward, done)
+        state = dict(state, env=env_state, obs=obs, action_rng=action_rng, episodes=episodes)
+        return state, rollout, ended
 
     def _advantages(self, rollout, last_values):
         """GAE (Schulman et al., 2016) backwards over the rollout: advantages and returns (T, N)."""
@@ -171,8 +192,13 @@ class CompiledPPO(CompiledLoop):
                    **{key: ops.zeros((cfg.n_steps, n), "float32")
                       for key in ("log_probs", "values", "rewards", "dones")}}
         env_step = self._piece("env", lambda i, state, rollout: self._env_step(i, (state, rollout)))
-        state, rollout = backend.fori_loop(
-            0, cfg.n_steps, lambda i, carry: env_step(ops.convert_to_tensor(i, "int32"), *carry), (state, rollout))
+
+        def step_body(i, carry):
+            state, rollout, metrics = carry
+            state, rollout, ended = env_step(ops.convert_to_tensor(i, "int32"), state, rollout)
+            return state, rollout, log_episodes(metrics, ended)
+
+        state, rollout, metrics = backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
         _, last_values = self._outputs(state["params"], state["obs"])
         advantages, returns = self._advantages(rollout, last_values)
         data = {key: ops.reshape(value, (self.n_samples, *value.shape[2:])) for key, value in rollout.items()}
@@ -211,6 +237,78 @@ class CompiledPPO(CompiledLoop):
         metrics = dict(metrics, loss_sum=metrics["loss_sum"] + loss_sum,
                        updates=metrics["updates"] + cfg.n_epochs * self.n_minibatches)
         return dict(state, rounds=rounds), metrics
+
+    # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
+    STREAMS = ("action_rng", "shuffle_rng")
+    partial_rounds = False  # a rollout is whole: a fit stopping mid-rollout ends in the Python loop
+
+    @staticmethod
+    def why_not(agent) -> str | None:
+        """Why this loop cannot run `agent`'s fit (a `kerasrl.PPO` on an ops env), or None."""
+        reason = unsupported(agent.config)
+        if reason:
+            return f"the compiled loop does not run {reason}"
+        if not hasattr(agent.action_space, "n"):
+            return f"the compiled PPO loop takes Discrete actions, not {agent.action_space}"
+        if any(model.non_trainable_variables for model in agent.learner.models.values()):
+            return "the compiled PPO loop takes models without non-trainable state (batch norm)"
+        if agent.num_timesteps % (agent.config.n_steps * agent.config.n_envs) != agent.buffer.position * agent.config.n_envs:
+            return "the rollout holds steps this agent did not take itself (Ray actors')"
+        return None
+
+    @classmethod
+    def for_agent(cls, agent) -> CompiledPPO:
+        """The loop of `agent` (a `kerasrl.PPO` on an ops env): its config, its actor and critic
+        models (not copies), its games' env and params (see `CompiledDQN.for_agent`)."""
+        from kerasrl.compiled.engine import ops_vector_env
+
+        games = ops_vector_env(agent.env)
+        loop = cls.__new__(cls)
+        models = agent.learner.models
+        loop._configure(games.env, games.params, agent.config, [agent.config.seed], models["actor"], models["critic"])
+        loop.log_episodes = True
+        loop._many = loop._vmap = False
+        loop._calls = {}
+        return loop
+
+    def round_phase(self, agent) -> int:
+        """Vector steps of `agent`'s current rollout taken (0: a rollout starts)."""
+        return agent.buffer.position
+
+    def scalars(self, agent, total_steps: int) -> dict[str, float]:
+        return {"learning_rate": float(agent._learning_rate(total_steps))}
+
+    def state_from_agent(self, agent) -> dict:
+        """The runner state of `agent` (numpy) at a rollout's start: learner, games, episodes,
+        random streams (from its seed at the first compiled fit) and the rollout count."""
+        from kerasrl.compiled.engine import games_from_agent
+
+        n = self.n_envs
+        learner = backend.to_numpy(agent.learner.state)
+        streams = agent.loop.compiled_streams
+        if streams is None:
+            # The streams of `_initial_state` but the env's (the agent's games are seeded already).
+            streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n * self.n_actions,
+                                                          self.n_samples)[1:]))
+        return {**games_from_agent(agent),
+                "params": list(learner["params"]["actor"]) + list(learner["params"]["critic"]),
+                "opt": learner["opt"]["ppo"],
+                **{key: np.asarray(value, np.int32) for key, value in streams.items()},
+                "rounds": np.int32(agent.num_timesteps // self.n_samples)}
+
+    def state_to_agent(self, state: dict, agent) -> None:
+        """Write a runner state back into `agent` (copies)."""
+        from kerasrl.compiled.engine import games_to_agent
+
+        s = backend.to_numpy(state)
+        learner = backend.to_numpy(agent.learner.state)
+        params = [np.array(w) for w in s["params"]]
+        learner["params"] = dict(learner["params"], actor=params[:self.n_actor], critic=params[self.n_actor:])
+        learner["opt"] = dict(learner["opt"], ppo=s["opt"])
+        agent.learner.state = backend.to_tensors(learner)
+        games_to_agent(s, agent)
+        agent.loop.num_timesteps = int(s["rounds"]) * self.n_samples
+        agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The policy model's weights of seed `index` (the critic's follow in `seed_state`)."""
