@@ -20,6 +20,10 @@ SB3/SBX and kerasrl's Python loop on Gymnasium's CartPole-v1), the same as bench
 - dqn-step: one env, one gradient step per env step (batch 32, net 64x64, 50k steps).
 - ppo-zoo: RL-Zoo PPO (8 envs x 32 steps, 20 epochs of one 256 minibatch, 100k steps).
 
+`kerasrl-fit` rows: the agents themselves, `kerasrl.DQN("kerasrl/OpsCartPole-v1", ...).fit(...)`
+(and `kerasrl.fit_seeds` for many seeds), which run the same compiled loop by themselves, with
+their History and the per-call copy of the state back into the agent (`--fit-backends`).
+
 Peers in the same run (`--peers`): rejax, SB3, SBX (benchmarks/peers.py; their periodic evaluation
 is off the clock) and kerasrl's Python loop (benchmarks/kerasrl_runs.py). Many seeds (`--seeds 1
 16`) run for kerasrl on the backends of `--many-seeds-backends` (default JAX, the one that vmaps)
@@ -103,6 +107,25 @@ def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
             "eval_mean": float(sum(returns) / len(returns))}
 
 
+def run_kerasrl_fit(setting: str, seeds: int, backend: str) -> dict:
+    """`kerasrl.DQN/PPO("kerasrl/OpsCartPole-v1").fit(total)`: the agent, which runs the compiled
+    loop by itself (many seeds: `kerasrl.fit_seeds`). Compile time is inside the figure."""
+    os.environ["KERAS_BACKEND"] = backend
+    import kerasrl
+
+    cls = kerasrl.PPO if setting.startswith("ppo") else kerasrl.DQN
+    agents = [cls("kerasrl/OpsCartPole-v1", seed=seed, **KERASRL[setting]) for seed in range(seeds)]
+    total = STEPS[setting]
+    start_wall, start_cpu = time.perf_counter(), _cpu()
+    kerasrl.fit_seeds(agents, total, progress=False)
+    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    assert all(agent.loop.compiled_streams is not None for agent in agents), "fit did not run the compiled loop"
+    steps = sum(agent.num_timesteps for agent in agents)
+    returns = [agent.evaluate(episodes=10)["mean_return"] for agent in agents]
+    return {"steps": steps, "wall": wall, "cpu": cpu, "compile": float("nan"), "after_compile": float("nan"),
+            "with_compile": steps / wall, "eval_mean": float(sum(returns) / len(returns))}
+
+
 def run_rejax(setting: str, seeds: int) -> dict:
     try:
         import jax
@@ -178,13 +201,13 @@ def drive(args) -> None:
             if seeds > 1 and setting not in args.many_seeds_settings:
                 continue
             backends = args.backends if seeds == 1 else [b for b in args.backends if b in args.many_seeds_backends]
-            runs = [("kerasrl", b) for b in backends]
+            runs = [("kerasrl", b) for b in backends] + [("kerasrl-fit", b) for b in backends if b in args.fit_backends]
             if "rejax" in args.peers:
                 runs.append(("rejax", "jax"))
             if seeds == 1:
                 runs += [(peer, "") for peer in args.peers if peer != "rejax"]
             for library, backend in runs:
-                if library in ("kerasrl", "rejax"):
+                if library in ("kerasrl", "kerasrl-fit", "rejax"):
                     def command(out, library=library, backend=backend):
                         return [__file__, "--worker", library, "--backend", backend, "--setting", setting,
                                 "--seeds", str(seeds), "--json", out]
@@ -222,7 +245,9 @@ def drive(args) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--worker", choices=["kerasrl", "rejax"])
+    parser.add_argument("--worker", choices=["kerasrl", "kerasrl-fit", "rejax"])
+    parser.add_argument("--fit-backends", nargs="+", default=["jax"],
+                        help="backends of the kerasrl-fit rows: the agents' own fit on the ops env")
     parser.add_argument("--backend", default="jax")
     parser.add_argument("--setting", choices=sorted(STEPS))
     parser.add_argument("--settings", nargs="+", default=sorted(STEPS))
@@ -241,7 +266,11 @@ def main(argv=None) -> None:
         drive(args)
         return
     seeds = args.seeds[0]
-    result = run_kerasrl(args.setting, seeds, args.backend) if args.worker == "kerasrl" else run_rejax(args.setting, seeds)
+    if args.worker == "rejax":
+        result = run_rejax(args.setting, seeds)
+    else:
+        run = run_kerasrl if args.worker == "kerasrl" else run_kerasrl_fit
+        result = run(args.setting, seeds, args.backend)
     Path(args.json).write_text(json.dumps(result))
 
 
