@@ -285,15 +285,8 @@ class Agent:
         logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
                            log_interval=log_interval, start_step=self.num_timesteps,
                            history=self.history)
-        self.diagnostics.start(self, total_steps, logger)
-        if self.loop.observations is None:
-            self.reset_envs(seed=self.config.seed)
-        self.loop.total_steps = total_steps
-        user_callback = callback
-        if user_callback is not None:
-            def callback(agent, history):  # noqa: F811  (the user's, with current weights)
-                agent.sync_model()
-                return user_callback(agent, history)
+        self._start_fit(total_steps, logger)
+        callback = with_current_weights(callback)
         try:
             if checkpoint_every is None:
                 learn(total_steps, stop_at, logger, callback)
@@ -319,6 +312,14 @@ class Agent:
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
         return self.history
+
+    def _start_fit(self, total_steps: int, logger: RunLogger) -> None:
+        """What every fit does before its first step: diagnostics on, envs reset if never reset,
+        the schedules' span set."""
+        self.diagnostics.start(self, total_steps, logger)
+        if self.loop.observations is None:
+            self.reset_envs(seed=self.config.seed)
+        self.loop.total_steps = total_steps
 
     def _compiled_engine(self, required: bool):
         """The compiled-loop engine of this agent (made once, so its compiled calls are reused by
@@ -531,6 +532,19 @@ class Agent:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(env={self.env_name!r}, backend={backend.NAME!r}, "
                 f"num_timesteps={self.num_timesteps})")
+
+
+def with_current_weights(callback):
+    """The user's `callback(agent, history)`, run with the learner's weights in the agent's Keras
+    models (`sync_model` first: before each callback is one of the points where weights move)."""
+    if callback is None:
+        return None
+
+    def synced(agent, history):
+        agent.sync_model()
+        return callback(agent, history)
+
+    return synced
 
 
 def make_engine(engine, *, workers: int = 2, address: str | None = None):

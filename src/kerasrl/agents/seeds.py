@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from kerasrl import registry
-from kerasrl.agents.base import Agent
+from kerasrl.agents.base import Agent, with_current_weights
 from kerasrl.logger import History, RunLogger
 
 
@@ -69,19 +69,11 @@ def fit_seeds(agents: Sequence[Agent], total_steps: int, *, progress: bool = Tru
     for i, (agent, log_dir) in enumerate(zip(agents, log_dirs)):
         logger = RunLogger(max(1, total_steps - agent.num_timesteps), out_dir=log_dir, progress=progress and i == 0,
                            log_interval=log_interval, start_step=agent.num_timesteps, history=agent.history)
-        agent.diagnostics.start(agent, total_steps, logger)
-        if agent.loop.observations is None:
-            agent.reset_envs(seed=agent.config.seed)
-        agent.loop.total_steps = total_steps
+        agent._start_fit(total_steps, logger)
         loggers.append(logger)
-    user_callback = callback
-    if user_callback is not None:
-        def callback(agent, history):  # noqa: F811  (the user's, with current weights)
-            agent.sync_model()
-            return user_callback(agent, history)
     try:
         agents[0]._compiled_engine(required=True).train_together(agents, loggers, total_steps, total_steps,
-                                                                 callback)
+                                                                 with_current_weights(callback))
     finally:
         for agent, logger in zip(agents, loggers):
             agent.sync_model()
