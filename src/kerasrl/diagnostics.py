@@ -297,12 +297,13 @@ class Monitor:
 
     # -- at the start of fit -------------------------------------------------------------------
     def start(self, agent, total_steps: int, logger) -> None:
-        """Check the run's schedules; show what was reported so far on this run's bar and log."""
+        """Check the run's schedules; show what was reported so far on this run's bar and log.
+        (Called by `Agent._start_fit` from `fit` or `fit_seeds`: warnings point at their caller.)"""
         self._logger = logger
         for message in self.reported.values():
             logger.note(message)
         for kind, message in schedule_problems(self.config, total_steps):
-            self.report(kind, message, stacklevel=4)
+            self.report(kind, message, stacklevel=5)
         if agent.num_timesteps == 0 and hasattr(type(agent), "target_weights"):
             import keras
 
@@ -311,7 +312,7 @@ class Monitor:
                       for v in model.trainable_variables + model.non_trainable_variables]
             message = target_start_problem(online, agent.target_weights)
             if message is not None:
-                self.report("target-start", message, stacklevel=4)
+                self.report("target-start", message, stacklevel=5)
 
     # -- while training ------------------------------------------------------------------------
     def after_update(self, loss: float, gradient_steps: int, observations=None, rewards=None,
