@@ -11,8 +11,8 @@ a call in which an episode ended), with the agent's state current, so they may s
 The same config means the same algorithm as the Python loop (the compiled loops are written from
 the agents' own losses and schedules), not the same random draws: the compiled loop draws from
 xorshift streams in its state (the same on every backend), the Python loop from numpy. The streams
-are part of the agent's state, so a run split into several fits or resumed from a checkpoint is
-the run made in one fit.
+are part of the agent's state, so a run resumed from a checkpoint is exact, and a run split into
+several fits is the run made in one fit (PPO's: when split at rollout boundaries).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from kerasrl import backend, registry
-from kerasrl.compiled.common import stack, unstack
+from kerasrl.compiled.common import episode_init, stack, unstack
 from kerasrl.envs.ops.gym import OpsVectorEnv
 
 # Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
@@ -40,8 +40,6 @@ def ops_vector_env(env) -> OpsVectorEnv | None:
 def games_from_agent(agent) -> dict:
     """The part of a runner state every compiled loop shares, from `agent`: its games' state,
     current observations and running episodes (numpy)."""
-    from kerasrl.compiled.common import episode_init
-
     loop = agent.loop
     return {"env": ops_vector_env(agent.env).state_dict(),
             "obs": np.asarray(loop.observations, np.float32),
