@@ -3,12 +3,14 @@ a short learning check, the errors; the RL-Zoo learning bars in the slow tier.""
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
 from kerasrl import backend
 from kerasrl.compiled import CompiledDQN, CompiledPPO
 from kerasrl.compiled.common import parse_seeds
+from kerasrl.envs.ops.cartpole import CartPole
 
 TINY_DQN = dict(learning_starts=32, train_freq=4, gradient_steps=2, batch_size=16, buffer_size=256,
                 target_update_interval=40, hidden_sizes=(16,))
@@ -69,6 +71,27 @@ def test_unsupported_settings_are_named():
     assert parse_seeds("2-4") == [2, 3, 4] and parse_seeds("0,5-6") == [0, 5, 6]
     with pytest.raises(ValueError, match="'0,3,7'"):
         parse_seeds("4-2")
+
+
+class PeekingCartPole(CartPole):
+    """An ops env that reads a tensor's value in Python: it runs eagerly, but cannot compile."""
+
+    name = "PeekingCartPole"
+
+    def step_env(self, state, action, params):
+        obs, state, reward, terminated, truncated = super().step_env(state, action, params)
+        if keras.ops.sum(reward) > 100:  # the line the error names
+            reward = reward * 2
+        return obs, state, reward, terminated, truncated
+
+
+@pytest.mark.backend
+def test_an_ops_env_that_reads_values_into_python_is_named_with_its_line():
+    with pytest.raises(ValueError, match=r"PeekingCartPole.step cannot be compiled at .*test_compiled_loop.py:\d+ "
+                                         r"\(if keras.ops.sum\(reward\) > 100:.*keras.ops.where"):
+        CompiledDQN(PeekingCartPole(), **TINY_DQN)
+    with pytest.raises(ValueError, match="PeekingCartPole.step cannot be compiled"):
+        CompiledPPO(PeekingCartPole(), n_envs=2, n_steps=8, batch_size=16)
 
 
 @pytest.mark.slow

@@ -66,5 +66,5 @@ def to_numpy(tree):
 
 def check_traceable(fn, batch) -> None:
     """Trace `fn(batch)` on shapes alone (nothing runs): raises where `fn` reads a tensor's value
-    in Python, which a compiled step cannot do."""
+    in Python, which a compiled step cannot do. `batch`: an array or a tree of them."""
     jax.eval_shape(fn, batch)

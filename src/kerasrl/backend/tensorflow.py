@@ -306,5 +306,5 @@ def to_numpy(tree):
 
 def check_traceable(fn, batch) -> None:
     """Trace `fn(batch)` into a graph (nothing runs): raises where `fn` reads a tensor's value in
-    Python, which a compiled step cannot do."""
-    tf.function(fn, autograph=False).get_concrete_function(tf.convert_to_tensor(batch))
+    Python, which a compiled step cannot do. `batch`: an array or a tree (dicts, lists) of them."""
+    tf.function(fn, autograph=False).get_concrete_function(tf.nest.map_structure(tf.convert_to_tensor, batch))

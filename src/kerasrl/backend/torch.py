@@ -148,10 +148,13 @@ def check_traceable(fn, batch) -> None:
 
     `torch.func.vmap` refuses exactly that (data-dependent control flow, `.item()`, `.numpy()`);
     other vmap limits (an op without a batching rule) say nothing about the model and pass.
+    `batch`: an array or a tree (dicts, lists) of them, each with a leading batch axis.
     """
+    from torch.utils._pytree import tree_map
+
     try:
-        torch.func.vmap(lambda x: fn(x[None]), randomness="different")(
-            torch.from_numpy(np.asarray(batch)))
+        torch.func.vmap(lambda x: fn(tree_map(lambda t: t[None], x)), randomness="different")(
+            tree_map(lambda a: torch.from_numpy(np.asarray(a)), batch))
     except RuntimeError as error:
         message = str(error)
         reads_values = ("data-dependent", ".item()", "numpy", "doesn't have storage")

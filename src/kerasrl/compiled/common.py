@@ -78,6 +78,34 @@ def episode_read(stats) -> dict:
     return {key: np.array(backend.to_numpy(stats[key])) for key in ("done_returns", "done_lengths", "done_count")}
 
 
+def check_ops_env(env, params, n_envs: int = 2) -> None:
+    """Raise a clear error if `env`'s step cannot be traced into a compiled call: where it reads
+    a tensor's value into Python (an `if` on a tensor, `float()`, `.numpy()`), naming the line of
+    the env's code and the operation. Runs the env's reset once and traces (does not run) a step."""
+    import sys
+    import traceback
+
+    obs, state = backend.to_numpy(env.reset(make_rng(0, n_envs), params))
+    space = env.action_space
+    if hasattr(space, "n"):
+        actions = np.zeros(n_envs, np.int32)
+    else:
+        actions = np.zeros((n_envs, *space.shape), np.float32)
+    try:
+        backend.check_traceable(lambda inputs: env.step(inputs[0], inputs[1], params), (state, actions))
+    except Exception as error:  # noqa: BLE001  (reported with the env's own line)
+        env_file = getattr(sys.modules.get(type(env).__module__), "__file__", None)
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == env_file]
+        where = (f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].line.strip()})"
+                 if frames else "")
+        what = str(error).strip().splitlines()[0].split(". ")[0].rstrip(".") if str(error).strip() else ""
+        raise ValueError(
+            f"{env.name}.step cannot be compiled{where}: {type(error).__name__}: {what}. An ops env "
+            f"must be pure keras.ops on tensors, with no Python control flow on their values: use "
+            f"keras.ops.where (or kerasrl.envs.ops.base.where_done) instead of `if`, and keep values "
+            f"as tensors (no float(), int() or .numpy()).") from error
+
+
 def seed_streams(seed: int, *sizes: int) -> list[np.ndarray]:
     """Independent int32 xorshift states for one seed: one vector per size (env resets, acting, ...)."""
     total = make_rng(seed, sum(sizes))

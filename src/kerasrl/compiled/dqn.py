@@ -27,6 +27,7 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.compiled.common import (
     CompiledLoop,
+    check_ops_env,
     episode_init,
     episode_update,
     log_episodes,
@@ -92,6 +93,7 @@ class CompiledDQN(CompiledLoop):
     def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], model) -> None:
         from kerasrl.optim import Adam
 
+        check_ops_env(env, env_params, config.n_envs)
         self.config = cfg = config
         self.env, self.env_params = env, env_params
         self.n_actions = int(env.action_space.n)

@@ -20,6 +20,7 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.compiled.common import (
     CompiledLoop,
+    check_ops_env,
     episode_init,
     episode_update,
     log_episodes,
@@ -89,6 +90,7 @@ class CompiledPPO(CompiledLoop):
     def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], actor, critic) -> None:
         from kerasrl.optim import Adam
 
+        check_ops_env(env, env_params, config.n_envs)
         self.config = cfg = config
         self.env, self.env_params = env, env_params
         self.n_actions = int(env.action_space.n)
