@@ -3,7 +3,8 @@
 On a keras.ops env whose algorithm has a compiled loop, one compiled call advances every seed
 (vmapped on JAX; one after another on TensorFlow and PyTorch, each seed's call compiled), and each
 agent keeps its own weights, buffer, games, History, logs and checkpoints, as if it had been
-trained alone: the same run, bit for bit, that `agent.fit(total_steps)` makes. Elsewhere the
+trained alone: the run that `agent.fit(total_steps)` makes (bit for bit where tested; vmapped
+matrix products on JAX may round differently for some numbers of seeds). Elsewhere the
 seeds are trained one after another with `fit`, saying so once (an INFO line of the "kerasrl"
 logger).
 """
