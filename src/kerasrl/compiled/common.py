@@ -106,6 +106,11 @@ def check_ops_env(env, params, n_envs: int = 2) -> None:
             f"as tensors (no float(), int() or .numpy()).") from error
 
 
+def vmaps_seeds() -> bool:
+    """Whether many seeds run as one vmapped call (JAX) rather than one after another."""
+    return backend.NAME == "jax"
+
+
 def seed_streams(seed: int, *sizes: int) -> list[np.ndarray]:
     """Independent int32 xorshift states for one seed: one vector per size (env resets, acting, ...)."""
     total = make_rng(seed, sum(sizes))
@@ -169,7 +174,7 @@ class CompiledLoop:
 
     def _start(self, states: list) -> None:
         self._many = len(states) > 1
-        self._vmap = self._many and backend.NAME == "jax"
+        self._vmap = self._many and vmaps_seeds()
         self.state = backend.to_tensors(stack(states)) if self._vmap else None
         if not self._many:
             self.state = backend.to_tensors(states[0])
@@ -177,6 +182,21 @@ class CompiledLoop:
         self._calls = {}
         self.num_timesteps = 0
         self.history: list[dict] = []
+
+    @classmethod
+    def _on_agent(cls, agent, *models):
+        """An unstarted loop of `agent`'s config, games and `models` (the agent's own Keras
+        models), logging episodes, whose runner state the engine keeps
+        (kerasrl.compiled.engine: `state_from_agent` / `state_to_agent`)."""
+        from kerasrl.envs.ops.gym import ops_vector_env
+
+        games = ops_vector_env(agent.env)
+        loop = cls.__new__(cls)
+        loop._configure(games.env, games.params, agent.config, [agent.config.seed], *models)
+        loop.log_episodes = True
+        loop._many = loop._vmap = False
+        loop._calls = {}
+        return loop
 
     def _piece(self, key, fn):
         """`fn` as it goes inside the loop: inlined where the whole call compiles (JAX, TensorFlow);

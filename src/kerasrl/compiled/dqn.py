@@ -252,6 +252,10 @@ class CompiledDQN(CompiledLoop):
 
     # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
     STREAMS = ("explore_rng", "action_rng", "sample_rng")
+    # The agent's ReplayBuffer arrays (T, n_envs, ...) and the runner state's buffer rows (T * n_envs, ...).
+    BUFFER_FIELDS = (("observations", "obs", np.float32), ("next_observations", "next_obs", np.float32),
+                     ("actions", "actions", np.int32), ("rewards", "rewards", np.float32),
+                     ("terminated", "terminated", np.float32), ("truncated", "truncated", np.float32))
     partial_rounds = True  # a call may run part of a round (engine)
 
     @staticmethod
@@ -271,15 +275,7 @@ class CompiledDQN(CompiledLoop):
         """The loop of `agent` (a `kerasrl.DQN` on an ops env): its config, its Q-network (the
         same Keras model, not a copy), its games' env and params. Its state comes from the agent
         at each call of `state_from_agent` and goes back with `state_to_agent`."""
-        from kerasrl.compiled.engine import ops_vector_env
-
-        games = ops_vector_env(agent.env)
-        loop = cls.__new__(cls)
-        loop._configure(games.env, games.params, agent.config, [agent.config.seed], agent.learner.models["q"])
-        loop.log_episodes = True
-        loop._many = loop._vmap = False
-        loop._calls = {}
-        return loop
+        return cls._on_agent(agent, agent.learner.models["q"])
 
     def round_phase(self, agent) -> int:
         """Vector steps `agent` has taken into its current round (0: it stands at a round's start)."""
@@ -304,14 +300,10 @@ class CompiledDQN(CompiledLoop):
         if streams is None:
             # The streams of `_initial_state` but the env's (the agent's games are seeded already).
             streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, n, cfg.batch_size)[1:]))
-        flat = lambda rows, dtype: np.asarray(rows, dtype).reshape(size, *rows.shape[2:])  # noqa: E731
         state = {
             **games_from_agent(agent),
-            "buffer": {"obs": flat(buffer.observations, np.float32),
-                       "next_obs": flat(buffer.next_observations, np.float32),
-                       "actions": flat(buffer.actions, np.int32), "rewards": flat(buffer.rewards, np.float32),
-                       "terminated": flat(buffer.terminated, np.float32),
-                       "truncated": flat(buffer.truncated, np.float32)},
+            "buffer": {key: np.asarray(getattr(buffer, name), dtype).reshape(size, *getattr(buffer, name).shape[2:])
+                       for name, key, dtype in self.BUFFER_FIELDS},
             "params": learner["params"]["q"], "non_trainable": learner["non_trainable"]["q"],
             "target_params": learner["target_params"]["q"],
             "target_non_trainable": learner["target_non_trainable"]["q"],
@@ -334,8 +326,7 @@ class CompiledDQN(CompiledLoop):
         games_to_agent(s, agent)
         loop, buffer = agent.loop, agent.buffer
         shape = buffer.rewards.shape
-        for name, key in (("observations", "obs"), ("next_observations", "next_obs"), ("actions", "actions"),
-                          ("rewards", "rewards"), ("terminated", "terminated"), ("truncated", "truncated")):
+        for name, key, _ in self.BUFFER_FIELDS:
             target = getattr(buffer, name)
             target[...] = np.asarray(s["buffer"][key]).reshape(*shape, *target.shape[2:]).astype(target.dtype)
         vector_steps = int(s["vector_steps"])

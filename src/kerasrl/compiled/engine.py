@@ -17,24 +17,16 @@ several fits is the run made in one fit (PPO's: when split at rollout boundaries
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
 from kerasrl import backend, registry
-from kerasrl.compiled.common import episode_init, stack, unstack
-from kerasrl.envs.ops.gym import OpsVectorEnv
+from kerasrl.compiled.common import episode_init, stack, unstack, vmaps_seeds
+from kerasrl.envs.ops.gym import ops_vector_env
 
 # Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
 # (booking episodes, copying state back) is small, short enough that the bar moves and callbacks
 # run every few seconds.
 STEPS_PER_CALL = 5_000
-
-
-def ops_vector_env(env) -> OpsVectorEnv | None:
-    """The `OpsVectorEnv` under any vector wrappers of `env`, or None if it is another env."""
-    while not isinstance(env, OpsVectorEnv) and isinstance(env, gym.vector.VectorWrapper):
-        env = env.env
-    return env if isinstance(env, OpsVectorEnv) else None
 
 
 def games_from_agent(agent) -> dict:
@@ -93,17 +85,19 @@ class CompiledEngine:
         part of the round in a call (its training only if the round ends in it), so runs split
         anywhere are the run made in one fit; PPO's rollouts are whole rounds, and that part
         goes through the Python loop (a run split mid-rollout is then another run of the same
-        algorithm, resumed exactly). Either way the step count ends where the Python loop's would. `callback(agent, history)`
-        runs for each agent after a call in which one of its episodes ended; False stops all."""
+        algorithm, resumed exactly). Either way the step count ends where the Python loop's would.
+        `callback(agent, history)` runs for each agent after a call in which one of its episodes
+        ended; False stops all."""
         loop, first = self.loop, agents[0]
         n_envs, per_round = loop.n_envs, loop.vector_steps_per_round
         max_rounds = max(1, STEPS_PER_CALL // loop.steps_per_round)
-        together = len(agents) > 1 and backend.NAME == "jax"
-        states = [loop.state_from_agent(agent) for agent in agents]
-        if together:
-            states = [backend.to_tensors(stack(states))]
-        else:
-            states = [backend.to_tensors(state) for state in states]
+        together = len(agents) > 1 and vmaps_seeds()
+
+        def agents_states() -> list:  # the runner states from the agents: one stack, or one each
+            states = [loop.state_from_agent(agent) for agent in agents]
+            return [backend.to_tensors(s) for s in ([stack(states)] if together else states)]
+
+        states = agents_states()
 
         def left() -> int:  # vector steps to stop_at, as the Python loop counts them
             return max(0, -(-(stop_at - first.num_timesteps) // n_envs))
@@ -127,9 +121,7 @@ class CompiledEngine:
                 agent._learn(total_steps, until, logger, callback)
                 if agent.num_timesteps < until:
                     return True  # the callback stopped it
-            states[:] = [backend.to_tensors(s) for s in
-                         ([stack([loop.state_from_agent(a) for a in agents])] if together else
-                          [loop.state_from_agent(a) for a in agents])]
+            states[:] = agents_states()
             return False
 
         phase = loop.round_phase(first)

@@ -262,16 +262,7 @@ class CompiledPPO(CompiledLoop):
     def for_agent(cls, agent) -> CompiledPPO:
         """The loop of `agent` (a `kerasrl.PPO` on an ops env): its config, its actor and critic
         models (not copies), its games' env and params (see `CompiledDQN.for_agent`)."""
-        from kerasrl.compiled.engine import ops_vector_env
-
-        games = ops_vector_env(agent.env)
-        loop = cls.__new__(cls)
-        models = agent.learner.models
-        loop._configure(games.env, games.params, agent.config, [agent.config.seed], models["actor"], models["critic"])
-        loop.log_episodes = True
-        loop._many = loop._vmap = False
-        loop._calls = {}
-        return loop
+        return cls._on_agent(agent, agent.learner.models["actor"], agent.learner.models["critic"])
 
     def round_phase(self, agent) -> int:
         """Vector steps of `agent`'s current rollout taken (0: a rollout starts)."""

@@ -143,6 +143,13 @@ class OpsVectorEnv(gym.vector.VectorEnv):
         self.games = arrays
 
 
+def ops_vector_env(env) -> OpsVectorEnv | None:
+    """The `OpsVectorEnv` under any vector wrappers of `env`, or None if it is another env."""
+    while not isinstance(env, OpsVectorEnv) and isinstance(env, gym.vector.VectorWrapper):
+        env = env.env
+    return env if isinstance(env, OpsVectorEnv) else None
+
+
 def _snake_board(kwargs: dict) -> dict:
     """Snake's board keywords, taken out of `kwargs`."""
     return {key: kwargs.pop(key) for key in ("height", "width", "n_fruits", "initial_length") if key in kwargs}
