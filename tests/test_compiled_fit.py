@@ -147,3 +147,28 @@ def test_ppo_fit_on_an_ops_env_runs_the_compiled_loop_and_learns():
     for variable, value in zip(agent.model.trainable_variables,
                                backend.to_numpy(agent.learner.state["params"]["actor"])):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), value)
+
+
+SNAKE_TINY = dict(learning_starts=32, train_freq=4, gradient_steps=1, batch_size=8, buffer_size=200, target_update_interval=16,
+                  n_envs=2, seed=0)
+
+
+def test_auto_takes_the_python_loop_for_keras_convolutions_on_xla_cpu(caplog):
+    """Conv2D's weight gradient is ~10x slower inside XLA's CPU loops (CompiledEngine.slower_here):
+    "auto" runs such a model in the Python loop and says why; PatchConv2D runs compiled."""
+    from kerasrl.networks import snake_fast_network, snake_small_network
+
+    caplog.set_level(logging.INFO, logger="kerasrl")
+    conv = kerasrl.DQN("kerasrl/OpsSnake-v0", model=snake_small_network((9, 9, 2)), **SNAKE_TINY)
+    conv.fit(40, progress=False)
+    if backend.COMPILED_LOOPS:  # JAX, TensorFlow
+        assert len(python_loop_lines(caplog)) == 1 and "Conv2D layers" in python_loop_lines(caplog)[0]
+        assert "PatchConv2D" in python_loop_lines(caplog)[0] and conv.loop.compiled_streams is None
+        conv.fit(48, progress=False, engine="compiled")  # insisting runs it
+        assert conv.loop.compiled_streams is not None and conv.num_timesteps == 48
+    else:  # PyTorch's compiled pieces keep its own convolutions
+        assert python_loop_lines(caplog) == [] and conv.loop.compiled_streams is not None
+    caplog.clear()
+    patches = kerasrl.DQN("kerasrl/OpsSnake-v0", model=snake_fast_network((9, 9, 2)), **SNAKE_TINY)
+    patches.fit(40, progress=False)
+    assert python_loop_lines(caplog) == [] and patches.loop.compiled_streams is not None

@@ -43,7 +43,7 @@ def test_small_network_takes_any_board():
 
 
 def test_model_builder_names():
-    assert set(MODEL_BUILDERS) >= {"snake_reference", "snake_small"}
+    assert set(MODEL_BUILDERS) >= {"snake_reference", "snake_small", "snake_fast"}
     with pytest.raises(ValueError, match="Unknown model 'nope'"):
         model_builder("nope")
 
@@ -95,3 +95,55 @@ def test_dqn_acts_in_inference_mode():
     assert len(agent.history.losses) and np.isfinite(agent.history.losses).all()
     check_deterministic()
     agent.close()
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("padding, kernel_size", [("same", 3), ("valid", 3), ("same", (2, 3))])
+def test_patch_conv_is_conv2d(padding, kernel_size):
+    """PatchConv2D computes Keras's Conv2D (stride 1) with the same weights, and its gradients."""
+    import keras
+
+    from kerasrl.networks import PatchConv2D
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 6, 7, 3)).astype(np.float32)
+    conv = keras.layers.Conv2D(5, kernel_size, padding=padding, activation="relu")
+    patch = PatchConv2D(5, kernel_size, padding=padding, activation="relu")
+    conv.build(x.shape), patch.build(x.shape)
+    patch.set_weights(conv.get_weights())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(patch(x)), keras.ops.convert_to_numpy(conv(x)),
+                               rtol=1e-5, atol=1e-5)
+    assert patch.compute_output_shape(x.shape) == tuple(conv.compute_output_shape(x.shape))
+    grads = [_weight_gradients(layer, x) for layer in (conv, patch)]
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def _weight_gradients(layer, x):
+    from kerasrl import backend
+
+    def loss(weights, x):
+        out, _ = layer.stateless_call(weights, [], x)
+        return keras_ops().sum(out * out), None
+
+    _, grads = backend.value_and_grad(loss)([v.value for v in layer.trainable_variables], x)
+    return backend.to_numpy(grads)
+
+
+def keras_ops():
+    import keras
+
+    return keras.ops
+
+
+@pytest.mark.backend
+def test_snake_fast_policy_saves_and_loads_alone(tmp_path):
+    from kerasrl.networks import snake_fast_network
+
+    space = gym.make("kerasrl/Snake-v0").observation_space
+    policy = kerasrl.QPolicy(snake_fast_network(space), space, gym.spaces.Discrete(3))
+    policy.save(tmp_path / "p")
+    loaded = kerasrl.load_policy(tmp_path / "p")
+    obs = np.random.default_rng(0).random((16, 9, 9, 2)).astype(np.float32)
+    np.testing.assert_allclose(loaded.q_values(obs), policy.q_values(obs), atol=1e-6)
+    assert type(loaded.model.get_layer("conv_0")).__name__ == "PatchConv2D"

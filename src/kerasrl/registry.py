@@ -62,6 +62,7 @@ COMPILED_LOOPS: dict[str, str] = {
 MODEL_BUILDERS: dict[str, str] = {
     "snake_reference": "kerasrl.networks:snake_reference_network",
     "snake_small": "kerasrl.networks:snake_small_network",
+    "snake_fast": "kerasrl.networks:snake_fast_network",
 }
 """Named model builders, for presets and the CLI: name -> f(observation_space, n_actions)."""
 

@@ -325,7 +325,7 @@ class Agent:
         """The compiled-loop engine of this agent (made once, so its compiled calls are reused by
         later fits), or None where it cannot run (`required`: raise then, saying why)."""
         engine_class = registry.engine_class("compiled")
-        reason = engine_class.why_not(self)
+        reason = engine_class.why_not(self) or (None if required else engine_class.slower_here(self))
         if reason is None:
             if getattr(self, "_compiled_runner", None) is None:
                 self._compiled_runner = engine_class(self)

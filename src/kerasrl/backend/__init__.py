@@ -12,6 +12,7 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `to_tensors(x)`: numpy arrays (any nesting) as backend tensors, for state kept between calls.
 - `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
 - `fori_loop(lower, upper, body, init, unroll)`: a loop inside a compiled step.
+- `on_cpu()`: whether computations run on the CPU (no accelerator).
 - `write_rows(array, rows, values)`: rows of a storage held as tensors (a replay buffer) written in
   place between graphs (PyTorch); None elsewhere, where `scatter_rows` (one `keras.ops` scatter,
   updated in place by XLA inside compiled loops) serves.
@@ -148,7 +149,7 @@ def fall_back(what: str, error: BaseException, instead: str) -> None:
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
-              "feed", "fori_loop", "check_traceable")
+              "feed", "fori_loop", "check_traceable", "on_cpu")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
 # - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
 # - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.

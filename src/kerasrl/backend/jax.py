@@ -38,6 +38,11 @@ def configure_threads() -> None:
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
+def on_cpu() -> bool:
+    """Whether computations run on the CPU (no GPU or TPU)."""
+    return jax.default_backend() == "cpu"
+
+
 def fori_loop(lower, upper, body, init, unroll=1):
     """`body(i, carry)` from lower to upper, `unroll` iterations per compiled loop step.
 

@@ -274,6 +274,11 @@ def inference():
     return contextlib.nullcontext()
 
 
+def on_cpu() -> bool:
+    """Whether computations run on the CPU (no GPU)."""
+    return not tf.config.list_physical_devices("GPU")
+
+
 def configure_threads() -> None:
     """One thread per op pool: small networks gain nothing from more on a 2-core machine."""
     try:

@@ -99,6 +99,11 @@ def inference():
     return torch.no_grad()
 
 
+def on_cpu() -> bool:
+    """Whether computations run on the CPU (no CUDA device)."""
+    return not torch.cuda.is_available()
+
+
 def configure_threads() -> None:
     """One thread unless KERASRL_TORCH_THREADS says otherwise.
 

@@ -23,6 +23,17 @@ from kerasrl import backend, registry
 from kerasrl.compiled.common import episode_init, stack, unstack, vmaps_seeds
 from kerasrl.envs.ops.gym import ops_vector_env
 
+def _convolutions() -> tuple[type, ...]:
+    import keras
+
+    names = ("Conv1D", "Conv2D", "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D",
+             "DepthwiseConv2D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose")
+    return tuple(getattr(keras.layers, name) for name in names if hasattr(keras.layers, name))
+
+
+# Keras convolutions (see `CompiledEngine.slower_here`).
+CONVOLUTIONS = _convolutions()
+
 # Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
 # (booking episodes, copying state back) is small, short enough that the bar moves and callbacks
 # run every few seconds.
@@ -70,6 +81,30 @@ class CompiledEngine:
             return (f"{type(agent).__name__} has no compiled loop yet (the algorithms with one: "
                     f"{', '.join(sorted(registry.COMPILED_LOOPS))})")
         return registry.load(registry.COMPILED_LOOPS[agent.algorithm]).why_not(agent)
+
+    @staticmethod
+    def slower_here(agent) -> str | None:
+        """Why the compiled loop would run `agent`'s fit slower than the Python loop here, or None:
+        what `engine="auto"` weighs (`engine="compiled"` runs it anyway).
+
+        A Keras convolution's weight gradient falls off XLA's fast convolution path inside a
+        compiled loop on the CPU (JAX, and TensorFlow's XLA): the snake_small Q-network's gradient
+        step at batch 64 took 136 ms inside `lax.scan` against 5.8 ms in the Python loop's jitted
+        step (52 ms against 5 ms on TensorFlow), so a conv net's compiled fit ran 10x slower.
+        `kerasrl.networks.PatchConv2D` computes the same convolution as a matrix product, which
+        stays fast in the loop (11.7 ms for the same network, kerasrl.networks.snake_fast_network).
+        """
+        if not backend.COMPILED_LOOPS or not backend.on_cpu():
+            return None
+        convolutions = sorted({type(layer).__name__ for model in agent.learner.models.values()
+                               for layer in model._flatten_layers(include_self=False)
+                               if isinstance(layer, CONVOLUTIONS)})
+        if not convolutions:
+            return None
+        return (f"its model has {', '.join(convolutions)} layers, whose weight gradient runs about "
+                f"10x slower inside XLA's compiled CPU loops than in the Python loop's step; build "
+                f"the model with kerasrl.networks.PatchConv2D to run compiled, or pass "
+                f"engine='compiled' to run the compiled loop anyway")
 
     def learn(self, agent, total_steps: int, stop_at: int, logger, callback) -> None:
         """Train `agent` until `stop_at` env steps, as `Agent._learn` does (see `train_together`)."""
