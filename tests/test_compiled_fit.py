@@ -144,6 +144,14 @@ def test_ppo_fit_on_an_ops_env_runs_the_compiled_loop_and_learns():
     assert agent.n_updates == 48 * 10  # one minibatch of 256 per epoch
     assert sum(e["length"] for e in history.episodes) + agent.loop.episode_lengths.sum() == 12_392
     assert history.mean_return(last=30) >= 100, history.mean_return(last=30)
+    # The figures of the Python loop's updates (docs/diagnostics.md), per compiled call.
+    python_loop = kerasrl.PPO("CartPole-v1", seed=0, **dict(ZOO_PPO, n_steps=4, batch_size=32))
+    python_loop.fit(32, progress=False)
+    assert set(python_loop.history.updates[-1]) <= set(history.updates[-1])
+    last = history.updates[-1]
+    assert 0.0 < last["entropy"] < np.log(2) and 0.0 <= last["clip_fraction"] <= 1.0
+    assert abs(last["approx_kl"]) < 0.1 and last["explained_variance"] <= 1.0
+    assert last["gradient_steps"] == 10 and 0.0 < last["clip_range"] < 0.2
     for variable, value in zip(agent.model.trainable_variables,
                                backend.to_numpy(agent.learner.state["params"]["actor"])):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), value)

@@ -170,6 +170,15 @@ class CompiledLoop:
     step (`log_episodes`): what `Agent.fit` books episode by episode (kerasrl.compiled.engine).
     """
 
+    # Sums of training figures a call keeps beside the loss (name -> shape), booked by `figures`.
+    FIGURE_SUMS: dict[str, tuple[int, ...]] = {}
+
+    def figures(self, metrics: dict) -> dict[str, float]:
+        """One call's training figures, as the Python loop logs them (numpy `metrics` of one seed):
+        the mean loss of its gradient steps."""
+        return {"loss": float(metrics["loss_sum"]) / max(int(metrics["updates"]), 1)}
+
+
     log_episodes = False
 
     def _start(self, states: list) -> None:
@@ -217,7 +226,8 @@ class CompiledLoop:
 
         state = dict(state, episodes=dict(state["episodes"], **{
             key: ops.zeros_like(state["episodes"][key]) for key in ("done_returns", "done_lengths", "done_count")}))
-        metrics = {"loss_sum": ops.zeros((), "float32"), "updates": ops.zeros((), "int32")}
+        metrics = {"loss_sum": ops.zeros((), "float32"), "updates": ops.zeros((), "int32"),
+                   **{key: ops.zeros(shape, "float32") for key, shape in self.FIGURE_SUMS.items()}}
         if self.log_episodes:
             rows = partial[0] if partial else rounds * self.vector_steps_per_round
             metrics["log"] = {"return": ops.zeros((rows, self.n_envs), "float32"),

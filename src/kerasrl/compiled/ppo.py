@@ -28,6 +28,7 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
+from kerasrl.agents.ppo import METRICS
 from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
@@ -171,6 +172,8 @@ class CompiledPPO(CompiledLoop):
         return advantages, advantages + rollout["values"]
 
     def _loss(self, params, batch, clip_range):
+        from keras import ops
+
         from kerasrl.losses import categorical_entropy, categorical_log_prob, normalize_advantages, ppo_loss
 
         cfg = self.config
@@ -178,11 +181,11 @@ class CompiledPPO(CompiledLoop):
         advantages = batch["advantages"]
         if cfg.normalize_advantage and cfg.batch_size > 1:
             advantages = normalize_advantages(advantages)
-        loss, _ = ppo_loss(categorical_log_prob(logits, batch["actions"]), batch["log_probs"], advantages, values,
-                           batch["returns"], categorical_entropy(logits), clip_range=clip_range,
-                           ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, old_values=batch["values"],
-                           clip_range_vf=cfg.clip_range_vf)
-        return loss, ()
+        loss, figures = ppo_loss(categorical_log_prob(logits, batch["actions"]), batch["log_probs"], advantages,
+                                 values, batch["returns"], categorical_entropy(logits), clip_range=clip_range,
+                                 ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, old_values=batch["values"],
+                                 clip_range_vf=cfg.clip_range_vf)
+        return loss, ops.stack([figures[key] for key in METRICS[1:]])
 
     def _round(self, state, metrics, total_steps):
         from keras import ops
@@ -215,33 +218,52 @@ class CompiledPPO(CompiledLoop):
 
         def adam_step(state, data, rows, learning_rate, clip_range):
             batch = {key: ops.take(value, rows, axis=0) for key, value in data.items()}
-            (loss, _), grads = grad_fn(state["params"], batch, clip_range)
+            (loss, figures), grads = grad_fn(state["params"], batch, clip_range)
             params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
-            return dict(state, params=params, opt=opt), loss
+            return dict(state, params=params, opt=opt), loss, figures
 
         adam_step = self._piece("adam", adam_step)
 
         def epoch(e, carry):
-            state, loss_sum = carry
+            state, loss_sum, figure_sums = carry
             shuffle_rng, u = uniform01(state["shuffle_rng"])
             order = ops.cast(ops.argsort(u), "int32")  # a random permutation of the rollout
 
             def minibatch(m, carry):
-                state, loss_sum = carry
+                state, loss_sum, figure_sums = carry
                 rows = ops.slice(order, (m * cfg.batch_size,), (cfg.batch_size,))
-                state, loss = adam_step(state, data, rows, learning_rate, clip_range)
-                return state, loss_sum + loss
+                state, loss, figures = adam_step(state, data, rows, learning_rate, clip_range)
+                return state, loss_sum + loss, figure_sums + figures
 
             return backend.fori_loop(0, self.n_minibatches, minibatch,
-                                     (dict(state, shuffle_rng=shuffle_rng), loss_sum))
+                                     (dict(state, shuffle_rng=shuffle_rng), loss_sum, figure_sums))
 
-        state, loss_sum = backend.fori_loop(0, cfg.n_epochs, epoch, (state, ops.zeros((), "float32")))
+        state, loss_sum, figure_sums = backend.fori_loop(
+            0, cfg.n_epochs, epoch, (state, ops.zeros((), "float32"), ops.zeros((len(METRICS) - 1,), "float32")))
+        returns_variance = ops.var(data["returns"])
+        explained = ops.where(returns_variance > 0,
+                              1.0 - ops.var(data["returns"] - data["values"]) / ops.maximum(returns_variance, 1e-30),
+                              0.0)
         metrics = dict(metrics, loss_sum=metrics["loss_sum"] + loss_sum,
-                       updates=metrics["updates"] + cfg.n_epochs * self.n_minibatches)
+                       updates=metrics["updates"] + cfg.n_epochs * self.n_minibatches,
+                       figure_sums=metrics["figure_sums"] + figure_sums,
+                       round_sums=metrics["round_sums"] + ops.stack([explained, clip_range, learning_rate, 1.0]))
         return dict(state, rounds=rounds), metrics
 
     # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
     STREAMS = ("action_rng", "shuffle_rng")
+    # Per gradient step: the PPO figures after the loss (agents.ppo.METRICS); per rollout: the
+    # explained variance of its value predictions, the clip range, the learning rate, 1 (the count).
+    FIGURE_SUMS = {"figure_sums": (len(METRICS) - 1,), "round_sums": (4,)}
+
+    def figures(self, metrics: dict) -> dict[str, float]:
+        """What the Python loop logs after a rollout's update, averaged over the call's rollouts."""
+        updates, rounds = max(int(metrics["updates"]), 1), max(float(metrics["round_sums"][3]), 1.0)
+        per_step = dict(zip(METRICS, [float(metrics["loss_sum"]) / updates,
+                                      *(np.asarray(metrics["figure_sums"], np.float64) / updates).tolist()]))
+        explained, clip_range, learning_rate, _ = (np.asarray(metrics["round_sums"], np.float64) / rounds).tolist()
+        return {**per_step, "explained_variance": explained, "learning_rate": learning_rate, "clip_range": clip_range,
+                "gradient_steps": int(metrics["updates"]) / rounds}
     partial_rounds = False  # a rollout is whole: a fit stopping mid-rollout ends in the Python loop
 
     @staticmethod
@@ -269,7 +291,8 @@ class CompiledPPO(CompiledLoop):
         return agent.buffer.position
 
     def scalars(self, agent, total_steps: int) -> dict[str, float]:
-        return {"learning_rate": float(agent._learning_rate(total_steps))}
+        """Nothing beside the update's figures (`figures`: the learning rate is one of them)."""
+        return {}
 
     def state_from_agent(self, agent) -> dict:
         """The runner state of `agent` (numpy) at a rollout's start: learner, games, episodes,
