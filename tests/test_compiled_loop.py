@@ -97,10 +97,15 @@ def test_an_ops_env_that_reads_values_into_python_is_named_with_its_line():
 @pytest.mark.slow
 @pytest.mark.backend
 def test_dqn_zoo_cartpole_two_of_three_seeds_reach_475():
+    """The Python loop's protocol (tests/agents/test_value_slow.py, RL-Zoo's EvalCallback): a
+    20-episode greedy evaluation about every 10,000 steps (calls of 39 rounds of 256 steps); a seed
+    reaches 475 when one of its evaluations does."""
     agent = CompiledDQN("CartPole", seeds=[0, 1, 2], **ZOO_DQN)
-    agent.fit(50_000)
-    scores = [agent.evaluate(i, n_episodes=10)[0] for i in range(3)]
-    assert sum(score >= 475 for score in scores) >= 2, scores
+    evaluations = []
+    agent.fit(50_000, rounds_per_call=39,
+              callback=lambda loop, record: evaluations.append([loop.evaluate(i, n_episodes=20)[0] for i in range(3)]))
+    best = np.max(evaluations, axis=0)
+    assert sum(score >= 475 for score in best) >= 2, evaluations
 
 
 @pytest.mark.slow
