@@ -147,3 +147,28 @@ def test_snake_fast_policy_saves_and_loads_alone(tmp_path):
     obs = np.random.default_rng(0).random((16, 9, 9, 2)).astype(np.float32)
     np.testing.assert_allclose(loaded.q_values(obs), policy.q_values(obs), atol=1e-6)
     assert type(loaded.model.get_layer("conv_0")).__name__ == "PatchConv2D"
+
+
+@pytest.mark.backend
+def test_egocentric_view_is_the_same_whichever_way_the_board_is_turned():
+    """Head at the centre, neck below it, walls off the board; a board turned by quarter turns
+    (the same situation, another heading) gives the same view."""
+    import keras
+
+    from kerasrl.networks import SnakeEgocentricView
+
+    board = np.zeros((9, 9, 2), np.float32)
+    board[2, 3, 0], board[2, 2, 0], board[3, 2, 0] = 2.0, 1.0, 1.0  # head (2, 3) heading right; neck (2, 2)
+    board[6, 7, 1] = 1.0  # fruit
+    boards = np.stack([np.rot90(board, k, axes=(0, 1)) for k in range(4)])
+    views = keras.ops.convert_to_numpy(SnakeEgocentricView()(boards))
+    assert views.shape == (4, 17, 17, 3)
+    for view in views[1:]:
+        np.testing.assert_array_equal(view, views[0])
+    view = views[0]
+    assert view[8, 8, 0] == 2.0 and view[9, 8, 0] == 1.0  # head at the centre, neck just below
+    # Heading right turned to heading up: the square right of the head comes up; the board's
+    # top edge (2 rows above the head) is on the left, 3 columns away.
+    assert view[8, 8 - 3, 2] == 1.0 and view[8, 8 - 2, 2] == 0.0
+    assert view[9, 9, 0] == 1.0  # the body square below the neck, (3, 2), lies right of it once turned
+    assert view[..., 1].sum() == 1.0 and view[8 - 4, 8 + 4, 1] == 1.0  # fruit 4 ahead, 4 to the right
