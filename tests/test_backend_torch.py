@@ -206,6 +206,23 @@ else:
             compiled(backend.feed(np.ones((n, 2), np.float32)), np.float32(1.0), 0.0)
         assert len(compiled.graphs) == torch_fast.CACHE_SIZE
 
+    def test_a_graph_traced_on_one_tensor_given_twice_reads_two_inputs_later():
+        """A reset that gives several state entries the same zeros: the graph traced on that call
+        must still read each entry on its own later (the ops Snake's traced step once read its
+        heading for its steps-without-fruit count)."""
+
+        def step(state):
+            return {"a": state["a"] + 1, "b": state["b"] * 2 + state["a"]}
+
+        compiled = backend.compile(step)
+        zeros = torch.zeros(3)
+        first = compiled({"a": zeros, "b": zeros})  # traced here
+        np.testing.assert_array_equal(backend.to_numpy(first["b"]), [0.0, 0.0, 0.0])
+        second = compiled(first)  # a = 1, b = 0: distinct tensors now
+        np.testing.assert_array_equal(backend.to_numpy(second["a"]), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(backend.to_numpy(second["b"]), [1.0, 1.0, 1.0])
+        assert n_graphs(compiled) == 1
+
     def test_policy_sees_new_weights_of_its_model():
         agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(8,))
         policy = agent.policy

@@ -293,6 +293,17 @@ def test_vector_env_for_the_agents():
     with pytest.raises(ValueError, match=r"in \[0, 2\)"):
         vec.step(np.full(4, 2))
 
+    # Stepped through the vector env's compiled step, the games are the eager env's, step for step.
+    snake = OpsVectorEnv("Snake", 3, max_steps_without_fruit=20)
+    snake.reset(seed=5)
+    state = backend.to_tensors(backend.to_numpy(snake._state))
+    actions = np.random.default_rng(0).integers(0, 3, size=(80, 3)).astype(np.int32)
+    for action in actions:
+        obs, reward, *_ = snake.step(action)
+        eager_obs, state, eager_reward, *_ = snake.env.step(state, backend.to_tensors(action), snake.params)
+        np.testing.assert_array_equal(obs, backend.to_numpy(eager_obs))
+        np.testing.assert_array_equal(reward, backend.to_numpy(eager_reward))
+
     single = gym.make("kerasrl/OpsSnake-v0")
     first, _ = single.reset(seed=3)
     assert first.shape == (9, 9, 2) and first[..., 0].max() == 2.0

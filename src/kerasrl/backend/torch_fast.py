@@ -257,6 +257,10 @@ class Traced:
         with _OpCounter() as counter:
             flat_fn(*tensors)
         result = outputs["result"]
+        # The tracers know a tensor by its identity: arguments that are one tensor (a reset that
+        # gives several state entries the same zeros) would become one input of the graph, and a
+        # later call with distinct tensors would read the first for all of them.
+        tensors = _distinct(tensors)
         if counter.n_ops > MAX_OPS:
             return _EAGER, result  # not an error: as fast as before, only not faster
         how = support()
@@ -285,6 +289,16 @@ class Traced:
                           f"PyTorch, several times slower, because {reason}.", RuntimeWarning,
                           stacklevel=4)
         return _EAGER
+
+
+def _distinct(tensors: list) -> list:
+    """`tensors` with every one that is, or shares memory with, an earlier one replaced by a copy."""
+    seen, out = set(), []
+    for tensor in tensors:
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset()) if tensor.numel() else id(tensor)
+        out.append(tensor.clone() if key in seen else tensor)
+        seen.add(key)
+    return out
 
 
 class Graph:
