@@ -434,10 +434,16 @@ def snake_small_network(observation_space_or_shape, n_actions: int = 3,
     Dense(n_actions). No batch norm or dropout, so training and acting see the same function;
     "same" padding takes boards of any size.
     """
+    return _two_convolutions_and_dense(observation_space_or_shape, n_actions, name, layers.Conv2D)
+
+
+def _two_convolutions_and_dense(observation_space_or_shape, n_actions, name, convolution):
+    """conv(16, 3, same, relu) -> conv(32, 3, same, relu) -> Flatten -> Dense(128, relu) ->
+    Dense(n_actions), with `convolution` a Conv2D-like class."""
     shape = tuple(getattr(observation_space_or_shape, "shape", observation_space_or_shape))
     inputs = keras.Input(shape=shape, name="observation")
-    x = layers.Conv2D(16, 3, padding="same", activation="relu", name="conv_0")(inputs)
-    x = layers.Conv2D(32, 3, padding="same", activation="relu", name="conv_1")(x)
+    x = convolution(16, 3, padding="same", activation="relu", name="conv_0")(inputs)
+    x = convolution(32, 3, padding="same", activation="relu", name="conv_1")(x)
     x = layers.Flatten()(x)
     x = layers.Dense(128, activation="relu", name="hidden")(x)
     outputs = layers.Dense(n_actions, name="output")(x)
@@ -509,14 +515,7 @@ def snake_fast_network(observation_space_or_shape, n_actions: int = 3, name: str
     """`snake_small` built from PatchConv2D, for the compiled loop on the keras.ops Snake:
     PatchConv2D(16, 3, same, relu) -> PatchConv2D(32, 3, same, relu) -> Flatten ->
     Dense(128, relu) -> Dense(n_actions)."""
-    shape = tuple(getattr(observation_space_or_shape, "shape", observation_space_or_shape))
-    inputs = keras.Input(shape=shape, name="observation")
-    x = PatchConv2D(16, 3, activation="relu", name="conv_0")(inputs)
-    x = PatchConv2D(32, 3, activation="relu", name="conv_1")(x)
-    x = layers.Flatten()(x)
-    x = layers.Dense(128, activation="relu", name="hidden")(x)
-    outputs = layers.Dense(n_actions, name="output")(x)
-    return keras.Model(inputs, outputs, name=name)
+    return _two_convolutions_and_dense(observation_space_or_shape, n_actions, name, PatchConv2D)
 
 
 @keras.saving.register_keras_serializable(package="kerasrl")

@@ -103,6 +103,14 @@ ENV_IDS: dict[str, dict[str, Any]] = {
 
 
 # -- presets: named, tested hyperparameter sets (`kerasrl train --preset NAME`) ------------------
+# snake-dqn-fast's DQN settings, which snake-dqn-compiled shares but for two.
+SNAKE_DQN_FAST = dict(buffer_size=100_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
+                      gamma=0.99, loss="huber", max_grad_norm=10.0, double_q=True,
+                      target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=1,
+                      exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                      exploration_fraction=0.05, n_envs=16)
+
+
 @dataclass(frozen=True)
 class Preset:
     """A ready-made training run."""
@@ -194,12 +202,7 @@ PRESETS: dict[str, Preset] = {
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),
     "snake-dqn-fast": Preset(
-        "dqn", "kerasrl/Snake-v0", 2_000_000,
-        dict(buffer_size=100_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
-             gamma=0.99, loss="huber", max_grad_norm=10.0, double_q=True,
-             target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=1,
-             exploration_initial_eps=1.0, exploration_final_eps=0.01,
-             exploration_fraction=0.05, n_envs=16),
+        "dqn", "kerasrl/Snake-v0", 2_000_000, SNAKE_DQN_FAST,
         "Snake on 16 native vector games with a small CNN (snake_small: ~18x fewer multiply-adds "
         "per frame than the reference network, no batch norm or dropout), Double DQN, Huber loss, "
         "one Adam step per 16 frames, a 100k buffer, epsilon 1.0 -> 0.01 over 100k frames; same "
@@ -210,11 +213,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "snake-dqn-compiled": Preset(
         "dqn", SNAKE_TIME_LIMIT_ID, 500_000,
-        dict(buffer_size=100_000, learning_starts=2_000, batch_size=64, learning_rate=1e-3,
-             gamma=0.99, loss="huber", max_grad_norm=10.0, double_q=True,
-             target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=1,
-             exploration_initial_eps=1.0, exploration_final_eps=0.01,
-             exploration_fraction=0.05, n_envs=32),
+        dict(SNAKE_DQN_FAST, learning_starts=2_000, n_envs=32),
         "Snake with the whole loop compiled: the keras.ops Snake (same rules and rewards; 100 steps "
         "without fruit truncate an episode, as in evaluation), 32 games, the snake_egocentric "
         "network (the board centred on the head and turned to its heading, then Dense(128)), "
