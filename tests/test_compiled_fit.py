@@ -169,12 +169,12 @@ def test_auto_takes_the_python_loop_for_keras_convolutions_on_xla_cpu(caplog):
     caplog.set_level(logging.INFO, logger="kerasrl")
     conv = kerasrl.DQN("kerasrl/OpsSnake-v0", model=snake_small_network((9, 9, 2)), **SNAKE_TINY)
     conv.fit(40, progress=False)
-    if backend.COMPILED_LOOPS:  # JAX, TensorFlow
+    if backend.COMPILED_LOOPS and backend.on_cpu():  # JAX, TensorFlow (XLA's CPU backend)
         assert len(python_loop_lines(caplog)) == 1 and "Conv2D layers" in python_loop_lines(caplog)[0]
         assert "PatchConv2D" in python_loop_lines(caplog)[0] and conv.loop.compiled_streams is None
         conv.fit(48, progress=False, engine="compiled")  # insisting runs it
         assert conv.loop.compiled_streams is not None and conv.num_timesteps == 48
-    else:  # PyTorch's compiled pieces keep its own convolutions
+    else:  # PyTorch's compiled pieces keep its own convolutions; an accelerator's XLA too
         assert python_loop_lines(caplog) == [] and conv.loop.compiled_streams is not None
     caplog.clear()
     patches = kerasrl.DQN("kerasrl/OpsSnake-v0", model=snake_fast_network((9, 9, 2)), **SNAKE_TINY)

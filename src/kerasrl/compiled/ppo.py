@@ -118,13 +118,19 @@ class CompiledPPO(CompiledLoop):
 
     def _outputs(self, params, observations):
         """Logits (B, A) and values (B,)."""
+        from kerasrl.networks import stateless_apply
+
+        logits, _ = stateless_apply(self.actor, params[:self.n_actor], [], observations, False)
+        return logits, self._values(params, observations)
+
+    def _values(self, params, observations):
+        """The critic's values (B,)."""
         from keras import ops
 
         from kerasrl.networks import stateless_apply
 
-        logits, _ = stateless_apply(self.actor, params[:self.n_actor], [], observations, False)
         values, _ = stateless_apply(self.critic, params[self.n_actor:], [], observations, False)
-        return logits, ops.reshape(values, (-1,))
+        return ops.reshape(values, (-1,))
 
     def _env_step(self, i, carry):
         from keras import ops
@@ -141,7 +147,7 @@ class CompiledPPO(CompiledLoop):
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
         # A time-limit cut bootstraps from the value of the true final observation.
         cut = ops.logical_and(truncated, ops.logical_not(terminated))
-        _, final_values = self._outputs(state["params"], info["final_obs"])
+        final_values = self._values(state["params"], info["final_obs"])
         bootstrap = ops.where(cut, cfg.gamma * final_values, 0.0)
         row = ops.reshape(ops.cast(i, "int32"), (1, 1))
         done = ops.logical_or(terminated, truncated)
@@ -204,7 +210,7 @@ class CompiledPPO(CompiledLoop):
             return state, rollout, log_episodes(metrics, ended)
 
         state, rollout, metrics = backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
-        _, last_values = self._outputs(state["params"], state["obs"])
+        last_values = self._values(state["params"], state["obs"])
         advantages, returns = self._advantages(rollout, last_values)
         data = {key: ops.reshape(value, (self.n_samples, *value.shape[2:])) for key, value in rollout.items()}
         data.update(advantages=ops.reshape(advantages, (-1,)), returns=ops.reshape(returns, (-1,)))
