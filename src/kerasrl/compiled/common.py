@@ -178,7 +178,6 @@ class CompiledLoop:
         the mean loss of its gradient steps."""
         return {"loss": float(metrics["loss_sum"]) / max(int(metrics["updates"]), 1)}
 
-
     log_episodes = False
 
     def _start(self, states: list) -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from kerasrl import backend
+from kerasrl.agents.ppo import METRICS
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -28,7 +29,6 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
-from kerasrl.agents.ppo import METRICS
 from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
@@ -261,6 +261,7 @@ class CompiledPPO(CompiledLoop):
     # Per gradient step: the PPO figures after the loss (agents.ppo.METRICS); per rollout: the
     # explained variance of its value predictions, the clip range, the learning rate, 1 (the count).
     FIGURE_SUMS = {"figure_sums": (len(METRICS) - 1,), "round_sums": (4,)}
+    partial_rounds = False  # a rollout is whole: a fit stopping mid-rollout ends in the Python loop
 
     def figures(self, metrics: dict) -> dict[str, float]:
         """What the Python loop logs after a rollout's update, averaged over the call's rollouts."""
@@ -270,7 +271,6 @@ class CompiledPPO(CompiledLoop):
         explained, clip_range, learning_rate, _ = (np.asarray(metrics["round_sums"], np.float64) / rounds).tolist()
         return {**per_step, "explained_variance": explained, "learning_rate": learning_rate, "clip_range": clip_range,
                 "gradient_steps": int(metrics["updates"]) / rounds}
-    partial_rounds = False  # a rollout is whole: a fit stopping mid-rollout ends in the Python loop
 
     @staticmethod
     def why_not(agent) -> str | None:
