@@ -86,22 +86,11 @@ def recording_env(env_id: str, env_kwargs: dict, path, fps: int | None = None):
     """`gymnasium.make(env_id, render_mode="rgb_array", **env_kwargs)` wrapped to record every
     episode; its `save()` writes them to `path` (.mp4 or .gif) at `fps` (default: the env's
     `render_fps`, else 30)."""
-    import gymnasium as gym
+    from kerasrl.watch.stepping import make_render_env
 
     path = check_video_path(path)
     _imageio()  # fail before playing, not after
-    spec_modes = gym.make(env_id, **env_kwargs)
-    modes = list(spec_modes.metadata.get("render_modes", []))
-    spec_modes.close()
-    if "rgb_array" not in modes:
-        raise ValueError(f"{env_id} cannot draw itself as an image (its render modes: "
-                         f"{', '.join(modes) or 'none'}), and --video records 'rgb_array' frames.")
-    try:
-        env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
-    except gym.error.DependencyNotInstalled as error:
-        raise ImportError(f"{env_id} needs a drawing library to render: {error} "
-                          f"(pip install 'kerasrl[video]' brings pygame for classic control).") \
-            from error
+    env = make_render_env(env_id, env_kwargs, ("rgb_array",), "--video records 'rgb_array' frames")
     return _record_video_class()(env, path, fps)
 
 

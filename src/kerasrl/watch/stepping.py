@@ -121,31 +121,72 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
 # -- frames ----------------------------------------------------------------------------------------
 
 def is_snake(env: gym.Env) -> bool:
-    """Whether `env` is kerasrl's Snake (drawn as a board from its observation, not as pixels)."""
+    """Whether `env` is kerasrl's Snake, numpy or keras.ops (drawn as a board from its observation,
+    not as pixels)."""
+    from kerasrl.envs.ops.gym import OpsGymEnv
+    from kerasrl.envs.ops.snake import Snake as OpsSnake
     from kerasrl.envs.snake import Snake
 
-    return isinstance(env.unwrapped, Snake)
+    env = env.unwrapped
+    return isinstance(env, Snake) or isinstance(env, OpsGymEnv) and isinstance(env.ops_env, OpsSnake)
+
+
+MODE_NAMES = {"ansi": "text", "rgb_array": "an image"}
+
+
+def make_render_env(env_id: str, kwargs: dict | None, modes, use: str) -> gym.Env:
+    """`env_id` made with the first of the render `modes` it has, and checked to draw a frame; or
+    a ValueError naming its modes and `use` (what needs them), or an ImportError naming what to
+    install. `kerasrl play`, `watch` and `evaluate --video` make their envs here."""
+    kwargs = dict(kwargs or {})
+    try:
+        env = gym.make(env_id, **kwargs)
+    except gym.error.Error as error:
+        raise ValueError(f"Cannot make {env_id!r}: {error}. Pass --env with a registered Gymnasium "
+                         f"id.") from error
+    have = list(env.metadata.get("render_modes", []))
+    env.close()
+    mode = next((mode for mode in modes if mode in have), None)
+    if mode is None:
+        wanted = " or ".join(MODE_NAMES.get(mode, repr(mode)) for mode in modes)
+        raise ValueError(f"{env_id} cannot draw itself as {wanted} (its render modes: "
+                         f"{', '.join(have) or 'none'}), and {use}. For {env_id}, `kerasrl evaluate "
+                         f"RUN` reports the returns.")
+    try:
+        env = gym.make(env_id, render_mode=mode, **kwargs)
+    except gym.error.DependencyNotInstalled as error:
+        raise ImportError(f"{env_id} needs a drawing library to render: {error} (pip install "
+                          f"'kerasrl[video]' brings pygame for classic control).") from error
+    try:  # one frame now, so that a missing library or display is said before anything plays
+        env.reset(seed=0)
+        env.render()
+    except gym.error.DependencyNotInstalled as error:
+        env.close()
+        raise ImportError(f"{env_id} needs a drawing library to render: {error} (pip install "
+                          f"'kerasrl[video]' brings pygame for classic control).") from error
+    except Exception as error:  # e.g. MuJoCo without an OpenGL context: say which and how
+        env.close()
+        hint = (" On a machine without a display, MuJoCo draws with MUJOCO_GL=egl (or osmesa) set "
+                "in the environment." if "mujoco" in type(error).__module__.lower()
+                or "OpenGL" in str(error) else "")
+        raise ValueError(f"{env_id} could not draw a frame with render_mode={mode!r}: "
+                         f"{type(error).__name__}: {error}.{hint}") from error
+    return env
 
 
 def make_watch_env(env_id: str, kwargs: dict | None = None) -> gym.Env:
     """`env_id` made to be watched: Snake as it is (the page draws its board), any other env with
     render_mode="rgb_array", or a clear error naming what is missing."""
-    kwargs = dict(kwargs or {})
     try:
-        env = gym.make(env_id, **kwargs)
+        env = gym.make(env_id, **dict(kwargs or {}))
     except gym.error.Error as error:
         raise ValueError(f"Cannot make {env_id!r} to watch: {error}. Pass --env with a registered "
                          f"Gymnasium id.") from error
     if is_snake(env):
         return env
-    modes = list(env.metadata.get("render_modes", []))
     env.close()
-    if "rgb_array" not in modes:
-        raise ValueError(
-            f"{env_id} cannot draw itself as an image (its render modes: {', '.join(modes) or 'none'}):"
-            f" `kerasrl watch` shows envs with the 'rgb_array' render mode. For {env_id}, "
-            f"`kerasrl evaluate RUN` reports the returns.")
-    return gym.make(env_id, render_mode="rgb_array", **kwargs)
+    return make_render_env(env_id, kwargs, ("rgb_array",),
+                           "`kerasrl watch` shows envs with the 'rgb_array' render mode")
 
 
 def board_cells(observation: np.ndarray) -> np.ndarray:

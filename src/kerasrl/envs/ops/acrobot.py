@@ -41,6 +41,12 @@ class Acrobot(OpsEnv):
     default_params = AcrobotParams()
     observation_space = spaces.Box(-_HIGH, _HIGH, dtype=np.float32)
     action_space = spaces.Discrete(3)
+    reference = "gymnasium.envs.classic_control.acrobot:AcrobotEnv"
+
+    def render_attributes(self, observation, action, params):
+        cos1, sin1, cos2, sin2, dtheta1, dtheta2 = observation.astype(np.float64)
+        state = np.array([np.arctan2(sin1, cos1), np.arctan2(sin2, cos2), dtheta1, dtheta2])
+        return {"state": state, "LINK_LENGTH_1": params.link_length_1}
 
     @staticmethod
     def _obs(physics):

@@ -134,6 +134,9 @@ class OpsEnv:
     default_params: EnvParams = EnvParams()
     observation_space: Any = None
     action_space: Any = None
+    reference: str | None = None
+    """The env this one follows, "module:Class" (Gymnasium's `CartPoleEnv`, the numpy Snake): its
+    render modes and frame rate are this env's, and it draws this env's frames (`renderer`)."""
 
     # Subclass API ---------------------------------------------------------------------------
     def reset_env(self, rng, params):
@@ -146,7 +149,34 @@ class OpsEnv:
         """Per-game values reported in `info` besides `final_obs` (of the state before reset)."""
         return {}
 
+    def render_attributes(self, observation: np.ndarray, action, params) -> dict:
+        """What the reference env's `render` reads to draw one game (e.g. CartPole's `state`), from
+        the game's observation (numpy) and the action that led to it (None after a reset)."""
+        raise NotImplementedError(f"{self.name} does not say how its reference env draws it: write "
+                                  f"render_attributes, or override renderer.")
+
     # Public API -----------------------------------------------------------------------------
+    @property
+    def metadata(self) -> dict:
+        """`render_modes` and `render_fps`: the reference env's (no render mode without one)."""
+        if self.reference is None:
+            return {"render_modes": [], "render_fps": None}
+        from kerasrl.envs.ops.render import reference_class
+
+        metadata = reference_class(self.reference).metadata
+        return {"render_modes": list(metadata.get("render_modes", [])), "render_fps": metadata.get("render_fps")}
+
+    def renderer(self, render_mode: str, params: EnvParams | None = None):
+        """A drawer of one game in `render_mode` (one of `metadata["render_modes"]`): called with
+        `(observation, action)` (numpy) it returns the frame, as the reference env's `render` does;
+        `close()` when done. The default hands `render_attributes` to the reference env's renderer."""
+        from kerasrl.envs.ops.render import ReferenceRenderer, check_render_mode
+
+        check_render_mode(self.name, render_mode, self.metadata["render_modes"])
+        params = self.default_params if params is None else params
+        return ReferenceRenderer(self.reference, render_mode,
+                                 lambda observation, action: self.render_attributes(observation, action, params))
+
     def params(self, **changes) -> EnvParams:
         """The default parameters with `changes` applied (unknown names raise)."""
         names = {field.name for field in dataclasses.fields(self.default_params)}

@@ -42,6 +42,12 @@ class CartPole(OpsEnv):
     default_params = CartPoleParams()
     observation_space = spaces.Box(-_HIGH, _HIGH, dtype=np.float32)
     action_space = spaces.Discrete(2)
+    reference = "gymnasium.envs.classic_control.cartpole:CartPoleEnv"
+
+    def render_attributes(self, observation, action, params):
+        # The observation is the state; the track's width and the pole's length follow the params.
+        return {"state": observation.astype(np.float64), "x_threshold": params.x_threshold,
+                "length": params.length}
 
     def reset_env(self, rng, params):
         rng, physics = uniform(rng, -0.05, 0.05, (4,))

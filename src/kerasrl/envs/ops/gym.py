@@ -4,6 +4,11 @@
 true last observation in `info["final_obs"]`, as `kerasrl.envs.vector` expects); `OpsGymEnv` is
 one game as a `gymnasium.Env`. Both keep the games' state as backend tensors between calls and
 convert only the step's inputs and outputs.
+
+Both take `render_mode` as the reference env does (`rgb_array` and `human` for the classic-control
+envs, drawn by Gymnasium's own renderer; `ansi` and `rgb_array` for Snake, drawn as the numpy Snake
+draws), and seed as Gymnasium envs do: `reset(seed=None)` after a seeded reset goes on from the
+games' generators, so two envs reset with the same seed stay the same.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from kerasrl import registry
 from kerasrl.envs.ops.base import OpsEnv, make_rng
-
+from kerasrl.envs.ops.render import check_render_mode
 
 
 def make_ops_env(name: str | OpsEnv, **kwargs) -> OpsEnv:
@@ -50,7 +55,8 @@ class OpsVectorEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, env: str | OpsEnv = "CartPole", num_envs: int = 1, *,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP, **kwargs):
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP, render_mode: str | None = None,
+                 **kwargs):
         if AutoresetMode(autoreset_mode) != AutoresetMode.SAME_STEP:
             raise ValueError(f"OpsVectorEnv auto-resets in SAME_STEP mode only (the ops envs reset inside their "
                              f"step); got autoreset_mode={autoreset_mode!r}.")
@@ -68,7 +74,14 @@ class OpsVectorEnv(gym.vector.VectorEnv):
         self.single_action_space = self.env.action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self.metadata = dict(type(self).metadata)
+        # The reference's modes; `human` is one game's window, so one game (OpsGymEnv) has it.
+        modes = [mode for mode in self.env.metadata["render_modes"] if mode != "human"]
+        check_render_mode(f"OpsVectorEnv({self.env.name})", render_mode, modes)
+        self.render_mode = render_mode
+        self.metadata = {**type(self).metadata, "render_modes": modes,
+                         "render_fps": self.env.metadata["render_fps"]}
+        self._renderer = None if render_mode is None else self.env.renderer(render_mode, self.params)
+        self._shown = None  # (observations, actions or None per game) that render draws
         self._backend = backend
         params = self.params
         self._reset = backend.compile(lambda rng: self.env.reset(rng, params))
@@ -77,11 +90,18 @@ class OpsVectorEnv(gym.vector.VectorEnv):
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Resets every game; `seed` seeds the games' generators (None: fresh entropy)."""
+        """Resets every game; `seed` seeds the games' generators (None: they go on from where they
+        are, or from fresh entropy on the first reset)."""
         if options:
             raise ValueError("OpsVectorEnv.reset takes no options.")
-        obs, self._state = self._reset(make_rng(seed, self.num_envs))
-        return self._backend.to_numpy(obs), {}
+        if seed is None and self._state is not None:
+            rng = self._backend.to_numpy(self._state["rng"])
+        else:
+            rng = make_rng(seed, self.num_envs)
+        obs, self._state = self._reset(rng)
+        obs = self._backend.to_numpy(obs)
+        self._shown = (obs, [None] * self.num_envs)
+        return obs, {}
 
     def step(self, actions):
         """Steps every game; ended games restart at once (their last observation in info["final_obs"])."""
@@ -100,6 +120,8 @@ class OpsVectorEnv(gym.vector.VectorEnv):
         obs, self._state, reward, terminated, truncated, info = self._step(self._state, self._backend.feed(actions))
         obs, reward, terminated, truncated, info = self._backend.to_numpy((obs, reward, terminated, truncated, info))
         done = terminated | truncated
+        if self._renderer is not None:  # a restarted game is drawn without the action of the last
+            self._shown = (obs, [None if end else action for action, end in zip(actions, done)])
         infos: dict[str, Any] = {}
         if done.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
@@ -111,6 +133,19 @@ class OpsVectorEnv(gym.vector.VectorEnv):
                 infos["final_info"] = {**extra, **{f"_{key}": done.copy() for key in extra}}
                 infos["_final_info"] = done.copy()
         return obs, reward.astype(np.float64), terminated, truncated, infos
+
+    def render(self) -> tuple | None:
+        """One frame per game (a tuple) in `render_mode`, as the reference env draws it; None without
+        a render mode or before `reset`."""
+        if self._renderer is None or self._shown is None:
+            return None
+        observations, actions = self._shown
+        return tuple(self._renderer(observation, action) for observation, action in zip(observations, actions))
+
+    def close(self, **kwargs) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+        super().close(**kwargs)
 
     # -- the games' state: checkpoints, and the compiled loop (kerasrl.compiled.engine) ----------
     @property
@@ -156,24 +191,67 @@ def _snake_board(kwargs: dict) -> dict:
 
 
 class OpsGymEnv(gym.Env):
-    """One game of an ops env as a `gymnasium.Env` (keywords as for `OpsVectorEnv`)."""
+    """One game of an ops env as a `gymnasium.Env` (keywords as for `OpsVectorEnv`).
 
-    def __init__(self, env: str | OpsEnv = "CartPole", **kwargs):
+    `render_mode`: one of the reference env's (`metadata["render_modes"]`); `human` draws each
+    reset and step in the reference's window, as the reference does.
+    """
+
+    def __init__(self, env: str | OpsEnv = "CartPole", *, render_mode: str | None = None, **kwargs):
         self._vector = OpsVectorEnv(env, 1, **kwargs)
+        ops_env = self._vector.env
         self.observation_space = self._vector.single_observation_space
         self.action_space = self._vector.single_action_space
-        self.metadata = {}
+        self._metadata = ops_env.metadata
+        check_render_mode(ops_env.name, render_mode, self._metadata["render_modes"])
+        self.render_mode = render_mode
+        self._renderer = None if render_mode is None else ops_env.renderer(render_mode, self._vector.params)
+        self._shown = None  # (observation, action) that render draws
+
+    @property
+    def ops_env(self) -> OpsEnv:
+        """The keras.ops env that plays the game."""
+        return self._vector.env
+
+    # A property, so that gymnasium.make reads the modes of the env made (each id its own) rather
+    # than one list for the class (it skips the check of a property, as for wrappers).
+    @property
+    def metadata(self) -> dict:
+        """`render_modes` and `render_fps`, the reference env's."""
+        return self._metadata
+
+    @metadata.setter
+    def metadata(self, value: dict) -> None:
+        self._metadata = value
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         obs, _ = self._vector.reset(seed=seed, options=options)
+        self._shown = (obs[0], None)
+        if self.render_mode == "human":
+            self.render()
         return obs[0], {}
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self._vector.step(np.asarray(action)[None])
         if terminated[0] or truncated[0]:
             obs = info["final_obs"]  # this game's episode ends here: the caller resets it
+        self._shown = (obs[0], action)
+        if self.render_mode == "human":
+            self.render()
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+    def render(self):
+        """The game as its reference env draws it: an RGB array (height, width, 3), text (`ansi`),
+        or None (`human` draws in a window; no render mode; before `reset`)."""
+        if self._renderer is None or self._shown is None:
+            return None
+        return self._renderer(*self._shown)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+        self._vector.close()
 
 
 def register_ops_envs() -> None:

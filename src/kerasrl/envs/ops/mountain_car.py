@@ -35,6 +35,11 @@ class MountainCar(OpsEnv):
     observation_space = spaces.Box(np.array([-1.2, -0.07], np.float32), np.array([0.6, 0.07], np.float32),
                                    dtype=np.float32)
     action_space = spaces.Discrete(3)
+    reference = "gymnasium.envs.classic_control.mountain_car:MountainCarEnv"
+
+    def render_attributes(self, observation, action, params):
+        return {"state": observation.astype(np.float64), "min_position": params.min_position,
+                "max_position": params.max_position, "goal_position": params.goal_position}
 
     def reset_env(self, rng, params):
         from keras import ops

@@ -36,6 +36,14 @@ class Pendulum(OpsEnv):
     observation_space = spaces.Box(-np.array([1.0, 1.0, 8.0], np.float32), np.array([1.0, 1.0, 8.0], np.float32),
                                    dtype=np.float32)
     action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
+    reference = "gymnasium.envs.classic_control.pendulum:PendulumEnv"
+
+    def render_attributes(self, observation, action, params):
+        cos, sin, theta_dot = observation.astype(np.float64)
+        # The reference draws the last torque as an arrow (none after a reset), clipped as applied.
+        torque = None if action is None else float(np.clip(np.reshape(action, -1)[0], -params.max_torque,
+                                                                   params.max_torque))
+        return {"state": np.array([np.arctan2(sin, cos), theta_dot]), "last_u": torque}
 
     @staticmethod
     def _obs(physics):

@@ -46,6 +46,7 @@ class Snake(OpsEnv):
 
     name = "Snake"
     default_params = SnakeParams()
+    reference = "kerasrl.envs.snake:Snake"
 
     def __init__(self, *, height: int = 9, width: int = 9, n_fruits: int = 1, initial_length: int = 2):
         values = {}
@@ -160,3 +161,11 @@ class Snake(OpsEnv):
 
     def info(self, state):
         return {"fruits_eaten": state["fruits_eaten"]}
+
+    def renderer(self, render_mode, params=None):
+        """Draws a game's observation as the numpy Snake draws its own (`render_ansi`, `render_rgb`)."""
+        from kerasrl.envs.ops.render import ObservationRenderer, check_render_mode
+        from kerasrl.envs.snake import render_ansi, render_rgb
+
+        check_render_mode(self.name, render_mode, self.metadata["render_modes"])
+        return ObservationRenderer(render_ansi if render_mode == "ansi" else render_rgb)
