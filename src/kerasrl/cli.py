@@ -309,26 +309,6 @@ def _import_factory(text: str):
         raise ValueError(f"--model-factory {text!r} could not be imported: {error}") from None
 
 
-def _text_env(env_id: str, kwargs: dict):
-    """`env_id` made to render as text, or a clear error naming what `play` can show."""
-    import gymnasium as gym
-
-    try:
-        env = gym.make(env_id, **kwargs)
-    except gym.error.Error as error:
-        raise ValueError(f"Cannot make {env_id!r} to play in: {error}. Pass --env with a "
-                         f"registered Gymnasium id.") from error
-    modes = list(env.metadata.get("render_modes", []))
-    env.close()
-    if "ansi" not in modes:
-        raise ValueError(
-            f"{env_id} cannot draw itself as text (its render modes: {', '.join(modes) or 'none'}), "
-            f"and `kerasrl play` shows games in the terminal: it plays envs with the 'ansi' render "
-            f"mode, such as kerasrl/Snake-v0. For {env_id}, `kerasrl evaluate RUN` reports the "
-            f"returns.")
-    return gym.make(env_id, render_mode="ansi", **kwargs)
-
-
 def cmd_play(args) -> int:
     if args.backend:
         backend.use(args.backend)
@@ -340,7 +320,11 @@ def cmd_play(args) -> int:
         env_id, env_kwargs = _saved_env(path)
     if env_id is None:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
-    env = _text_env(env_id, env_kwargs if args.env is None else {})
+    from kerasrl.watch.stepping import make_render_env
+
+    # Text where the env writes it (Snake), else its rgb_array frames drawn in the terminal.
+    env = make_render_env(env_id, env_kwargs if args.env is None else {}, ("ansi", "rgb_array"),
+                          "`kerasrl play` shows games in the terminal")
     if policy is None:  # a .keras file: a Q-network for this env
         from kerasrl.checkpoint import load_keras_model
         from kerasrl.policies import QPolicy
@@ -352,9 +336,17 @@ def cmd_play(args) -> int:
     print(f"Playing {path} on {env_id}, backend {backend.NAME}", flush=True)
 
     def show(header: str) -> None:
+        frame = env.render()
+        if env.render_mode == "rgb_array":
+            import shutil
+
+            from kerasrl.watch.terminal import terminal_image
+
+            columns, lines = shutil.get_terminal_size((80, 24))
+            frame = terminal_image(frame, columns, max(lines - 3, 4))  # the header, an end line
         if live:
             sys.stdout.write("\x1b[2J\x1b[H")  # clear the screen, cursor home
-        print(f"{header}\n{env.render()}", flush=True)
+        print(f"{header}\n{frame}", flush=True)
 
     from kerasrl.watch.stepping import play_steps  # the loop `kerasrl watch` shows too
 
@@ -485,11 +477,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume: " + MODEL_FACTORY_HELP)
     p.set_defaults(run=cmd_train)
 
-    p = commands.add_parser("play", help="Watch a trained policy play, in the terminal.")
+    p = commands.add_parser("play", help="Watch a trained policy play, in the terminal (as text, or "
+                                         "its rgb_array frames in colour).")
     p.add_argument("run_or_model", metavar="RUN_OR_POLICY",
                    help="a run folder (its best/ policy, else its newest checkpoint), a "
                         "checkpoint, a policy folder, or a Q-network's .keras file (with --env)")
-    p.add_argument("--env", help="Gymnasium id that renders as text (default: the run's env)")
+    p.add_argument("--env", help="Gymnasium id that renders as text or as images (default: the "
+                                 "run's env)")
     p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.add_argument("--episodes", type=int, default=1)
