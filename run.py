@@ -16,6 +16,9 @@ Steps of `run.py test` and `run.py slow`, each also a command of its own:
     python3 run.py cross-backend   the tests that start every backend in its own processes
     python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0
                                    (public framework APIs only, as after a fast path fails)
+    python3 run.py package         the README's install blocks as written, each into an empty
+                                   virtual environment (the wheel with the jax extra alone; the
+                                   checkout), and its quick start run there
     python3 run.py lowest          install the lowest versions that pyproject.toml allows
                                    (constraints-lowest.txt) into .venv-lowest and run a smoke
                                    subset on every backend there
@@ -82,7 +85,7 @@ OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 
 # CI's two lanes (`run.py test` without arguments), one core each, balanced by the last CI log's
 # step times: the JAX pass and then JAX_LANE_AFTER in one, OTHER_LANE in the other.
-JAX_LANE_AFTER: tuple[str, ...] = ()
+JAX_LANE_AFTER: tuple[str, ...] = ("package",)
 OTHER_LANE = ("other-backends", "cross-backend")
 
 # The lowest-versions step: a smoke subset of what differs most between library versions, a few
@@ -316,8 +319,8 @@ def test(extra_args: list[str]) -> int:
         failed |= other_backends(extra_args)
         return step("fast tier on every backend", start, failed)
     other_lane = start_logged("lane", *OTHER_LANE)
-    failed = step("JAX pass", start, run(*jax_pass, "-m", "not slow and not cross_backend",
-                                         env=test_env("jax")))
+    failed = step("JAX pass", start, run(*jax_pass, "-m", "not slow and not cross_backend and "
+                                         "not packaging", env=test_env("jax")))
     failed |= lane(JAX_LANE_AFTER)
     failed |= step(f"{', '.join(OTHER_LANE)} (the other lane)", start,
                    finish_logged(*other_lane))
@@ -387,6 +390,17 @@ def no_fast_paths(extra_args: list[str]) -> int:
     return step("fast paths off (KERASRL_FAST_PATHS=0)", start, failed)
 
 
+def package(extra_args: list[str]) -> int:
+    """kerasrl as a user installs it (tests/test_packaging.py): the README's install blocks as
+    written, each into an empty virtual environment (the wheel with the `jax` extra alone, and the
+    checkout), and the README's quick start run in the wheel's."""
+    install()
+    start = time.monotonic()
+    failed = run(*pytest_command(), *extra_args, "-m", "packaging and not slow",
+                 "tests/test_packaging.py", env=test_env("jax"))
+    return step("packaging (clean installs)", start, failed)
+
+
 def lowest(extra_args: list[str]) -> int:
     """The smoke subset on every backend in .venv-lowest (the lowest allowed versions)."""
     start = time.monotonic()
@@ -424,7 +438,7 @@ def bench(extra_args: list[str]) -> int:
 
 
 COMMANDS = {"test": test, "slow": slow, "bench": bench, "no-fast-paths": no_fast_paths,
-            "lowest": lowest, "other-backends": other_backends, "cross-backend": cross_backend,
+            "lowest": lowest, "package": package, "other-backends": other_backends, "cross-backend": cross_backend,
             "lane": lane}
 
 

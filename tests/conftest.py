@@ -21,3 +21,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cross_backend: runs every backend in its own processes (parity, same seed, "
         "cross-backend loading); run.py test runs these in the lane beside the JAX pass")
+    config.addinivalue_line(
+        "markers", "packaging: installs kerasrl into clean virtual environments as a user does "
+        "(tests/test_packaging.py); run by `run.py package`, in CI's JAX lane after the JAX pass")
