@@ -331,3 +331,21 @@ def test_bad_input_is_named():
         make_rng(0, 0)
     with pytest.raises(ValueError, match="initial_length"):
         make_ops_env("Snake", width=3, initial_length=4)
+
+
+def test_seeding_follows_gymnasiums_contract(monkeypatch):
+    """Two envs reset with the same seed, then again without one, stay the same (reset(seed=None)
+    goes on from the games' generators, as Gymnasium's envs go on from `np_random`)."""
+    from gymnasium.utils.env_checker import check_env
+
+    one, two = gym.make("kerasrl/OpsCartPole-v1"), gym.make("kerasrl/OpsCartPole-v1")
+    seeded = one.reset(seed=7)[0]
+    np.testing.assert_array_equal(two.reset(seed=7)[0], seeded)
+    one.step(0)  # steps in between do not matter: a reset starts from the generators alone
+    for _ in range(3):
+        obs = one.reset()[0]
+        np.testing.assert_array_equal(two.reset()[0], obs)
+        assert not np.array_equal(obs, seeded)  # a new episode each time
+    # Gymnasium's own check: seeding, and each render mode (human, rgb_array) made through the spec.
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # `human` opens a window
+    check_env(one.unwrapped)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import itertools
+import os
 import struct
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -152,6 +154,13 @@ def make_render_env(env_id: str, kwargs: dict | None, modes, use: str) -> gym.En
         raise ValueError(f"{env_id} cannot draw itself as {wanted} (its render modes: "
                          f"{', '.join(have) or 'none'}), and {use}. For {env_id}, `kerasrl evaluate "
                          f"RUN` reports the returns.")
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # No window can open here. MuJoCo tries a windowed OpenGL context first and fails; EGL
+        # draws off-screen (read when its renderer is made). pygame's SDL probes for a display
+        # and prints an error line; its dummy driver draws the same frames. Values the user set
+        # are kept.
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         env = gym.make(env_id, render_mode=mode, **kwargs)
     except gym.error.DependencyNotInstalled as error:
