@@ -45,6 +45,8 @@ _LAZY = {
     "EnvCheckError": "kerasrl.envs.checker",
     "networks": "kerasrl.networks",
     "fit_seeds": "kerasrl.agents.seeds",
+    "WriteError": "kerasrl.runfiles",
+    "RunLockedError": "kerasrl.runfiles",
 }
 
 __all__ = ["__version__", "backend", "envs", *_LAZY]

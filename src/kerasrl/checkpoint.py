@@ -51,6 +51,7 @@ import numpy as np
 
 from kerasrl import __version__, backend, registry
 from kerasrl.networks import adapt_model, dummy_observation
+from kerasrl.runfiles import writing
 from kerasrl.spaces import FlatObservations, structure_of
 
 FORMAT_VERSION = 1
@@ -82,33 +83,40 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def atomic_folder(path):
+def atomic_folder(path, what: str = "folder"):
     """Yield a temporary folder beside `path`; on success it replaces `path` in one rename.
 
     Files are fsynced, then the folder, then the parent, so that after a crash `path` is either
     the previous complete folder or the new complete one, never a mix. (Replacing an existing
     folder takes two renames: for a moment only the old one exists, under a hidden backup name;
-    `ckpt-<step>` folders are always new names.)
+    `ckpt-<step>` folders are always new names.) A write that fails (no space, no permission, a
+    read-only filesystem) removes the temporary folder and raises `WriteError` naming `what` and
+    `path`, and for a `ckpt-<step>` folder the newest complete checkpoint beside it.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        yield tmp
-        for file in tmp.iterdir():
-            _fsync_path(file)
-        _fsync_path(tmp, directory=True)
-        backup = None
-        if path.exists():
-            backup = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, backup)
-        os.replace(tmp, path)
-        _fsync_path(path.parent, directory=True)
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    checkpoints = run = None
+    if _STEP.match(path.name):  # a failed checkpoint of a run: resume from its newest sibling
+        checkpoints = path.parent
+        run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    with writing(what, path, checkpoints=checkpoints, run=run):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            yield tmp
+            for file in tmp.iterdir():
+                _fsync_path(file)
+            _fsync_path(tmp, directory=True)
+            backup = None
+            if path.exists():
+                backup = path.parent / f".{path.name}.old-{os.getpid()}"
+                os.replace(path, backup)
+            os.replace(tmp, path)
+            _fsync_path(path.parent, directory=True)
+            if backup is not None:
+                shutil.rmtree(backup, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def write_json(path: Path, value) -> None:
@@ -377,7 +385,7 @@ def save_checkpoint(agent, path) -> Path:
     env_state, env_arrays, reason = capture_env_state(agent.env)
     agent.sync_model()
     policy = agent.policy
-    with atomic_folder(path) as tmp:
+    with atomic_folder(path, "checkpoint") as tmp:
         formats = _save_models(policy.models(), tmp, weights_only=False)
         write_json(tmp / "config.json", {
             "algorithm": agent.algorithm,
@@ -641,7 +649,7 @@ def save_policy(policy, path, *, weights_only: bool = False) -> Path:
     path = Path(path)
     if not policy.policy_type:
         raise CheckpointError(f"{type(policy).__name__} has no policy_type: it cannot be saved.")
-    with atomic_folder(path) as tmp:
+    with atomic_folder(path, "policy") as tmp:
         formats = _save_models(policy.models(), tmp, weights_only)
         write_json(tmp / "policy.json", policy_header(policy, formats))
         write_manifest(tmp, {"format": POLICY_FORMAT, "backend": backend.NAME})
@@ -707,7 +715,9 @@ def prune_checkpoints(directory, keep_last: int | None) -> None:
         for _, old in list_checkpoints(directory)[:-keep_last]:
             # Hidden first (one rename), then deleted: a crash mid-delete leaves no folder that
             # looks like a checkpoint but lacks files.
-            os.replace(old, directory / f".{old.name}.del-{os.getpid()}")
+            with writing("checkpoint folder", directory, checkpoints=directory,
+                         run=directory.parent if directory.name == "checkpoints" else None):
+                os.replace(old, directory / f".{old.name}.del-{os.getpid()}")
     for child in directory.glob(f".{CHECKPOINT_PREFIX}*"):
         if ".tmp-" in child.name or ".del-" in child.name:
             shutil.rmtree(child, ignore_errors=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,6 +36,7 @@ import numpy as np
 from kerasrl import backend, registry
 from kerasrl.envs import env_action
 from kerasrl.presets import PRESETS, get_preset
+from kerasrl.runfiles import RunLock, RunLockedError, WriteError, writing
 
 ALGORITHMS = registry.CLI_ALGORITHMS
 
@@ -134,6 +136,7 @@ def cmd_train(args) -> int:
     if args.vectorization is not None:
         hyperparameters["vectorization"] = args.vectorization
     out = Path(args.out or f"runs/{algorithm}-{env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.hold.enter_context(RunLock(out))  # until the command ends; refused if another trains there
     model = None
     if model_name is not None:
         from kerasrl.networks import model_builder
@@ -177,11 +180,12 @@ def cmd_train(args) -> int:
 
 def _write_run_config(out: Path, agent, *, algorithm, env_id, steps, model_name, eval_kwargs) -> None:
     """RUN/config.json: what `evaluate`, `plot` (which groups seeds by it) and `--resume` read."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(
-        {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
-         "model": model_name, "eval_env_kwargs": eval_kwargs,
-         "config": agent.config.to_dict()}, indent=2))
+    with writing("run's config", out / "config.json", checkpoints=out / "checkpoints", run=out):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(
+            {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
+             "model": model_name, "eval_env_kwargs": eval_kwargs,
+             "config": agent.config.to_dict()}, indent=2))
 
 
 def _evaluate_run(agent, out: Path, env_id: str, eval_kwargs: dict, episodes: int, train_time: float) -> dict:
@@ -196,7 +200,8 @@ def _evaluate_run(agent, out: Path, env_id: str, eval_kwargs: dict, episodes: in
         eval_env.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in eval_kwargs.items())})"
     result = agent.evaluate(episodes=episodes, env=eval_env)
     result.update(train_time_s=train_time, steps_per_s=agent.num_timesteps / train_time, backend=backend.NAME)
-    (out / "evaluation.json").write_text(json.dumps(result, indent=2))
+    with writing("evaluation", out / "evaluation.json", checkpoints=out / "checkpoints", run=out):
+        (out / "evaluation.json").write_text(json.dumps(result, indent=2))
     return result
 
 
@@ -585,6 +590,8 @@ def _resume_training(args) -> int:
     from kerasrl.checkpoint import find_checkpoint, read_json
 
     run = Path(args.resume)
+    if run.is_dir():  # held before the checkpoint is read: another training may be writing it
+        args.hold.enter_context(RunLock(run))
     path = find_checkpoint(run)
     factory = _import_factory(args.model_factory) if args.model_factory else None
     agent = kerasrl.Agent.load(path, model_factory=factory)
@@ -598,7 +605,8 @@ def _resume_training(args) -> int:
               checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
     save_final_checkpoint(agent, run, args.keep_last)
     result = agent.evaluate(episodes=args.eval_episodes)
-    (run / "evaluation.json").write_text(json.dumps(result, indent=2))
+    with writing("evaluation", run / "evaluation.json", checkpoints=run / "checkpoints", run=run):
+        (run / "evaluation.json").write_text(json.dumps(result, indent=2))
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f}. Trained {time.perf_counter() - start:.1f} s more.")
     return 0
@@ -721,7 +729,11 @@ def cmd_export(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with contextlib.ExitStack() as args.hold:  # what a command holds until it ends (run locks)
+            return args.run(args)
+    except (WriteError, RunLockedError) as error:  # a full disk, a run folder in use: one line
+        print(f"kerasrl: error: {error}", file=sys.stderr)
+        return 1
     except (backend.BackendError, ValueError, TypeError, KeyError, FloatingPointError,
             ImportError) as error:
         message = str(error)

@@ -99,8 +99,8 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
     first = artifact_inputs(policy.observation_space, inputs[0][:2],
                             inputs[1][:2] if action_mask else None)
     model(first if len(first) > 1 else first[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         if format == "onnx":
             _require("onnx", "onnx")
             model.export(str(path), format="onnx", verbose=False)
@@ -114,6 +114,10 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
         raise ExportError(f"{format} export from the {backend.NAME} backend needs a package that "
                           f"is not installed ({error}). Install it with: pip install "
                           f"'kerasrl[export]'") from error
+    except OSError as error:  # no space, no permission: kerasrl.WriteError, naming the path
+        from kerasrl.runfiles import WriteError
+
+        raise WriteError("export", path, error) from error
     outputs = run_export(path, format, *inputs, space=policy.observation_space)
     check_outputs(policy, inputs[0], outputs, include_values, f"{format} export {path}",
                   masks=inputs[1] if action_mask else None)

@@ -1,4 +1,10 @@
-"""Training records: the History returned by `fit`, a live progress bar, a CSV and TensorBoard."""
+"""Training records: the History returned by `fit`, a live progress bar, a CSV and TensorBoard.
+
+Every file is written in the training's own thread, so a write that fails (no space left, no
+permission) stops the run at once with a `kerasrl.WriteError` naming the file; the run folder is
+held (`kerasrl.runfiles.RunLock`) from the logger's start to its `close`, so no two processes write
+one folder's logs.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from kerasrl import backend
+from kerasrl.runfiles import RunLock, WriteError, writing
 
 
 @dataclass
@@ -44,7 +53,8 @@ class RunLogger:
 
     Args:
         total_steps: env steps this fit will run (for the bar and the log interval).
-        out_dir: where `metrics.csv` and TensorBoard events go; None writes no files.
+        out_dir: where `metrics.csv` and TensorBoard events go; None writes no files. The
+            folder is locked for this process until `close` (RunLockedError if another holds it).
         progress: show a tqdm bar.
         log_interval: env steps between rows of the CSV and TensorBoard scalars.
         start_step: the env step count at which this fit starts (for resumed runs).
@@ -52,6 +62,8 @@ class RunLogger:
 
     def __init__(self, total_steps: int, out_dir=None, progress=True, log_interval=None,
                  start_step=0, history: History | None = None):
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self._lock = RunLock(self.out_dir).acquire() if self.out_dir is not None else None
         self.history = history if history is not None else History()
         self.total_steps = total_steps
         self.log_interval = log_interval or max(1000, total_steps // 100)
@@ -72,9 +84,6 @@ class RunLogger:
                              smoothing=0.05, mininterval=0.5)
         self._csv_file = self._csv = self._tb = None
         self._episodes_file = self._episodes_csv = None
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def episode(self, step: int, episode_return: float, length: int, **extras) -> None:
         """Record a finished episode."""
@@ -88,6 +97,10 @@ class RunLogger:
             self._write_episode(record)
 
     def _write_episode(self, record: dict) -> None:
+        with writing("log", self.out_dir / "episodes.csv"):
+            self._append_episode(record)
+
+    def _append_episode(self, record: dict) -> None:
         if self._episodes_csv is None:
             # Appended to: a resumed run continues the same file (readers keep, for each step,
             # the rows written last, so the episodes replayed after a crash are not counted twice).
@@ -110,7 +123,8 @@ class RunLogger:
         if self._bar is not None:
             self._bar.write(f"kerasrl: {message}")
         if self.out_dir is not None:
-            with open(self.out_dir / "diagnostics.log", "a") as log:
+            with writing("log", self.out_dir / "diagnostics.log"), \
+                    open(self.out_dir / "diagnostics.log", "a") as log:
                 log.write(message + "\n")
 
     def set(self, **scalars) -> None:
@@ -151,31 +165,72 @@ class RunLogger:
             self._bar.set_postfix(shown, refresh=False)
         if self.out_dir is None:
             return
-        if self._csv is None:
-            self._csv_file = open(self.out_dir / "metrics.csv", "a", newline="")
-            self._csv_fields = ["step", *row.keys()]
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields,
-                                       extrasaction="ignore")
-            if self._csv_file.tell() == 0:
-                self._csv.writeheader()
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
-        self._csv.writerow({"step": step, **row})
-        self._csv_file.flush()
+        with writing("log", self.out_dir / "metrics.csv"):
+            if self._csv is None:
+                self._csv_file = open(self.out_dir / "metrics.csv", "a", newline="")
+                self._csv_fields = ["step", *row.keys()]
+                self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields,
+                                           extrasaction="ignore")
+                if self._csv_file.tell() == 0:
+                    self._csv.writeheader()
+            self._csv.writerow({"step": step, **row})
+            self._csv_file.flush()
         if self._episodes_file is not None:
-            self._episodes_file.flush()
-        for key, value in row.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self._tb.add_scalar(f"train/{key}", value, step)
+            with writing("log", self.out_dir / "episodes.csv"):
+                self._episodes_file.flush()
+        with writing("log", self.out_dir / "tensorboard"):
+            if self._tb is None:
+                self._tb = _TensorBoardFile(self.out_dir / "tensorboard")
+            self._tb.write(step, {f"train/{key}": value for key, value in row.items()
+                                  if isinstance(value, (int, float)) and math.isfinite(value)})
 
-    def close(self, step: int) -> None:
-        """Write the last row and release files."""
-        self._log(step)
+    def close(self, step: int, quiet: bool = False) -> None:
+        """Write the last row, close the files and let the run folder go. A write that fails
+        raises WriteError after everything is closed; `quiet` (fit ending on another error, the
+        one to report) drops it."""
+        failed = None
+        try:
+            self._log(step)
+        except WriteError as error:
+            failed = error
         if self._bar is not None:
             self._bar.close()
-        if self._csv_file is not None:
-            self._csv_file.close()
-            self._tb.close()
-        if self._episodes_file is not None:
-            self._episodes_file.close()
+        for name, file in (("metrics.csv", self._csv_file), ("episodes.csv", self._episodes_file),
+                           ("tensorboard", self._tb)):
+            if file is not None:
+                try:
+                    with writing("log", self.out_dir / name):
+                        file.close()
+                except WriteError as error:
+                    failed = failed or error
+        self._csv_file = self._csv = self._tb = self._episodes_file = self._episodes_csv = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        if failed is not None and not quiet:
+            raise failed
+
+
+class _TensorBoardFile:
+    """TensorBoard scalars written and flushed in the caller's thread (tensorboardX's
+    SummaryWriter writes in a thread of its own, where a full disk kills the thread and the next
+    rows block on its queue instead of raising)."""
+
+    def __init__(self, folder: Path):
+        with backend.unused_frameworks_hidden():  # tensorboardX imports PyTorch if it can
+            from tensorboardX.event_file_writer import EventsWriter
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self._writer = EventsWriter(str(folder / "events"))  # events.out.tfevents.<time>.<host>
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+
+        now = time.time()
+        for tag, value in scalars.items():
+            self._writer.write_event(Event(wall_time=now, step=int(step), summary=scalar(tag, value)))
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

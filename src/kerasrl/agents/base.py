@@ -26,6 +26,7 @@ from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
+from kerasrl.runfiles import WriteError, hold_run_folders
 from kerasrl.schedules import linear_schedule
 
 
@@ -247,6 +248,12 @@ class Agent:
         multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
         keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
 
+        `log_dir` and `checkpoint_dir` are held by this process while it trains: a second training
+        into them (another process) is refused with `kerasrl.RunLockedError`, naming the holder.
+        A checkpoint or log that cannot be written (no space left, no permission) stops training
+        with `kerasrl.WriteError` (an OSError), naming the file, the cause and the last complete
+        checkpoint to resume from.
+
         `engine`: "auto" (the default) runs the whole loop compiled (`engine="compiled"`, see
         docs/ops_envs.md) when the env is a keras.ops env (`kerasrl/OpsCartPole-v1`, ...) and the
         algorithm and config have a compiled loop, else this process's Python loop (`"local"`),
@@ -275,19 +282,22 @@ class Agent:
                 stacklevel=2,
             )
             return self.history
-        learn, runner = self._learn, None  # chosen before the bar appears: the INFO line goes first
-        if engine in ("auto", "compiled"):
-            runner = self._compiled_engine(required=engine == "compiled")
-        elif engine != "local":
-            runner = make_engine(engine, workers=workers, address=address)
-        if runner is not None:
-            learn = lambda *args: runner.learn(self, *args)  # noqa: E731
-        logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
-                           log_interval=log_interval, start_step=self.num_timesteps,
-                           history=self.history)
-        self._start_fit(total_steps, logger)
-        callback = with_current_weights(callback)
+        run_folders = hold_run_folders(log_dir, checkpoint_dir)  # refused at once if another trains there
+        runner = logger = None
+        failed = True
         try:
+            learn = self._learn  # the engine is chosen before the bar appears: its INFO line goes first
+            if engine in ("auto", "compiled"):
+                runner = self._compiled_engine(required=engine == "compiled")
+            elif engine != "local":
+                runner = make_engine(engine, workers=workers, address=address)
+            if runner is not None:
+                learn = lambda *args: runner.learn(self, *args)  # noqa: E731
+            logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
+                               log_interval=log_interval, start_step=self.num_timesteps,
+                               history=self.history)
+            self._start_fit(total_steps, logger)
+            callback = with_current_weights(callback)
             if checkpoint_every is None:
                 learn(total_steps, stop_at, logger, callback)
             else:
@@ -306,11 +316,19 @@ class Agent:
                     learn(total_steps, min(stop_at, boundary), logger, watch)
                     save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
                     prune_checkpoints(checkpoint_dir, keep_last)
+            failed = False
+        except WriteError as error:  # say where to resume from
+            if checkpoint_dir is None and log_dir is not None:
+                checkpoint_dir = Path(log_dir) / "checkpoints"
+            error.locate(checkpoint_dir, run=log_dir)
+            raise
         finally:
-            self.sync_model()  # the weights leave the learner: fit's end is one of the points
-            logger.close(self.num_timesteps)
+            if logger is not None:
+                self.sync_model()  # the weights leave the learner: fit's end is one of the points
+                logger.close(self.num_timesteps, quiet=failed)  # after an error, that one is told
             if runner is not None and runner is not engine:  # an engine passed in is the caller's
                 runner.close()
+            run_folders.close()
         return self.history
 
     def _start_fit(self, total_steps: int, logger: RunLogger) -> None:
