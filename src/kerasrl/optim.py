@@ -54,6 +54,10 @@ class Adam:
             grads = [g * scale for g in grads]
         count = state["count"] + 1
         step = ops.cast(count, "float32")
+        # Hyperparameters may come as Python or numpy scalars, or tensors made elsewhere:
+        # converted here, they land on the device the update runs on (PyTorch's native ops
+        # refuse a tensor of another device).
+        learning_rate = ops.convert_to_tensor(learning_rate, "float32")
         alpha = (
             learning_rate
             * ops.sqrt(1.0 - ops.power(self.beta_2, step))
@@ -87,13 +91,16 @@ def polyak(online, target, tau):
     """`tau * online + (1 - tau) * target`, exactly `online` when tau >= 1 (a hard copy).
 
     `tau` may be a tensor, so that one compiled step serves every sync pattern; tau = 0 leaves the
-    target exactly as it was.
+    target exactly as it was. It is converted here, onto the device the sync runs on.
     """
+    tau = ops.convert_to_tensor(tau, "float32")
+    hard = ops.greater_equal(tau, 1.0)
     return tree.map_structure(
-        lambda o, t: ops.where(tau >= 1.0, o, t + ops.cast(tau, t.dtype) * (o - t)), online, target
+        lambda o, t: ops.where(hard, o, t + ops.cast(tau, t.dtype) * (o - t)), online, target
     )
 
 
 def copy_state(online, target, tau):
     """Non-trainable state (batch-norm statistics, seeds) follows the online net at any sync."""
-    return tree.map_structure(lambda o, t: ops.where(tau > 0.0, o, t), online, target)
+    synced = ops.greater(ops.convert_to_tensor(tau, "float32"), 0.0)
+    return tree.map_structure(lambda o, t: ops.where(synced, o, t), online, target)

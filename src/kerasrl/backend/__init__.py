@@ -1,7 +1,7 @@
 """The backend layer: the only place in kerasrl that imports jax, tensorflow or torch.
 
-Importing this package settles which Keras backend runs (see `select_backend`) and exposes, from one
-module per backend, the same few functions, as Keras does in `keras/src/backend/__init__.py`:
+Importing this package settles which Keras backend runs and exposes, from one module per backend,
+the same few functions, as Keras does in `keras/src/backend/__init__.py`:
 
 - `compile(fn)`: a compiled version of a pure function of arrays (jit, tf.function, or eager).
 - `value_and_grad(fn)`: `fn(params, *args) -> (loss, aux)` becomes
@@ -13,6 +13,15 @@ module per backend, the same few functions, as Keras does in `keras/src/backend/
 - `feed(x)`: numpy inputs of one compiled call in the form that call takes fastest.
 - `fori_loop(lower, upper, body, init, unroll)`: a loop inside a compiled step.
 - `on_cpu()`: whether computations run on the CPU (no accelerator).
+- `devices()`: the devices the framework sees, named as `keras.device` takes them ("cpu:0",
+  "gpu:1"); `kerasrl.devices` checks an agent's `device=` against them.
+- `configure_precision(full=True)`: float32 matrix products at full precision (no TensorFloat-32
+  on GPUs), which agents set unless KERASRL_FULL_PRECISION=0 (docs/reproducibility.md).
+
+Devices: every tensor these functions make (`to_tensors`, `feed`, the scalars a compiled call
+takes) lives on the device of the current `keras.device` scope (else the framework's default),
+and where more than one device is visible a compiled call runs on the device of its first tensor
+argument (JAX does that by itself). See docs/gpu.md.
 - `write_rows(array, rows, values)`: rows of a storage held as tensors (a replay buffer) written in
   place between graphs (PyTorch); None elsewhere, where `scatter_rows` (one `keras.ops` scatter,
   updated in place by XLA inside compiled loops) serves.
@@ -31,12 +40,30 @@ or computes something else (a framework upgrade), kerasrl uses the public path i
 PyTorch or a slower graph; TensorFlow's public calls), with one RuntimeWarning naming what failed,
 and the same results. Set the environment variable `KERASRL_FAST_PATHS=0` (before the backend is
 first used) to take the public paths only; JAX has no fast paths.
+
+Which backend runs: one rule, applied when kerasrl is imported.
+1. Keras already imported (`import keras` before `import kerasrl`): Keras's backend stands, since it
+   cannot change within a process. Keras took KERAS_BACKEND if set, else `~/.keras/keras.json`,
+   else its own default, TensorFlow.
+2. Otherwise KERAS_BACKEND, when set (the CLI's `--backend` sets it too, through `use`).
+3. Otherwise the fastest installed, in the order of PREFERENCE: JAX, TensorFlow, PyTorch.
+   `keras.json` is not read: Keras writes `"backend": "tensorflow"` there on its first import, so
+   the file does not show a choice.
+The first agent made in a process says which backend runs and which of these applied, at INFO on
+the "kerasrl" logger (`announce`; the `kerasrl` command shows these lines).
+
+No framework that the running backend does not need is imported: third-party code that imports
+every framework it finds (tensorboardX imports PyTorch; Keras's model serialization TensorFlow) runs
+inside `unused_frameworks_hidden()`. Keras itself imports JAX on every backend when it is installed;
+that is Keras's, not kerasrl's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 import warnings
@@ -75,18 +102,29 @@ def check_backend_name(name: str) -> str:
 
 
 def select_backend() -> str:
-    """Settle the Keras backend before Keras is imported, and return its name.
+    """Settle the Keras backend before Keras is imported, and return its name (the rule above)."""
+    return _choose()[0]
 
-    The user's choice wins: KERAS_BACKEND, or the backend of a Keras already imported. Only when
-    there is none does kerasrl pick the fastest installed backend.
-    """
+
+def _choose() -> tuple[str, str]:
+    """(backend, why it runs) by the rule in this module's docstring; sets KERAS_BACKEND when
+    kerasrl picks."""
     if "keras" in sys.modules:  # Keras has already fixed its backend; respect it.
         import keras
 
-        return check_backend_name(keras.backend.backend())
+        name = check_backend_name(keras.backend.backend())
+        if os.environ.get("KERAS_BACKEND") == name:
+            return name, f"KERAS_BACKEND={name}"
+        why = ("Keras was imported before kerasrl and chose it, from ~/.keras/keras.json or its "
+               "default, tensorflow")
+        fastest = installed_backends()[0]
+        if fastest != name:
+            why += (f"; set KERAS_BACKEND={fastest}, or import kerasrl before keras, to run on "
+                    f"{fastest}, the fastest installed")
+        return name, why
     chosen = os.environ.get("KERAS_BACKEND")
     if chosen:
-        return check_backend_name(chosen)
+        return check_backend_name(chosen), f"KERAS_BACKEND={chosen}"
     available = installed_backends()
     if not available:
         raise BackendError(
@@ -94,12 +132,13 @@ def select_backend() -> str:
             "(or [tensorflow], [torch], or [all])."
         )
     os.environ["KERAS_BACKEND"] = available[0]
-    return available[0]
+    return available[0], (f"the fastest installed of {', '.join(available)}; set KERAS_BACKEND "
+                          f"to choose")
 
 
 def use(name: str) -> str:
     """Choose the backend by name before Keras is imported (the CLI's --backend)."""
-    global NAME, COMPILED_LOOPS
+    global NAME, REASON, COMPILED_LOOPS
     check_backend_name(name)
     if "keras" in sys.modules:
         import keras
@@ -111,17 +150,79 @@ def use(name: str) -> str:
                 f"importing keras or kerasrl."
             )
     os.environ["KERAS_BACKEND"] = name
-    NAME = name
+    NAME, REASON = name, "chosen with kerasrl.backend.use (the CLI's --backend)"
     COMPILED_LOOPS = name != "torch"
     return name
 
 
-NAME = select_backend()
+NAME, REASON = _choose()  # REASON: why NAME runs, in words (see `announce`)
+_ANNOUNCED = False
+
+
+def announce() -> None:
+    """Say which backend runs and why, once per process: at INFO on the "kerasrl" logger (which
+    the CLI shows). Called when an agent is made."""
+    global _ANNOUNCED
+    if not _ANNOUNCED:
+        _ANNOUNCED = True
+        logging.getLogger("kerasrl").info("Keras backend: %s (%s).", NAME, REASON)
+
+
+@contextlib.contextmanager
+def unused_frameworks_hidden():
+    """Within: the frameworks that the running backend does not need, and that this process has
+    not imported, cannot be imported (ImportError, as when they are not installed).
+
+    For third-party code that imports every framework it finds, just in case, and works without
+    them: tensorboardX imports PyTorch (to recognise its tensors), Keras's serialization
+    (`model.save`, `to_json`) TensorFlow (to recognise a `tf.TensorShape`): 1.5 s and
+    TensorFlow's log lines in a JAX run. No object of a framework that is not imported can be in
+    what they look at, so only the time changes.
+
+    Keras remembers a failed import in its private `keras.src.utils.module_utils` LazyModules
+    (`tensorflow`, `gfile`) and would go on taking TensorFlow as missing (its preprocessing
+    layers would refuse to be made): what they remembered is restored on exit. Where a Keras
+    release holds that elsewhere, nothing is hidden: the frameworks are imported as before.
+    """
+    hidden = [module for backend_name, module in _FRAMEWORK.items()
+              if backend_name != NAME and module not in sys.modules]
+    remembered = _keras_import_memory(hidden)
+    if remembered is None:
+        hidden = []
+    for module in hidden:
+        sys.modules[module] = None  # the import system's own "not importable" mark
+    try:
+        yield
+    finally:
+        for module in hidden:
+            if module in sys.modules and sys.modules[module] is None:
+                del sys.modules[module]
+        for lazy, state in (remembered or {}).items():
+            lazy._available, lazy.module = state
+
+
+def _keras_import_memory(modules: list[str]) -> dict | None:
+    """{Keras LazyModule of one of `modules`: (its _available, its module)}; None when Keras's
+    private module_utils is not as this code knows it (see `unused_frameworks_hidden`)."""
+    try:
+        from keras.src.utils import module_utils
+    except ImportError:
+        return None
+    # vars(), not getattr: a LazyModule imports its module to answer an attribute it lacks.
+    lazies = [vars(value) | {"self": value} for value in vars(module_utils).values()
+              if isinstance(value, vars(module_utils).get("LazyModule", ()))]
+    if not any(lazy.get("name") == "tensorflow" for lazy in lazies) or not all(
+            {"name", "_available", "module"} <= lazy.keys() for lazy in lazies):
+        return None
+    return {lazy["self"]: (lazy["_available"], lazy["module"]) for lazy in lazies
+            if lazy["name"].split(".")[0] in modules}
+
+
 # Whether `fori_loop` inside `compile` runs as a compiled loop (XLA on JAX and TensorFlow). On
 # PyTorch it is a Python loop, and a longer call gains nothing.
 COMPILED_LOOPS = NAME != "torch"
-# Keras imports TensorFlow (when installed) on every backend; keep its start-up banner quiet. Must be
-# set before TensorFlow is imported.
+# Where TensorFlow is imported (its backend, a SavedModel export), keep its start-up banner quiet.
+# Must be set before TensorFlow is imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _FELL_BACK: set[str] = set()  # fast paths that failed and were warned about
@@ -149,7 +250,7 @@ def fall_back(what: str, error: BaseException, instead: str) -> None:
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
-              "feed", "fori_loop", "check_traceable", "on_cpu")
+              "feed", "fori_loop", "check_traceable", "on_cpu", "devices", "configure_precision")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
 # - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
 # - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.
@@ -180,11 +281,14 @@ __all__ = [
     "NAME",
     "SUPPORTED",
     "BackendError",
+    "REASON",
+    "announce",
     "check_backend_name",
     "fall_back",
     "fast_paths",
     "installed_backends",
     "select_backend",
+    "unused_frameworks_hidden",
     "scatter_rows",
     "use",
     *_FUNCTIONS,

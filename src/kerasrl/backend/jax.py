@@ -43,6 +43,22 @@ def on_cpu() -> bool:
     return jax.default_backend() == "cpu"
 
 
+def devices() -> list[str]:
+    """Every device JAX sees, named as `keras.device` takes them: "cpu:0", ..., then "gpu:0", ...
+    (or "tpu:0", ...) when an accelerator is the default backend."""
+    names = [f"cpu:{d.id}" for d in jax.devices("cpu")]
+    if jax.default_backend() != "cpu":
+        names += [f"{d.platform}:{d.id}" for d in jax.devices()]
+    return names
+
+
+def configure_precision(full: bool = True) -> None:
+    """float32 matrix products and convolutions at full float32 precision (`full`), or at XLA's
+    default, which on a GPU with TensorFloat-32 (Ampere and later) rounds their inputs to 10
+    mantissa bits. XLA's CPU backend computes float32 in full either way."""
+    jax.config.update("jax_default_matmul_precision", "highest" if full else None)
+
+
 def fori_loop(lower, upper, body, init, unroll=1):
     """`body(i, carry)` from lower to upper, `unroll` iterations per compiled loop step.
 
@@ -53,12 +69,19 @@ def fori_loop(lower, upper, body, init, unroll=1):
 
 
 def to_tensors(tree):
-    """Numpy arrays (any nesting) to device arrays (for state kept between compiled calls)."""
-    return jax.tree_util.tree_map(jnp.asarray, tree)
+    """Numpy arrays (any nesting) to device arrays (for state kept between compiled calls), on
+    the device of the `keras.device` scope, committed to it: a jitted call then runs there, and
+    one that mixes them with arrays committed to another device raises instead of copying. With
+    no scope, on the default device, uncommitted (as `jnp.asarray` makes them)."""
+    device = jax.config.jax_default_device  # what keras.device sets (jax.default_device)
+    if device is None:
+        return jax.tree_util.tree_map(jnp.asarray, tree)
+    return jax.device_put(tree, device)
 
 
 def feed(tree):
-    """Inputs for one compiled call: jitted functions take numpy directly, fastest that way."""
+    """Inputs for one compiled call: jitted functions take numpy directly, fastest that way, and
+    move it to the device their state is committed to (or the `keras.device` scope's)."""
     return tree
 
 

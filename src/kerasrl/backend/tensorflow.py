@@ -15,6 +15,14 @@ variables gave acting no gain over tensors. Hence XLA everywhere and packed tens
 The direct call and the signature's shapes go through private TensorFlow APIs; they live in
 `kerasrl.backend.tensorflow_fast`, guarded, with TensorFlow's public calls as the fallback
 (KERASRL_FAST_PATHS=0 takes those only).
+
+Devices. TensorFlow runs an op where the `tf.device` scope (what `keras.device` enters) says, or
+on its default device (a GPU when one is visible), and copies inputs from other devices itself:
+a misplaced tensor costs a copy per call, never an error. Where more than one device is visible
+(`MANY_DEVICES`), a compiled call runs on the device of its first tensor argument (the state or
+weights it reads), and state made by `to_tensors` goes where the scope says, else to the default
+device (not the host, where eager constants are made). On a machine with one CPU device none of
+this runs.
 """
 
 from __future__ import annotations
@@ -32,15 +40,29 @@ from kerasrl.backend import tensorflow_fast
 _EagerTensor = type(tf.constant(0.0))
 
 
+# Whether more than one device is visible (several logical CPUs, or a GPU): then compiled calls
+# follow their data's device. Read on first use (listing devices starts TensorFlow's runtime).
+_MANY_DEVICES = None
+
+
+def many_devices() -> bool:
+    """Whether TensorFlow sees more than one (logical) device."""
+    global _MANY_DEVICES
+    if _MANY_DEVICES is None:
+        _MANY_DEVICES = len(tf.config.list_logical_devices()) > 1
+    return _MANY_DEVICES
+
+
 # Numpy scalars seen lately (hyperparameters such as a learning rate), as tensors: a conversion
 # costs about 5 us, a look-up well under one.
 _SCALARS: dict = {}
 
 
-def _to_tensor(x):
-    """A numpy array or scalar as an eager tensor (same dtype)."""
+def _to_tensor(x, device=None):
+    """A numpy array or scalar as an eager tensor (same dtype), made in the current device scope;
+    `device` (that scope's name, where compiled calls follow their data) keys the scalar cache."""
     if isinstance(x, np.generic):
-        key = (type(x), x)
+        key = (type(x), x, device)
         tensor = _SCALARS.get(key)
         if tensor is None:
             if len(_SCALARS) >= 256:  # a schedule makes a new value each round
@@ -48,6 +70,16 @@ def _to_tensor(x):
             tensor = _SCALARS[key] = tf.constant(x)
         return tensor
     return tf.constant(x)
+
+
+def _data_device(leaves) -> str | None:
+    """The device of the first tensor among `leaves` (packed slices: their buffer's), or None."""
+    for leaf in leaves:
+        if type(leaf) is _Slice:
+            return leaf.buffer.device
+        if type(leaf) is _EagerTensor or isinstance(leaf, tf.Variable):
+            return leaf.device
+    return None
 
 
 class _Compiled:
@@ -69,9 +101,17 @@ class _Compiled:
             return self._fn(*args)
         leaves, structure = optree.tree_flatten(args)
         _cut_slices([leaf for leaf in leaves if type(leaf) is _Slice and leaf._value is None])
+        device = _data_device(leaves) if many_devices() else None
+        if device is None:
+            return self._call(leaves, structure, None)
+        with tf.device(device):  # traced and run where its data lives
+            return self._call(leaves, structure, device)
+
+    def _call(self, leaves, structure, device):
         # How to rebuild each leaf inside the trace: an input or a constant. With the dtypes and
-        # shapes of the inputs, the recipes are the signature traces are kept by.
-        inputs, examples, recipes = [], [], []
+        # shapes of the inputs (and the device, where there are several), the recipes are the
+        # signature traces are kept by.
+        inputs, examples, recipes = [], [], [device]
         shape_tuple = tensorflow_fast.shape_tuple
         for leaf in leaves:
             if type(leaf) is _Slice:
@@ -87,7 +127,7 @@ class _Compiled:
                 if not isinstance(leaf, (np.ndarray, np.generic)):
                     recipes.append(("constant", type(leaf), leaf))
                     continue
-                leaf = _to_tensor(leaf)
+                leaf = _to_tensor(leaf, device)
             recipes.append(("input", len(inputs), leaf.dtype, shape_tuple(leaf)))
             inputs.append(leaf)
             examples.append(leaf)
@@ -108,7 +148,7 @@ class _Compiled:
 
         def flat_fn(*tensors):
             leaves = []
-            for kind, *how in recipes:
+            for kind, *how in recipes[1:]:  # recipes[0]: the device
                 if kind == "input":
                     leaves.append(tensors[how[0]])
                 elif kind == "constant":
@@ -167,7 +207,12 @@ def _cut_slices(slices) -> None:
         if view is None:
             # np.asarray shares the tensor's memory (EagerTensor.__array__), as `.numpy()` does not.
             view = views[id(piece.buffer)] = np.asarray(piece.buffer)
-        piece._value = tf.constant(view[piece.start:piece.stop].reshape(piece.shape))
+        value = view[piece.start:piece.stop].reshape(piece.shape)
+        if many_devices():  # beside its buffer
+            with tf.device(piece.buffer.device):
+                piece._value = tf.identity(value)
+        else:
+            piece._value = tf.constant(value)
 
 
 tf.register_tensor_conversion_function(
@@ -223,9 +268,12 @@ class _PackedState:
         if layout != self._layout:
             self._layout = layout
             self._step = _Compiled(self._update)  # the layout is baked into the trace
-        return tuple(
-            tf.constant(np.concatenate([a.ravel() for a in arrays if a.dtype == dtype]))
-            for dtype in dtypes)
+        flat = [np.concatenate([a.ravel() for a in arrays if a.dtype == dtype]) for dtype in dtypes]
+        device = _data_device(leaves) if many_devices() else None
+        if device is None:
+            return tuple(tf.constant(f) for f in flat)
+        with tf.device(device):  # where the state was
+            return tuple(tf.identity(f) for f in flat)
 
     def _update(self, buffers, *args):
         structure, dtypes, places = self._layout
@@ -279,6 +327,19 @@ def on_cpu() -> bool:
     return not tf.config.list_physical_devices("GPU")
 
 
+def devices() -> list[str]:
+    """Every (logical) device TensorFlow sees, named as `keras.device` takes them: "cpu:0", ...,
+    "gpu:0", ..."""
+    return [":".join(d.name.split(":")[-2:]).lower() for d in tf.config.list_logical_devices()]
+
+
+def configure_precision(full: bool = True) -> None:
+    """float32 matrix products and convolutions at full float32 precision (`full`), or with
+    TensorFloat-32 on GPUs that have it (Ampere and later; TensorFlow's default). The CPU computes
+    float32 in full either way."""
+    tf.config.experimental.enable_tensor_float_32_execution(not full)
+
+
 def configure_threads() -> None:
     """One thread per op pool: small networks gain nothing from more on a 2-core machine."""
     try:
@@ -295,12 +356,17 @@ def fori_loop(lower, upper, body, init, unroll=1):
 
 
 def to_tensors(tree):
-    """Numpy arrays (any nesting) to tensors (for state kept between compiled calls)."""
+    """Numpy arrays (any nesting) to tensors (for state kept between compiled calls) on the
+    device of the `keras.device` scope, else on TensorFlow's default device (a GPU when visible:
+    `tf.identity` is placed there, where a constant would stay in host memory)."""
+    if many_devices():
+        return tf.nest.map_structure(lambda x: tf.identity(tf.convert_to_tensor(x)), tree)
     return tf.nest.map_structure(tf.convert_to_tensor, tree)
 
 
 def feed(tree):
-    """Inputs for one compiled call, as tensors."""
+    """Inputs for one compiled call, as tensors (in host memory: the call copies them to its
+    device with its other inputs)."""
     return optree.tree_map(lambda x: x if isinstance(x, (tf.Tensor, _Slice)) else _to_tensor(x), tree)
 
 

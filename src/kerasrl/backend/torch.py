@@ -10,6 +10,16 @@ Everything else in this module is public PyTorch.
 
 KERASRL_FAST_PATHS=0 (see `kerasrl.backend`) or KERASRL_TORCH_TRACE=0 runs compiled functions
 eagerly; KERASRL_TORCH_COMPILE=1 uses `torch.compile` instead.
+
+Devices. Keras's PyTorch backend moves every tensor a `keras.ops` function receives to its current
+device (the `keras.device` scope's, else CUDA when visible), while native torch ops refuse tensors
+on two devices ("Expected all tensors to be on the same device"). So every tensor kerasrl makes
+goes to Keras's current device (`current_device`): numpy crosses the boundary through
+`to_tensors` and `feed`, and Python or numpy scalars passed to a compiled call through the same
+conversion. Where an accelerator is visible, a compiled call runs on the device of its first
+tensor argument (the state or weights it reads): inside `keras.device` of that device, so that the
+constants Keras makes inside land beside them. On a CPU-only machine none of this costs anything:
+tensors are made with `torch.from_numpy` as before, and calls are not wrapped.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 
+import keras
 import numpy as np
 import torch
 
@@ -35,13 +46,13 @@ def compile(fn, donate_state: bool = False):  # noqa: A001
     """
     del donate_state
     if os.environ.get("KERASRL_TORCH_COMPILE") == "1":
-        return _no_grad(torch.compile(fn, dynamic=False))
+        return _on_data_device(_no_grad(torch.compile(fn, dynamic=False)))
     if os.environ.get("KERASRL_TORCH_TRACE", "1") == "0" or not fast_paths():
-        return _no_grad(fn)
+        return _on_data_device(_no_grad(fn))
     fast = _fast_module()
     if fast is None or fast.support() is None:
-        return _no_grad(fn)
-    return functools.wraps(fn)(fast.Traced(fn))
+        return _on_data_device(_no_grad(fn))
+    return _on_data_device(functools.wraps(fn)(fast.Traced(fn)))
 
 
 def _fast_module():
@@ -61,6 +72,91 @@ def _no_grad(fn):
         with torch.no_grad():
             return fn(*args, **kwargs)
 
+    return run
+
+
+# -- devices -----------------------------------------------------------------------------------------
+def _accelerator_visible() -> bool:
+    return (torch.cuda.is_available() or torch.backends.mps.is_available()
+            or (hasattr(torch, "xpu") and torch.xpu.is_available()))
+
+
+# Whether tensors may live on more than one device here (an accelerator is visible): only then do
+# compiled calls follow their data's device and graphs tell devices apart.
+MANY_DEVICES = _accelerator_visible()
+_DEVICES: dict = {}  # Keras's device names -> torch.device, with the index CUDA would use
+_keras_device = None  # how Keras's current device is read (see `current_device`)
+
+
+def _torch_device(name) -> torch.device:
+    device = _DEVICES.get(name)
+    if device is None:
+        device = torch.device(name)
+        if device.type == "cpu":
+            device = torch.device("cpu")  # "cpu:0" is the one CPU; tensors say "cpu"
+        elif device.index is None and device.type == "cuda":
+            device = torch.device("cuda", torch.cuda.current_device())
+        _DEVICES[name] = device
+    return device
+
+
+def current_device() -> torch.device:
+    """Where Keras puts new tensors now: the device of the innermost `keras.device` scope, else
+    Keras's default (CUDA when visible, else the CPU)."""
+    global _keras_device
+    if _keras_device is None:
+        fast = _fast_module() if fast_paths() else None
+        _keras_device = (fast.keras_device_reader() if fast is not None else None) or _public_device
+    return _torch_device(_keras_device())
+
+
+def _public_device():
+    """Keras's current device through its public API: the device of a tensor it makes (~5 us)."""
+    return str(keras.ops.zeros((), "bool").device)
+
+
+def _as_tensor(x, device: torch.device):
+    """`x` (a tensor, numpy array or scalar) as a tensor on `device`; numpy shares its memory
+    where the device is the CPU and the dtype allows. Shapes are kept: a 0-d array (the
+    optimizer's step count) stays 0-d (`np.ascontiguousarray` made it 1-d)."""
+    if isinstance(x, torch.Tensor):
+        return x if x.device == device else x.to(device)
+    if isinstance(x, np.ndarray):
+        tensor = torch.from_numpy(x if x.flags.c_contiguous else x.copy())
+    else:
+        tensor = torch.as_tensor(x)
+    return tensor if device.type == "cpu" else tensor.to(device)
+
+
+def _first_tensor(tree):
+    """The first tensor (or Keras variable's value) of a nesting of lists, tuples and dicts."""
+    if isinstance(tree, torch.Tensor):
+        return tree
+    if isinstance(tree, keras.Variable):
+        return tree.value
+    values = tree.values() if isinstance(tree, dict) else tree if isinstance(tree, (list, tuple)) else ()
+    for value in values:
+        found = _first_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _on_data_device(fn):
+    """`fn` run inside `keras.device` of its first tensor argument's device when that is not
+    Keras's current one; `fn` itself where only one device exists (a CPU-only machine)."""
+    if not MANY_DEVICES:
+        return fn
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        first = _first_tensor(args)
+        if first is None or first.device == current_device():
+            return fn(*args, **kwargs)
+        with keras.device(str(first.device)):
+            return fn(*args, **kwargs)
+
+    run.__wrapped__ = fn
     return run
 
 
@@ -100,8 +196,26 @@ def inference():
 
 
 def on_cpu() -> bool:
-    """Whether computations run on the CPU (no CUDA device)."""
-    return not torch.cuda.is_available()
+    """Whether computations run on the CPU (no CUDA, MPS or XPU device)."""
+    return not MANY_DEVICES
+
+
+def devices() -> list[str]:
+    """Every device PyTorch sees, named as `keras.device` takes them: "cpu" (PyTorch has one CPU
+    device), then "gpu:0", "gpu:1", ... for CUDA devices."""
+    return ["cpu"] + [f"gpu:{i}" for i in range(torch.cuda.device_count())]
+
+
+def configure_precision(full: bool = True) -> None:
+    """float32 matrix products and cuDNN convolutions at full float32 precision (`full`: no
+    TensorFloat-32 on Ampere and later GPUs), or at PyTorch's defaults (full for matrix products,
+    TensorFloat-32 for cuDNN convolutions). The CPU computes float32 in full either way.
+
+    PyTorch's older flags, not the `fp32_precision` ones of 2.9: a process that mixes the two
+    raises when the older ones are read, and other libraries read them."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = not full
+    torch.set_float32_matmul_precision("highest")
 
 
 def configure_threads() -> None:
@@ -131,10 +245,10 @@ def fori_loop(lower, upper, body, init, unroll=1):
 
 
 def to_tensors(tree):
-    """Numpy arrays (any nesting) to tensors, sharing memory where the dtype allows. Shapes are
-    kept: a 0-d array (the optimizer's step count) stays 0-d (`np.ascontiguousarray` made it 1-d)."""
-    return _tree_map(lambda x: torch.from_numpy(x if x.flags.c_contiguous else x.copy())
-                           if isinstance(x, np.ndarray) else torch.as_tensor(x), tree)
+    """Numpy arrays (any nesting) to tensors on Keras's current device (`current_device`),
+    sharing memory on the CPU where the dtype allows."""
+    device = current_device()
+    return _tree_map(lambda x: _as_tensor(x, device), tree)
 
 
 feed = to_tensors
@@ -158,8 +272,9 @@ def check_traceable(fn, batch) -> None:
     from torch.utils._pytree import tree_map
 
     try:
+        device = current_device()
         torch.func.vmap(lambda x: fn(tree_map(lambda t: t[None], x)), randomness="different")(
-            tree_map(lambda a: torch.from_numpy(np.asarray(a)), batch))
+            tree_map(lambda a: _as_tensor(np.asarray(a), device), batch))
     except RuntimeError as error:
         message = str(error)
         reads_values = ("data-dependent", ".item()", "numpy", "doesn't have storage")

@@ -34,6 +34,9 @@ first use; one RuntimeWarning names it; results stay the same):
 - op schemas (`torch._ops.OpOverload._schema`), to merge repeated ops safely: without them graphs
   run as traced, unsimplified.
 - a graph that fails when first run: that signature runs eagerly.
+- Keras's current device read through `keras.src.backend.torch.core.get_device` (a private Keras
+  function, 0.3 us) where `kerasrl.backend.torch` makes a tensor: without it, the device of a
+  tensor that Keras makes (public, about 5 us a conversion).
 
 `KERASRL_FAST_PATHS=0` turns all of it off: `kerasrl.backend.torch.compile` then runs functions
 eagerly and this module is not used.
@@ -50,6 +53,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kerasrl.backend import fall_back
+from kerasrl.backend.torch import MANY_DEVICES, current_device
 from kerasrl.backend.tree import flatten as _flatten
 from kerasrl.backend.tree import unflatten as _unflatten
 
@@ -110,6 +114,23 @@ def support():
     if _support is None:
         _support = _check_support()
     return _support or None
+
+
+def keras_device_reader():
+    """A function returning the name of Keras's current device (its `keras.device` scope's, else
+    its default), through Keras's private `get_device`; None (with one warning) where that is
+    missing or disagrees with the device of a tensor Keras makes."""
+    try:
+        from keras.src.backend.torch.core import get_device
+
+        public = str(keras.ops.zeros((), "bool").device)
+        if torch.device(get_device()).type != torch.device(public).type:
+            raise RuntimeError(f"it said {get_device()!r} where Keras made a tensor on {public!r}")
+        return get_device
+    except Exception as error:  # noqa: BLE001 -- a Keras whose private modules moved
+        fall_back("keras.src.backend.torch.core.get_device", error,
+                  "Keras's device is read from a tensor it makes (about 5 us a conversion)")
+        return None
 
 
 def _probe_fn(x):
@@ -201,11 +222,16 @@ class Traced:
         leaves = []
         structure = _flatten((args, kwargs), leaves)
         tensors, signature = [], [structure]
+        device = current_device()
+        # A graph holds the devices it was traced on (its constants, the copies Keras made):
+        # where there are several, they are part of the signature.
+        many_devices = MANY_DEVICES
         for leaf in leaves:
-            tensor = _as_input(leaf)
+            tensor = _as_input(leaf, device)
             if tensor is not None:
                 tensors.append(tensor)
-                signature.append((tensor.shape, tensor.dtype))
+                signature.append((tensor.shape, tensor.dtype, tensor.device) if many_devices
+                                 else (tensor.shape, tensor.dtype))
             elif leaf is None or isinstance(leaf, (bool, int, str)):
                 signature.append(leaf)  # a structural constant: counts, switches, names
             else:
@@ -241,7 +267,7 @@ class Traced:
     def _trace(self, structure, leaves, tensors):
         """`(graph, result)`: the graph of `fn` for these inputs, or _EAGER (with a warning when
         a trace would be wrong), and the result of this call, run eagerly."""
-        where = [i for i, leaf in enumerate(leaves) if _as_input(leaf) is not None]
+        where = [i for i, leaf in enumerate(leaves) if _as_input(leaf, None) is not None]
         outputs = {}
 
         def flat_fn(*inputs):
@@ -331,24 +357,28 @@ class Graph:
         return _unflatten(self.out_structure, iter(leaves))
 
 
-def _as_input(leaf):
+def _as_input(leaf, device):
     """The tensor a leaf is passed to a graph as, or None if it is not an array.
 
     Floats become 0-d float32 tensors (as Keras converts them) and numpy scalars 0-d tensors of
     their dtype, so that a new learning rate does not mean a new trace. Python ints and bools stay
-    constants: they are shapes, counts and switches.
+    constants: they are shapes, counts and switches. Arrays and scalars go to `device` (Keras's
+    current one; None: left where they are made, for telling inputs apart only); tensors are
+    passed as they are.
     """
     if isinstance(leaf, torch.Tensor):
         return leaf
     if isinstance(leaf, keras.Variable):
         return leaf.value
     if isinstance(leaf, np.ndarray):
-        return torch.from_numpy(leaf if leaf.flags.c_contiguous else leaf.copy())
-    if isinstance(leaf, np.generic):
-        return torch.from_numpy(np.asarray(leaf))
-    if isinstance(leaf, float):
-        return torch.tensor(leaf, dtype=torch.float32)
-    return None
+        tensor = torch.from_numpy(leaf if leaf.flags.c_contiguous else leaf.copy())
+    elif isinstance(leaf, np.generic):
+        tensor = torch.from_numpy(np.asarray(leaf))
+    elif isinstance(leaf, float):
+        tensor = torch.tensor(leaf, dtype=torch.float32)
+    else:
+        return None
+    return tensor if device is None or device.type == "cpu" else tensor.to(device)
 
 
 # -- graph rewriting ---------------------------------------------------------------------------------
@@ -483,6 +513,7 @@ def _onednn_matmuls(graph: torch.fx.GraphModule) -> None:
             continue
         a, b = (arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None for arg in node.args)
         if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.device.type == b.device.type == "cpu"  # oneDNN is a CPU library
                 and a.dtype == b.dtype == torch.float32
                 and a.shape[0] * a.shape[1] * b.shape[1] >= ONEDNN_MIN_MACS):
             op = onednn_mm()
