@@ -49,7 +49,7 @@ import gymnasium as gym
 import keras
 import numpy as np
 
-from kerasrl import __version__, backend, registry
+from kerasrl import __version__, backend, devices, registry
 from kerasrl.networks import adapt_model, dummy_observation
 from kerasrl.runfiles import writing
 from kerasrl.spaces import FlatObservations, structure_of
@@ -410,14 +410,17 @@ def save_checkpoint(agent, path) -> Path:
 CHECKPOINT_FILES = ("config.json", "policy.json", "training_state.npz", "state.json")
 
 
-def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
+def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device="auto"):
     """The agent saved in the checkpoint folder `path`, ready to `fit` on from where it stopped.
 
     `agent_class` (e.g. kerasrl.DQN) must match the saved algorithm; None takes it from the
     checkpoint. `env` replaces the saved env id (required when the agent was made from an env
     object or a function rather than an id). `model_factory(observation_space, action_space)`
     builds the models that were saved as weights only (classes Keras could not serialize).
+    `device`: where the loaded agent learns and acts (as `Agent(device=...)`; a checkpoint holds
+    numpy arrays, so one written on a GPU loads on a CPU-only machine and back).
     """
+    placement = devices.placement(device)
     path = Path(path)
     manifest = read_manifest(path, formats=(CHECKPOINT_FORMAT,))
     verify_files(path, manifest, CHECKPOINT_FILES)
@@ -440,13 +443,14 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None):
     header = read_json(path / "policy.json")
     state = read_json(path / "state.json")
     arrays = read_npz(path / "training_state.npz")
-    models = _load_models(path, header, manifest, space_from_json(header["observation_space"]),
-                          space_from_json(header["action_space"]), model_factory,
-                          f"{saved_class.__name__}.load")
+    with placement.scope():  # the models' variables are made on the agent's device
+        models = _load_models(path, header, manifest, space_from_json(header["observation_space"]),
+                              space_from_json(header["action_space"]), model_factory,
+                              f"{saved_class.__name__}.load")
     model = models.pop("model")
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")
-        agent = saved_class(env, model=model, **models,
+        agent = saved_class(env, model=model, **models, device=device,
                             config=saved_class.config_class.from_dict(
                                 saved_class.config_class.upgrade(config["config"], warn=False)))
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}

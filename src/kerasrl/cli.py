@@ -145,7 +145,7 @@ def cmd_train(args) -> int:
     run = dict(algorithm=algorithm, env_id=env_id, steps=steps, model_name=model_name, eval_kwargs=eval_kwargs)
     if args.seeds is not None:
         return _train_seeds(args, out, model, hyperparameters, **run)
-    agent = registry.agent_class(algorithm)(env_id, model=model, **hyperparameters)
+    agent = registry.agent_class(algorithm)(env_id, model=model, device=args.device, **hyperparameters)
     _write_run_config(out, agent, **run)
     callback, save_best, stopper = _train_callbacks(args, out)
     print(f"Training {algorithm.upper()} on {env_id} for {steps} steps, backend {backend.NAME}, "
@@ -223,7 +223,8 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
     except ValueError as error:
         raise SystemExit(f"--seeds: {error}") from None
     agent_class = registry.agent_class(run["algorithm"])
-    agents = [agent_class(run["env_id"], model=model, **{**hyperparameters, "seed": seed}) for seed in seeds]
+    agents = [agent_class(run["env_id"], model=model, device=args.device, **{**hyperparameters, "seed": seed})
+              for seed in seeds]
     folders = [out / f"seed-{seed}" for seed in seeds]
     for agent, folder in zip(agents, folders):
         _write_run_config(folder, agent, **run)
@@ -444,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "`kerasrl tune` writes)")
     p.add_argument("--env", help="Gymnasium id (default CartPole-v1)")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend (default: KERAS_BACKEND, else the fastest installed)")
+    p.add_argument("--device", default="auto",
+                   help="where to learn and act: auto (default: the GPU when one is visible, small "
+                        "networks acting on the CPU; else the CPU), or a device as keras.device "
+                        "names it: cpu, cpu:1, gpu, gpu:1 (docs/gpu.md)")
     p.add_argument("--steps", type=int, help="total env steps")
     p.add_argument("--seed", type=int)
     p.add_argument("--seeds", metavar="A-B",
@@ -594,7 +599,7 @@ def _resume_training(args) -> int:
         args.hold.enter_context(RunLock(run))
     path = find_checkpoint(run)
     factory = _import_factory(args.model_factory) if args.model_factory else None
-    agent = kerasrl.Agent.load(path, model_factory=factory)
+    agent = kerasrl.Agent.load(path, model_factory=factory, device=args.device)
     steps = args.steps or agent.loop.total_steps
     if not steps and (run / "config.json").is_file():
         steps = read_json(run / "config.json").get("total_steps")

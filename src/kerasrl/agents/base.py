@@ -17,7 +17,7 @@ from typing import Any, Callable
 import keras
 import numpy as np
 
-from kerasrl import backend, registry
+from kerasrl import backend, devices, registry
 from kerasrl.checkpoint import (checkpoint_path, find_checkpoint, load_checkpoint,
                                 prune_checkpoints, save_checkpoint, serialization_problem,
                                 weights_only_note)
@@ -105,7 +105,10 @@ class Agent:
     # read and obeyed.
     _mask_sizes: tuple[int, ...] | None = None  # (n_actions,), or a MultiDiscrete's components
 
-    def __init__(self, env, *, model=None, config: CommonConfig | None = None, **hyperparameters):
+    def __init__(self, env, *, model=None, config: CommonConfig | None = None, device: str = "auto",
+                 **hyperparameters):
+        # Where it learns and acts (docs/gpu.md): checked first, so a wrong name fails at once.
+        self.placement = devices.placement(device)
         if config is None:
             config = self.config_class.from_dict(hyperparameters)
         elif hyperparameters:
@@ -113,6 +116,7 @@ class Agent:
                 {**config.to_dict(), **self.config_class.upgrade(hyperparameters)})
         self.config = config
         backend.configure_threads()
+        devices.configure_precision()  # full float32 matrix products unless KERASRL_FULL_PRECISION=0
         # Keras seeds each layer's random-op generator (dropout) from Python's `random`; the initial
         # weights themselves are drawn from the seed with numpy (build_model), the same everywhere.
         random.seed(config.seed)
@@ -130,11 +134,17 @@ class Agent:
         self.rng = np.random.default_rng(config.seed)
         self.loop = LoopState.start(config.n_envs)
         self.history = History()
-        self._build(model)
-        self._warn_weights_only()
-        if config.check_env:  # after _build: the agent's own refusals are the more specific
-            self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
-        self.diagnostics.check_agent(self)  # weights that no gradient reaches
+        with self.placement.scope():  # the models and the learner's state are made there
+            self._build(model)
+            self._warn_weights_only()
+            if config.check_env:  # after _build: the agent's own refusals are the more specific
+                self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
+            self.diagnostics.check_agent(self)  # weights that no gradient reaches
+
+    @property
+    def device(self) -> str:
+        """The device this agent was made for: "auto" or a device name (docs/gpu.md)."""
+        return self.placement.device
 
     # -- to implement -------------------------------------------------------------------------
     def _build(self, model) -> None:
@@ -293,6 +303,7 @@ class Agent:
                 runner = make_engine(engine, workers=workers, address=address)
             if runner is not None:
                 learn = lambda *args: runner.learn(self, *args)  # noqa: E731
+            learn = devices.on_device(self.placement, learn)
             logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
                                log_interval=log_interval, start_step=self.num_timesteps,
                                history=self.history)
@@ -360,16 +371,17 @@ class Agent:
         return save_checkpoint(self, path)
 
     @classmethod
-    def load(cls, path, env=None, *, model_factory=None) -> Agent:
+    def load(cls, path, env=None, *, model_factory=None, device: str = "auto") -> Agent:
         """The agent saved in `path` (a checkpoint folder, or a run folder: its newest checkpoint).
 
         `env` defaults to the saved env id; `fit(total_steps)` then continues where it stopped.
         `model_factory(observation_space, action_space) -> keras.Model` builds the model again
         when the checkpoint holds its weights only (a class not registered with Keras).
+        `device`: where it learns and acts, as for a new agent (whatever device wrote it).
         Nothing is unpickled: see docs/checkpoints.md.
         """
         return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
-                               model_factory=model_factory)
+                               model_factory=model_factory, device=device)
 
     def predict(self, observations, deterministic: bool = True, action_mask=None) -> np.ndarray:
         """Actions for a batch of observations (or one), as numpy; for a Dict or Tuple observation

@@ -135,9 +135,9 @@ class ContinuousAgent(Agent):
     # -- acting -------------------------------------------------------------------------------
     def actor_outputs(self, observations: np.ndarray) -> np.ndarray:
         """The actor's outputs (B, outputs) for float32 observations, from the learner's weights."""
-        state = self.learner.state
-        with backend.inference():
-            out = self._act(state["params"]["actor"], state["non_trainable"]["actor"],
+        with backend.inference(), self.learner.acting_scope():
+            params, non_trainable = self.learner.acting_weights()
+            out = self._act(params["actor"], non_trainable["actor"],
                             backend.feed(np.asarray(observations, np.float32)))
         return np.asarray(backend.to_numpy(out), np.float32)
 

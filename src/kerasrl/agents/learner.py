@@ -23,6 +23,10 @@ Weights reach the Keras models through one public call, `push_weights()`; checkp
 `arrays()` / `load_arrays()`. The target weights are second sets of weights for the same model,
 used through `networks.stateless_apply` and never differentiated.
 
+Devices: a learner lives on the device of the agent that makes it (`kerasrl.devices.active()`
+when it is made): its state is made and updated there, and the Python loop acts through
+`acting_weights()`, which on a GPU machine may be a host copy of the weights (docs/gpu.md).
+
 Every agent runs on this class: DDPG, TD3 and SAC directly, the value-based agents through
 `q_learner.QLearner` (one Q-network and its target) and PPO through `ppo.PPOLearner` (actor,
 critic, log std).
@@ -37,7 +41,7 @@ import numpy as np
 from keras import ops
 from keras import tree
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
 from kerasrl.networks import stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
@@ -69,7 +73,42 @@ class Learner:
                    if n not in self.models and n not in self.parameters]
         if unknown or any(t not in self.models for t in self.targets):
             raise ValueError(f"Learner: unknown model or parameter names {unknown or self.targets}.")
+        self.placement = devices.active()
+        # Where the Python loop acts (None: where the state lives).
+        self.acting_device = self.placement.acting_device(self.models.values())
         self.reset_from_models()
+
+    @property
+    def state(self) -> dict:
+        """The training state (see the module docstring)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: dict) -> None:
+        self._state = value
+        self._acting = None  # the host copy of the weights, if any, is out of date
+
+    def on_device(self):
+        """The scope of the device the state lives on (see `kerasrl.devices`)."""
+        return self.placement.scope()
+
+    def acting_scope(self):
+        """The scope of the device the Python loop acts on (nothing where that is the state's)."""
+        return devices.scope(self.acting_device)
+
+    def acting_weights(self) -> tuple[dict, dict]:
+        """(trainable, non-trainable) weights of the models, {name: [arrays]}, to act from: the
+        state's own, or, where the Python loop acts on another device (`acting_device`), a copy
+        there, made once per change of the state. Call inside `acting_scope()`."""
+        if self._acting is None:
+            state = self._state
+            weights = ({name: state["params"][name] for name in self.models},
+                       {name: state["non_trainable"][name] for name in self.models})
+            if self.acting_device is not None:
+                with self.acting_scope():
+                    weights = backend.to_tensors(backend.to_numpy(weights))
+            self._acting = weights
+        return self._acting
 
     def reset_from_models(self) -> None:
         """Start from the models' current weights: targets equal to them, optimizers fresh.
@@ -77,6 +116,10 @@ class Learner:
         Values are copied out of the models (through numpy) so that donated buffers never alias
         the models' own.
         """
+        with self.on_device():
+            self.state = self._initial_state()
+
+    def _initial_state(self) -> dict:
         params = {name: variable_values(m.trainable_variables) for name, m in self.models.items()}
         params.update({name: [v.copy() for v in vs] for name, vs in self.parameters.items()})
         states = {name: variable_values(m.non_trainable_variables) for name, m in self.models.items()}
@@ -91,7 +134,7 @@ class Learner:
         }
         state["opt"] = {group: adam.init(self._group(state["params"], names))
                         for group, (adam, names) in self.optimizers.items()}
-        self.state = state
+        return state
 
     # -- inside a compiled step ---------------------------------------------------------------
     @staticmethod
@@ -192,11 +235,12 @@ class Learner:
         per_call = n_steps if backend.COMPILED_LOOPS else UNROLLED_STEPS_PER_CALL
         scalars = tuple(np.float32(s) for s in scalars)
         results, weights = [], []
-        for start in range(0, n_steps, per_call):
-            chunk = {k: v[start:start + per_call] for k, v in batches.items()}
-            self.state, losses = compiled(self.state, backend.feed(chunk), *scalars)
-            results.append(losses)
-            weights.append(min(per_call, n_steps - start))
+        with self.on_device():
+            for start in range(0, n_steps, per_call):
+                chunk = {k: v[start:start + per_call] for k, v in batches.items()}
+                self.state, losses = compiled(self.state, backend.feed(chunk), *scalars)
+                results.append(losses)
+                weights.append(min(per_call, n_steps - start))
         results = backend.to_numpy(results)
         return {name: float(np.average([r[name] for r in results], weights=weights))
                 for name in results[0]}
@@ -207,11 +251,12 @@ class Learner:
         weights leave the learner (copies: buffer donation never reaches the models)."""
         params = backend.to_numpy(self.state["params"])
         states = backend.to_numpy(self.state["non_trainable"])
-        for name, model in self.models.items():
-            for variable, value in zip(model.trainable_variables, params[name]):
-                variable.assign(np.array(value))
-            for variable, value in zip(model.non_trainable_variables, states[name]):
-                variable.assign(np.array(value))
+        with self.on_device():  # JAX: an assigned value goes where the scope says
+            for name, model in self.models.items():
+                for variable, value in zip(model.trainable_variables, params[name]):
+                    variable.assign(np.array(value))
+                for variable, value in zip(model.non_trainable_variables, states[name]):
+                    variable.assign(np.array(value))
 
     def parameter(self, name: str) -> list[np.ndarray]:
         """A plain parameter's current value (numpy copies), e.g. SAC's log alpha."""
@@ -228,6 +273,7 @@ class Learner:
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore from `arrays()` output (shapes checked), then push the weights to the models."""
-        self.state = backend.to_tensors(
-            unflatten_arrays("learner", arrays, backend.to_numpy(self.state)))
+        with self.on_device():
+            self.state = backend.to_tensors(
+                unflatten_arrays("learner", arrays, backend.to_numpy(self.state)))
         self.push_weights()

@@ -315,10 +315,9 @@ class PPO(Agent):
 
     def _evaluate_networks(self, observations: np.ndarray):
         """Policy outputs (B, n_outputs) and values (B,) as numpy, for normalized observations."""
-        with backend.inference():
-            state = self.learner.state
-            policy, values = self._forward(state["params"], state["non_trainable"],
-                                           backend.feed(observations))
+        with backend.inference(), self.learner.acting_scope():
+            params, non_trainable = self.learner.acting_weights()
+            policy, values = self._forward(params, non_trainable, backend.feed(observations))
         policy, values = backend.to_numpy((policy, values))
         return np.asarray(policy), np.asarray(values)
 

@@ -150,34 +150,36 @@ class QLearner(Learner):
         n_steps = len(batches["actions"])
         per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
         if n_steps <= per_call:  # one call (every round of a per-step setting): no splitting
-            self.state, loss, td_errors = self._train_round(
-                self.state, backend.feed(batches), learning_rate, np.float32(target_tau))
+            with self.on_device():
+                self.state, loss, td_errors = self._train_round(
+                    self.state, backend.feed(batches), learning_rate, np.float32(target_tau))
             loss, td_errors = backend.to_numpy((loss, td_errors))
             return float(loss), td_errors
         losses, td_errors = [], []
-        for start in range(0, n_steps, per_call):
-            chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
-            tau = target_tau if start == 0 else 0.0
-            self.state, loss, td = self._train_round(self.state, chunk, learning_rate,
-                                                     np.float32(tau))
-            losses.append(loss)
-            td_errors.append(td)
+        with self.on_device():
+            for start in range(0, n_steps, per_call):
+                chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
+                tau = target_tau if start == 0 else 0.0
+                self.state, loss, td = self._train_round(self.state, chunk, learning_rate,
+                                                         np.float32(tau))
+                losses.append(loss)
+                td_errors.append(td)
         losses, td_errors = backend.to_numpy((losses, td_errors))
         weights = [min(per_call, n_steps - s) for s in range(0, n_steps, per_call)]
         return float(np.average(losses, weights=weights)), np.concatenate(td_errors)
 
     def q_values(self, observations: np.ndarray) -> np.ndarray:
         """Online Q-values (B, A) for float32 observations, in inference mode."""
-        with backend.inference():
-            q = self._forward(self.state["params"]["q"], self.state["non_trainable"]["q"],
-                              backend.feed(observations))
+        with backend.inference(), self.acting_scope():
+            params, non_trainable = self.acting_weights()
+            q = self._forward(params["q"], non_trainable["q"], backend.feed(observations))
         return np.asarray(backend.to_numpy(q))
 
     def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
         """Argmax of the online Q-values (B,) for float32 observations: acting, once per env step."""
-        with backend.inference():
-            actions = self._greedy(self.state["params"]["q"], self.state["non_trainable"]["q"],
-                                   backend.feed(observations))
+        with backend.inference(), self.acting_scope():
+            params, non_trainable = self.acting_weights()
+            actions = self._greedy(params["q"], non_trainable["q"], backend.feed(observations))
         return backend.to_numpy(actions)
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:

@@ -1,0 +1,175 @@
+"""Where an agent computes: the `device=` of every agent and the CLI's `--device`.
+
+A device is named as `keras.device` names it: "cpu", "cpu:1", "gpu", "gpu:1" ("gpu" is "gpu:0";
+"tpu:0" on JAX). `backend.devices()` lists the ones the framework sees: JAX and TensorFlow number
+their CPU devices (several with XLA_FLAGS=--xla_force_host_platform_device_count=N or logical
+devices), PyTorch has one, "cpu".
+
+`device="auto"` (the default):
+- with no accelerator visible: no device scope at all, exactly what kerasrl did before it knew
+  about devices;
+- with one: learning (the learner's state, its compiled rounds, the compiled loops) on the
+  framework's default device, the accelerator; and acting in the Python loop (a forward pass per
+  env step, for `predict` and `evaluate` too) from a host copy of the weights on the CPU when the
+  networks are small multilayer perceptrons (no convolution, at most HOST_ACTING_MAX_PARAMS
+  parameters over the learner's models), refreshed whenever the learner's weights change.
+
+A named device puts both on that device. The agent's Keras models are built there, its learner
+state is made there (`kerasrl.backend.to_tensors` follows `keras.device`), and compiled calls run
+on the device of the state they read. See docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import re
+from dataclasses import dataclass
+
+from kerasrl import backend
+
+FORMS = "'auto', 'cpu', 'cpu:N', 'gpu', 'gpu:N' (as keras.device names devices)"
+_FORM = re.compile(r"^(cpu|gpu|tpu)(?::(\d+))?$")
+
+# Acting on the host: at most this many parameters over the learner's models, and no convolution.
+# Measured: a 4-64-64-2 MLP DQN acted ~5x slower through an H100 (one device round trip per env
+# step, 890 env steps/s) than on one CPU core (shared/KERAS3.md note 19). The bound itself is not
+# measured: a 1M-parameter MLP is ~1M multiply-adds per observation, about 0.1 ms on one core,
+# comparable to a GPU round trip.
+HOST_ACTING_MAX_PARAMS = 1_000_000
+
+
+def check(device: str) -> str:
+    """`device` as `backend.devices()` names it ("auto" stays "auto"); a ValueError naming the
+    valid forms and the visible devices where it is not one."""
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a string, one of {FORMS}; got {device!r}.")
+    name = device.strip().lower()
+    if name == "auto":
+        return "auto"
+    match = _FORM.match(name)
+    if match is None:
+        raise ValueError(f"device={device!r} is not a device name: use {FORMS}.")
+    kind, index = match[1], int(match[2] or 0)
+    for visible in backend.devices():
+        visible_kind, _, visible_index = visible.partition(":")
+        if visible_kind == kind and int(visible_index or 0) == index:
+            return visible
+    raise ValueError(
+        f"device={device!r}: the {backend.NAME} backend sees no such device here (it sees "
+        f"{', '.join(backend.devices())}). Use 'auto' (the accelerator when one is visible, else "
+        f"the CPU) or one of those.")
+
+
+_ACTIVE: contextvars.ContextVar[Placement | None] = contextvars.ContextVar("kerasrl_placement",
+                                                                          default=None)
+_NO_SCOPE = contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one agent learns and acts."""
+
+    device: str
+    """What was asked for: "auto" or a device name (`check`)."""
+    learning: str | None
+    """The `keras.device` the models, learner state and compiled calls live on; None: the
+    framework's default device, with no scope entered."""
+    host_acting: bool
+    """Whether small networks act in the Python loop from a host copy of the weights ("auto"
+    with an accelerator visible)."""
+
+    def scope(self):
+        """The learning device's `keras.device` scope (nothing where `learning` is None), in
+        which learners made remember this placement (`active`)."""
+        return _Scope(self)
+
+    def acting_device(self, models) -> str | None:
+        """Where the Python loop acts for the Keras `models` (a learner's): the host CPU, or None
+        for where they learn."""
+        if not self.host_acting:
+            return None
+        models = list(models)
+        n_params = sum(int(w.size) for model in models for w in model.weights)
+        if n_params > HOST_ACTING_MAX_PARAMS or any(map(_has_convolution, models)):
+            return None
+        return backend.devices()[0]  # the first CPU device
+
+
+def _has_convolution(model) -> bool:
+    """Whether a Keras model holds a convolution: a weight of rank 3 or more (a kernel), or a
+    layer whose class is named *Conv* (Keras's, and kerasrl.networks.PatchConv2D)."""
+    return (any(len(w.shape) >= 3 for w in model.weights)
+            or any("conv" in type(layer).__name__.lower() for layer in _layers(model)))
+
+
+def _layers(layer):
+    for sub in getattr(layer, "layers", ()):
+        yield sub
+        yield from _layers(sub)
+
+
+def placement(device: str = "auto") -> Placement:
+    """The `Placement` of an agent made with `device=` (checked: see `check`)."""
+    name = check(device)
+    if name == "auto":
+        return Placement("auto", None, not backend.on_cpu())
+    return Placement(name, name, False)
+
+
+def active() -> Placement:
+    """The placement whose `scope()` is entered (an agent being built or fitted), else "auto"."""
+    current = _ACTIVE.get()
+    return current if current is not None else placement("auto")
+
+
+def scope(device: str | None):
+    """`keras.device(device)`, or nothing for None (the framework's default device)."""
+    if device is None:
+        return _NO_SCOPE
+    import keras
+
+    return keras.device(device)
+
+
+class _Scope:
+    def __init__(self, where: Placement):
+        self.placement = where
+        self._token = self._device = None
+
+    def __enter__(self):
+        self._token = _ACTIVE.set(self.placement)
+        self._device = scope(self.placement.learning)
+        self._device.__enter__()
+        return self.placement
+
+    def __exit__(self, *exc):
+        try:
+            return self._device.__exit__(*exc)
+        finally:
+            _ACTIVE.reset(self._token)
+
+
+def on_device(placement_: Placement, fn):
+    """`fn` run inside `placement_.scope()`."""
+
+    def run(*args, **kwargs):
+        with placement_.scope():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def full_precision() -> bool:
+    """Whether agents ask for full float32 precision in matrix products (see
+    `configure_precision`): yes unless the environment variable KERASRL_FULL_PRECISION is 0
+    (or false, no, off)."""
+    return os.environ.get("KERASRL_FULL_PRECISION", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def configure_precision() -> None:
+    """Set float32 matrix products to full precision on this backend (no TensorFloat-32 on a GPU)
+    unless KERASRL_FULL_PRECISION=0: what every agent does when it is made, so that the same seed
+    gives the same run on a CPU and a GPU within float tolerance (docs/reproducibility.md)."""
+    backend.configure_precision(full_precision())
