@@ -46,6 +46,36 @@ def test_seeds_trained_together_are_the_seeds_trained_alone_and_resume_exactly(t
         CompiledDQN("CartPole", seeds=[3, 5], **TINY_DQN).load(tmp_path / "run.npz")
 
 
+def _leaves(tree, path=""):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _leaves(value, f"{path}/{key}")
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            yield from _leaves(value, f"{path}/{i}")
+    else:
+        yield path, np.asarray(tree)
+
+
+@pytest.mark.parametrize("make", [
+    lambda seeds: CompiledDQN("CartPole", seeds=seeds, **dict(TINY_DQN, n_envs=3)),
+    lambda seeds: CompiledPPO("CartPole", seeds=seeds, n_envs=3, n_steps=8, batch_size=8),
+], ids=["dqn", "ppo"])
+def test_many_seeds_are_set_up_at_once_as_each_seed_alone(make):
+    """The many-seed setup (one reset of every seed's games, weights drawn with numpy in one pass,
+    one optimizer state) gives each seed exactly the runner state it has alone."""
+    together = make([7, 2])
+    for index, seed in enumerate([7, 2]):
+        alone = dict(_leaves(make(seed).seed_state(0)))
+        mine = dict(_leaves(together.seed_state(index)))
+        assert mine.keys() == alone.keys()
+        for key in alone:
+            assert mine[key].dtype == alone[key].dtype and mine[key].shape == alone[key].shape, key
+            np.testing.assert_array_equal(mine[key], alone[key], err_msg=f"seed {seed}: {key}")
+    weights = together.weights
+    assert not np.array_equal(weights(0)[0], weights(1)[0])  # the seeds draw their own weights
+
+
 @pytest.mark.slow_on_other_backends
 @pytest.mark.backend
 def test_short_learning_check_ppo_cartpole():

@@ -121,6 +121,43 @@ def seed_streams(seed: int, *sizes: int) -> list[np.ndarray]:
     return out
 
 
+def many_seed_streams(seeds: list[int], *sizes: int) -> list[np.ndarray]:
+    """`seed_streams` of every seed, stacked: one (seeds, size) array per size."""
+    per_seed = [seed_streams(seed, *sizes) for seed in seeds]
+    return [np.stack(streams) for streams in zip(*per_seed)]
+
+
+def reset_many(env, rngs: np.ndarray, params) -> tuple:
+    """Numpy `(obs, env_state)` of fresh games for many seeds at once, each leaf (seeds, n_envs, ...):
+    one reset of seeds * n_envs games. An ops env's reset is per game (each game draws from its own
+    entry of `rngs`), so this equals one reset per seed, stacked (tests/test_compiled_loop.py)."""
+    n_seeds, n_envs = rngs.shape
+    obs, state = backend.to_numpy(env.reset(rngs.reshape(-1), params))
+
+    def per_seed(x):
+        x = np.asarray(x)
+        if x.ndim == 0 or x.shape[0] != n_seeds * n_envs:
+            raise ValueError(f"{env.name}.reset returned a state entry of shape {x.shape}, not one "
+                             f"row per game ({n_seeds * n_envs}): an ops env's state must be batched "
+                             f"along its first axis.")
+        return x.reshape(n_seeds, n_envs, *x.shape[1:])
+
+    return _tree_map(per_seed, obs), _tree_map(per_seed, state)
+
+
+def repeat(tree, n: int):
+    """A tree of numpy arrays with a leading axis of `n` copies (the seeds' equal starting values)."""
+    return _tree_map(lambda x: np.repeat(np.asarray(x)[None], n, axis=0), tree)
+
+
+def _tree_map(fn, tree):
+    if isinstance(tree, dict):
+        return {key: _tree_map(fn, value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_tree_map(fn, value) for value in tree)
+    return fn(tree)
+
+
 def parse_seeds(seeds) -> list[int]:
     """An int, a list of ints, or a string of "a-b" ranges (inclusive) and ints joined by commas
     ("0-15", "0,3,7", "0-3,10") as a list of distinct seeds."""
@@ -164,7 +201,7 @@ class CompiledLoop:
 
     A subclass sets `seeds`, `n_envs`, `steps_per_round` (env steps per round over all envs) and
     `vector_steps_per_round`, calls
-    `_start(per-seed numpy states)`, and writes `_round(state, metrics, total_steps) -> (state, metrics)`, adding to
+    `_start(the seeds' numpy states, stacked)`, and writes `_round(state, metrics, total_steps) -> (state, metrics)`, adding to
     `metrics["loss_sum"]` and `metrics["updates"]`; episode figures come from `state["episodes"]`.
     With `log_episodes` set, a call also returns each ended episode's return and length, step by
     step (`log_episodes`): what `Agent.fit` books episode by episode (kerasrl.compiled.engine).
@@ -180,13 +217,19 @@ class CompiledLoop:
 
     log_episodes = False
 
-    def _start(self, states: list) -> None:
-        self._many = len(states) > 1
+    def _start(self, states) -> None:
+        """Take the seeds' runner states: one numpy tree with a leading seed axis."""
+        n_seeds = len(self.seeds)
+        self._many = n_seeds > 1
         self._vmap = self._many and vmaps_seeds()
-        self.state = backend.to_tensors(stack(states)) if self._vmap else None
-        if not self._many:
-            self.state = backend.to_tensors(states[0])
-        self._seed_states = [backend.to_tensors(s) for s in states] if self._many and not self._vmap else None
+        if self._vmap:
+            self.state = backend.to_tensors(states)
+        elif not self._many:
+            self.state = backend.to_tensors(unstack(states, 0))
+        else:
+            self.state = None
+        self._seed_states = ([backend.to_tensors(unstack(states, i)) for i in range(n_seeds)]
+                             if self._many and not self._vmap else None)
         self._calls = {}
         self.num_timesteps = 0
         self.history: list[dict] = []

@@ -31,8 +31,11 @@ from kerasrl.compiled.common import (
     episode_init,
     episode_update,
     log_episodes,
+    many_seed_streams,
     parse_seeds,
     random_ints,
+    repeat,
+    reset_many,
     seed_streams,
     uniform01,
 )
@@ -61,8 +64,7 @@ class CompiledDQN(CompiledLoop):
 
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, model=None, **fields):
-        from kerasrl.agents.base import variable_values
-        from kerasrl.initializers import seed_initial_weights
+        from kerasrl.initializers import WeightDraws
         from kerasrl.networks import build_model, default_network
 
         if config is None:
@@ -82,13 +84,11 @@ class CompiledDQN(CompiledLoop):
                             default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
                             role="Q-network", seed=seeds[0])
         self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, model)
-        states = []
-        for seed in seeds:
-            seed_initial_weights(model, seed, "Q-network")
-            weights = variable_values(model.trainable_variables)
-            non_trainable = variable_values(model.non_trainable_variables)
-            states.append(self._initial_state(seed, weights, non_trainable))
-        self._start(states)
+        # Every seed's weights drawn with numpy alone (the model is not touched per seed).
+        draws = WeightDraws(model)
+        self._start(self._initial_states(
+            draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
+            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")))
 
     def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], model) -> None:
         from kerasrl.optim import Adam
@@ -107,23 +107,27 @@ class CompiledDQN(CompiledLoop):
         self.vector_steps_per_round = cfg.train_freq
 
     # -- state -------------------------------------------------------------------------------
-    def _initial_state(self, seed, weights, non_trainable) -> dict:
-        cfg, n = self.config, self.n_envs
-        env_rng, explore_rng, action_rng, sample_rng = seed_streams(seed, n, n, n, cfg.batch_size)
-        obs, env_state = backend.to_numpy(self.env.reset(env_rng, self.env_params))
+    def _initial_states(self, weights: list[np.ndarray], non_trainable: list[np.ndarray]) -> dict:
+        """The runner states of `self.seeds` (weights each (seeds, ...)) as one numpy tree with
+        a leading seed axis, made at once (as `CompiledPPO._initial_states`)."""
+        cfg, n, n_seeds = self.config, self.n_envs, len(self.seeds)
+        env_rng, explore_rng, action_rng, sample_rng = many_seed_streams(self.seeds, n, n, n, cfg.batch_size)
+        obs, env_state = reset_many(self.env, env_rng, self.env_params)
         obs_shape = self.env.observation_space.shape
         size = self.capacity * n
+        buffer = {"obs": np.zeros((size, *obs_shape), np.float32),
+                  "next_obs": np.zeros((size, *obs_shape), np.float32),
+                  "actions": np.zeros(size, np.int32), "rewards": np.zeros(size, np.float32),
+                  "terminated": np.zeros(size, np.float32), "truncated": np.zeros(size, np.float32)}
+        opt = backend.to_numpy(self.optimizer.init(backend.to_tensors([w[0] for w in weights])))
         return {
-            "env": env_state, "obs": obs, "episodes": episode_init(n),
-            "buffer": {"obs": np.zeros((size, *obs_shape), np.float32),
-                       "next_obs": np.zeros((size, *obs_shape), np.float32),
-                       "actions": np.zeros(size, np.int32), "rewards": np.zeros(size, np.float32),
-                       "terminated": np.zeros(size, np.float32), "truncated": np.zeros(size, np.float32)},
+            "env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
+            "buffer": repeat(buffer, n_seeds),
             "params": weights, "non_trainable": non_trainable,
             "target_params": [w.copy() for w in weights], "target_non_trainable": [w.copy() for w in non_trainable],
-            "opt": backend.to_numpy(self.optimizer.init(backend.to_tensors(weights))),
+            "opt": repeat(opt, n_seeds),
             "explore_rng": explore_rng, "action_rng": action_rng, "sample_rng": sample_rng,
-            "vector_steps": np.zeros((), np.int32), "pending_syncs": np.zeros((), np.int32),
+            "vector_steps": np.zeros(n_seeds, np.int32), "pending_syncs": np.zeros(n_seeds, np.int32),
         }
 
     # -- the compiled round ------------------------------------------------------------------
@@ -298,7 +302,7 @@ class CompiledDQN(CompiledLoop):
         learner = backend.to_numpy(agent.learner.state)
         streams = agent.loop.compiled_streams
         if streams is None:
-            # The streams of `_initial_state` but the env's (the agent's games are seeded already).
+            # The streams of `_initial_states` but the env's (the agent's games are seeded already).
             streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, n, cfg.batch_size)[1:]))
         state = {
             **games_from_agent(agent),

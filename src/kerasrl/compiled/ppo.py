@@ -25,7 +25,10 @@ from kerasrl.compiled.common import (
     episode_init,
     episode_update,
     log_episodes,
+    many_seed_streams,
     parse_seeds,
+    repeat,
+    reset_many,
     seed_streams,
     uniform01,
 )
@@ -52,9 +55,8 @@ class CompiledPPO(CompiledLoop):
 
     def __init__(self, env="CartPole", config: PPOConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, **fields):
-        from kerasrl.agents.base import variable_values
         from kerasrl.agents.ppo import actor_critic_mlp
-        from kerasrl.initializers import seed_initial_weights
+        from kerasrl.initializers import WeightDraws
         from kerasrl.networks import build_model
 
         if config is None:
@@ -80,13 +82,11 @@ class CompiledPPO(CompiledLoop):
                                                               cfg.activation, cfg.ortho_init, head="value"),
                              role="value model", seed=seeds[0], stream="value")
         self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, actor, critic)
-        states = []
-        for seed in self.seeds:
-            seed_initial_weights(self.actor, seed, "policy")
-            seed_initial_weights(self.critic, seed, "value")
-            params = variable_values(self.actor.trainable_variables) + variable_values(self.critic.trainable_variables)
-            states.append(self._initial_state(seed, params))
-        self._start(states)
+        # Every seed's weights drawn with numpy alone (the models are not touched per seed).
+        actor_draws, critic_draws = WeightDraws(self.actor), WeightDraws(self.critic)
+        params = (actor_draws.seeded_many(self.actor.trainable_variables, seeds, "policy")
+                  + critic_draws.seeded_many(self.critic.trainable_variables, seeds, "value"))
+        self._start(self._initial_states(params))
 
     def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], actor, critic) -> None:
         from kerasrl.optim import Adam
@@ -108,13 +108,18 @@ class CompiledPPO(CompiledLoop):
         self.steps_per_round = self.n_samples
         self.vector_steps_per_round = cfg.n_steps
 
-    def _initial_state(self, seed, params) -> dict:
-        n = self.n_envs
-        env_rng, action_rng, shuffle_rng = seed_streams(seed, n, n * self.n_actions, self.n_samples)
-        obs, env_state = backend.to_numpy(self.env.reset(env_rng, self.env_params))
-        return {"env": env_state, "obs": obs, "episodes": episode_init(n), "params": params,
-                "opt": backend.to_numpy(self.optimizer.init(backend.to_tensors(params))),
-                "action_rng": action_rng, "shuffle_rng": shuffle_rng, "rounds": np.zeros((), np.int32)}
+    def _initial_states(self, params: list[np.ndarray]) -> dict:
+        """The runner states of `self.seeds` (whose weights are `params`, each (seeds, ...)) as one
+        numpy tree with a leading seed axis, made at once: one reset of every seed's games, one
+        optimizer state (Adam's starts at zero whatever the weights), the streams from numpy."""
+        n, n_seeds = self.n_envs, len(self.seeds)
+        env_rng, action_rng, shuffle_rng = many_seed_streams(self.seeds, n, n * self.n_actions, self.n_samples)
+        obs, env_state = reset_many(self.env, env_rng, self.env_params)
+        opt = backend.to_numpy(self.optimizer.init(backend.to_tensors([w[0] for w in params])))
+        return {"env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
+                "params": params, "opt": repeat(opt, n_seeds),
+                "action_rng": action_rng, "shuffle_rng": shuffle_rng,
+                "rounds": np.zeros(n_seeds, np.int32)}
 
     def _outputs(self, params, observations):
         """Logits (B, A) and values (B,)."""
@@ -309,7 +314,7 @@ class CompiledPPO(CompiledLoop):
         learner = backend.to_numpy(agent.learner.state)
         streams = agent.loop.compiled_streams
         if streams is None:
-            # The streams of `_initial_state` but the env's (the agent's games are seeded already).
+            # The streams of `_initial_states` but the env's (the agent's games are seeded already).
             streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n * self.n_actions,
                                                           self.n_samples)[1:]))
         return {**games_from_agent(agent),
