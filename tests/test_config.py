@@ -1,11 +1,13 @@
-"""DQNConfig: validation that names the field, frozen instances, and the dict round trip."""
+"""The configs: type and range checks that name the field, frozen instances, the dict round trip."""
 
 import dataclasses
 import json
+import re
 
+import numpy as np
 import pytest
 
-from kerasrl.config import DQNConfig
+from kerasrl.config import DDPGConfig, DQNConfig, PPOConfig, SACConfig, SARSAConfig, TD3Config
 
 
 @pytest.mark.parametrize("name, value", [
@@ -124,3 +126,46 @@ def test_a_checkpoint_saved_with_n_step_loads_silently(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         assert kerasrl.DQN.load(path).config.n_step_return == 2
+
+
+@pytest.mark.parametrize("config_class", [DQNConfig, SARSAConfig, PPOConfig, DDPGConfig, TD3Config,
+                                          SACConfig])
+def test_every_field_is_type_checked_with_one_message(config_class):
+    """A value of the wrong type is refused when the config is made (so when an agent is made, and
+    by the CLI's --set, which parses through from_dict), naming the field, value and type."""
+    for f in dataclasses.fields(config_class):
+        with pytest.raises(TypeError) as error:
+            config_class(**{f.name: object()})
+        assert str(error.value).startswith(f"{config_class.__name__}: {f.name} must be "), error.value
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("seed", "abc", "seed must be an int, got 'abc' (str)"),
+    ("learning_rate", "abc", "learning_rate must be a number (float), got 'abc' (str)"),
+    ("n_envs", 2.5, "n_envs must be an int, got 2.5 (float)"),
+    ("seed", True, "seed must be an int, got True (bool)"),
+    ("double_q", 1, "double_q must be True or False, got 1 (int)"),
+    ("hidden_sizes", (64, "x"), "hidden_sizes must be a tuple of ints"),
+    ("max_grad_norm", "none", "max_grad_norm must be a number (float) or None"),
+    ("loss", 3, "loss must be a string, got 3 (int)"),
+])
+def test_wrong_types_name_the_field_value_and_type(name, value, expected):
+    with pytest.raises(TypeError, match=re.escape(expected)):
+        DQNConfig(**{name: value})
+
+
+def test_lossless_forms_are_taken_as_the_annotated_type():
+    config = DQNConfig(buffer_size=1e5, seed=np.int64(3), learning_rate=1, hidden_sizes=[32, 32],
+                       double_q=np.bool_(True), gamma=np.float32(0.5))
+    assert config.buffer_size == 100_000 and type(config.buffer_size) is int
+    assert type(config.seed) is int and config.seed == 3
+    assert type(config.learning_rate) is float and config.hidden_sizes == (32, 32)
+    assert config.double_q is True and type(config.gamma) is float
+    assert json.loads(json.dumps(config.to_dict()))["buffer_size"] == 100_000
+
+
+def test_an_agent_refuses_a_wrong_type_where_it_is_made():
+    import kerasrl
+
+    with pytest.raises(TypeError, match="DQNConfig: seed must be an int, got 'abc'"):
+        kerasrl.DQN("CartPole-v1", seed="abc")

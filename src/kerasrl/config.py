@@ -7,7 +7,10 @@ the CLI's `--set name=value` and presets are made from these classes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
+import typing
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -43,6 +46,7 @@ class CommonConfig:
                               "(pretrained, or drawn by the backend).")
 
     def __post_init__(self):
+        check_types(self)
         check(self.n_envs >= 1, "n_envs", self.n_envs, "at least 1")
         check(self.learning_rate > 0, "learning_rate", self.learning_rate, "positive")
         check(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "in [0, 1]")
@@ -185,6 +189,83 @@ class SARSAConfig(QConfig):
     def __post_init__(self):
         super().__post_init__()
         check(self.n_steps >= 1, "n_steps", self.n_steps, "at least 1")
+
+
+def check_types(config) -> None:
+    """Check every field of `config` against its annotation, before any range check: one
+    TypeError naming the field, the value and the type it must have. Lossless forms are taken
+    and stored as the annotated type: numpy scalars, an integral float for an int (1e5), an int
+    for a float, a list for a tuple."""
+    hints = _type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        ok, converted = _as_type(value, hints[f.name])
+        if not ok:
+            raise TypeError(f"{type(config).__name__}: {f.name} must be {_describe_type(hints[f.name])}, "
+                            f"got {value!r} ({type(value).__name__}).")
+        if converted is not value:
+            object.__setattr__(config, f.name, converted)
+
+
+@functools.cache
+def _type_hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _as_type(value, annotation) -> tuple[bool, Any]:
+    """(whether `value` is of `annotation` in a lossless form, the value in the annotated type)."""
+    import numpy as np
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return True, None
+        for arg in args:
+            if arg is not type(None):
+                ok, converted = _as_type(value, arg)
+                if ok:
+                    return True, converted
+        return False, value
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False, value
+        item = args[0] if args else Any
+        items = [_as_type(v, item) for v in value]
+        if not all(ok for ok, _ in items):
+            return False, value
+        return True, tuple(v for _, v in items)
+    if annotation is Any:
+        return True, value
+    if annotation is bool:
+        return (True, bool(value)) if isinstance(value, (bool, np.bool_)) else (False, value)
+    if isinstance(value, (bool, np.bool_)):
+        return False, value  # True is an int to Python, never a number here
+    if annotation is int:
+        if isinstance(value, (int, np.integer)):
+            return True, int(value)
+        if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+            return True, int(value)
+        return False, value
+    if annotation is float:
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            return True, float(value)
+        return False, value
+    if annotation is str:
+        return isinstance(value, str), value
+    return isinstance(value, annotation), value
+
+
+_PLURAL = {int: "ints", float: "numbers", str: "strings"}
+
+
+def _describe_type(annotation) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe_type(arg) for arg in args)
+    if origin is tuple:
+        return f"a tuple of {_PLURAL.get(args[0], 'values')}" if args else "a tuple"
+    return {int: "an int", float: "a number (float)", str: "a string", bool: "True or False",
+            type(None): "None"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def check(ok: bool, name: str, value, expected: str) -> None:
