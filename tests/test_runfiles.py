@@ -427,3 +427,14 @@ def test_processes_racing_for_one_run_never_hold_it_together(tmp_path, mode):
         assert proc.returncode == 0, err
     assert sum(int(out) for out, _ in results) > 4
     assert sorted(p.name for p in run.iterdir()) == []
+
+
+def test_a_command_refused_before_writing_leaves_no_folder(tmp_path, capsys):
+    """`kerasrl train --out NEW` holds NEW from the start; refused (a setting misspelt), it leaves
+    no empty run folder behind."""
+    from kerasrl.cli import main
+
+    assert main(["train", "dqn", "--out", str(tmp_path / "new"), "--set", "learning_rat=0.1",
+                 "--no-progress"]) == 2
+    assert "learning_rat" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []

@@ -153,6 +153,7 @@ class _Holding:
     count: int
     pid: int
     path: Path
+    made_folder: bool  # the folder was made to be held: removed at the end if still empty
 
 
 _HELD: dict[str, _Holding] = {}
@@ -172,6 +173,7 @@ class RunLock:
     def acquire(self) -> RunLock:
         if self._key is not None:
             raise RuntimeError(f"This RunLock of {self.folder} is already acquired.")
+        made = not self.folder.exists()
         with writing("run folder", self.folder):
             self.folder.mkdir(parents=True, exist_ok=True)
         key = os.path.realpath(self.folder)
@@ -182,7 +184,7 @@ class RunLock:
             else:
                 with writing("lock file", self.path):
                     fd = _lock(self.folder, self.path)
-                _HELD[key] = _Holding(fd, 1, os.getpid(), self.path)
+                _HELD[key] = _Holding(fd, 1, os.getpid(), self.path, made)
         self._key = key
         return self
 
@@ -204,6 +206,9 @@ class RunLock:
             with contextlib.suppress(OSError):
                 os.unlink(held.path)
             os.close(held.fd)
+            if held.made_folder:  # a run that wrote nothing (a command refused) leaves no folder
+                with contextlib.suppress(OSError):
+                    held.path.parent.rmdir()
 
     def __enter__(self) -> RunLock:
         return self.acquire()
@@ -262,7 +267,11 @@ def _lock(folder: Path, path: Path) -> int:
     process holds it."""
     if fcntl is not None and not _NO_FLOCK:
         for _ in range(100):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the folder's last holder removed it, empty, meanwhile
+                folder.mkdir(parents=True, exist_ok=True)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -310,6 +319,9 @@ def _lock_exclusive(folder: Path, path: Path) -> int:
     for _ in range(100):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # the folder's last holder removed it, empty, meanwhile
+            folder.mkdir(parents=True, exist_ok=True)
+            continue
         except FileExistsError:
             holder = _read_holder(path)
             if holder is None and path.exists():
