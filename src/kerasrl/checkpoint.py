@@ -534,7 +534,9 @@ def serialization_problem(model) -> str | None:
     kerasrl loads `.keras` files with safe_mode=True: no Lambda layers, and every class that is not
     Keras's own must be registered with Keras and have a JSON-ready get_config().
     """
-    for layer in model._flatten_layers(include_self=True, recursive=True):
+    from kerasrl.backend.layers import walk_layers
+
+    for layer in walk_layers(model, include_self=True):
         cls = type(layer)
         if isinstance(layer, keras.layers.Lambda):
             return (f"layer {layer.name!r} is a Lambda layer, whose Python code kerasrl never "
@@ -549,8 +551,9 @@ def serialization_problem(model) -> str | None:
                     f"@keras.saving.register_keras_serializable(package=\"your_package\") (and "
                     f"import its module before loading)")
         try:
-            config = layer.get_config()
-            json.dumps(config, default=_keras_json_default)
+            with backend.unused_frameworks_hidden():  # Keras's serialization would import TF
+                config = layer.get_config()
+                json.dumps(config, default=_keras_json_default)
         except (NotImplementedError, TypeError) as error:
             return (f"{cls.__qualname__} (layer or model {layer.name!r}) has no usable "
                     f"get_config() ({type(error).__name__}: {error}); define get_config() "
@@ -571,14 +574,15 @@ def _save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, st
     """Write each model as `<name>.keras`, or as `<name>.weights.h5` when asked or when Keras could
     not load it back; returns {name: "keras" | "weights"}."""
     formats = {}
-    for name, model in models.items():
-        problem = None if weights_only else serialization_problem(model)
-        if weights_only or problem is not None:
-            model.save_weights(folder / f"{name}.weights.h5")
-            formats[name] = "weights"
-        else:
-            model.save(folder / f"{name}.keras")
-            formats[name] = "keras"
+    with backend.unused_frameworks_hidden():  # Keras's serialization would import TensorFlow
+        for name, model in models.items():
+            problem = None if weights_only else serialization_problem(model)
+            if weights_only or problem is not None:
+                model.save_weights(folder / f"{name}.weights.h5")
+                formats[name] = "weights"
+            else:
+                model.save(folder / f"{name}.keras")
+                formats[name] = "keras"
     return formats
 
 

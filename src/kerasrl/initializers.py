@@ -21,6 +21,8 @@ import zlib
 import keras
 import numpy as np
 
+from kerasrl.backend.layers import walk_layers
+
 _DETERMINISTIC = tuple(getattr(keras.initializers, name) for name in
                        ("Zeros", "Ones", "Constant", "Identity", "IdentityInitializer", "STFT")
                        if hasattr(keras.initializers, name))
@@ -228,14 +230,12 @@ def _variable_owners(model: keras.Model) -> dict[int, keras.layers.Layer]:
 
 
 def _all_layers(layer):
-    yield layer
-    for child in layer._flatten_layers(include_self=False, recursive=False):
-        yield from _all_layers(child)
+    return walk_layers(layer, include_self=True)
 
 
 def _own_variables(layer) -> list:
     """The variables a layer made itself (not those of its sublayers)."""
-    nested = {id(v) for child in layer._flatten_layers(include_self=False) for v in child.weights}
+    nested = {id(v) for child in walk_layers(layer) for v in child.weights}
     return [v for v in layer.weights if id(v) not in nested]
 
 

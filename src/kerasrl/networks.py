@@ -15,6 +15,7 @@ import numpy as np
 from keras import layers
 
 from kerasrl import backend, registry
+from kerasrl.backend.layers import walk_layers
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
 from kerasrl.spaces import FlatObservations, structure_of
@@ -227,7 +228,7 @@ def takes_flat_observations(model: keras.Model) -> bool:
     `SplitLeaves` layer (the default networks, an adapted user's model, or one loaded from a
     checkpoint)."""
     return any(isinstance(layer, SplitLeaves)
-               for layer in model._flatten_layers(include_self=False, recursive=True))
+               for layer in walk_layers(model))
 
 
 def adapt_model(model: keras.Model, observation_space: gym.Space) -> keras.Model:

@@ -18,6 +18,7 @@ from keras import tree
 
 from kerasrl import backend
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner
+from kerasrl.backend.layers import walk_layers
 from kerasrl.losses import select, td_loss
 from kerasrl.masks import masked_argmax
 from kerasrl.networks import build_model, default_network, stateless_apply
@@ -38,8 +39,7 @@ TargetFn = Callable[..., object]
 
 def has_convolutions(model: keras.Model) -> bool:
     """True when any layer of `model`, nested models included, is a convolution."""
-    layers = model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else model.layers
-    return any("Conv" in type(layer).__name__ for layer in layers)
+    return any("Conv" in type(layer).__name__ for layer in walk_layers(model))
 
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from kerasrl import backend, registry
+from kerasrl.backend.layers import walk_layers
 from kerasrl.compiled.common import episode_init, stack, unstack, vmaps_seeds
 from kerasrl.envs.ops.gym import ops_vector_env
 
@@ -97,7 +98,7 @@ class CompiledEngine:
         if not backend.COMPILED_LOOPS or not backend.on_cpu():
             return None
         convolutions = sorted({type(layer).__name__ for model in agent.learner.models.values()
-                               for layer in model._flatten_layers(include_self=False)
+                               for layer in walk_layers(model)
                                if isinstance(layer, CONVOLUTIONS)})
         if not convolutions:
             return None

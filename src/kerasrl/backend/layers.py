@@ -1,0 +1,58 @@
+"""One walk over the layers of a Keras model: every layer inside it, nested models and layers
+included, each once, a parent before its children.
+
+Keras keeps this walk private (`Layer._flatten_layers`); it is the one used when present, because
+it is Keras's own record of which layers a layer tracks. Without it (a Keras release that renames
+it, or `KERASRL_FAST_PATHS=0`), the walk goes through public attributes only: a model's `layers`,
+and the layers any other layer holds as attributes, alone or in lists, tuples and dicts (how Keras
+itself finds them when they are assigned). tests/test_layer_walk.py holds the two walks equal.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+
+def walk_layers(root, *, include_self: bool = False) -> list:
+    """Every layer inside `root` (a Keras layer or model), depth first, parents before children."""
+    if _PRIVATE_WALK and hasattr(root, "_flatten_layers"):
+        return list(root._flatten_layers(include_self=include_self, recursive=True))
+    return public_walk(root, include_self=include_self)
+
+
+def public_walk(root, *, include_self: bool = False) -> list:
+    """`walk_layers` through public attributes only."""
+    found = [root] if include_self else []
+    seen = {id(root)}
+
+    def visit(layer) -> None:
+        for child in _children(layer):
+            if id(child) not in seen:
+                seen.add(id(child))
+                found.append(child)
+                visit(child)
+
+    visit(root)
+    return found
+
+
+def _children(layer) -> list:
+    if isinstance(layer, keras.Model):
+        return list(layer.layers)  # what the model tracks (not a Sequential's inner Functional)
+    children = []
+    pending = list(vars(layer).values())
+    while pending:
+        value = pending.pop(0)
+        if isinstance(value, keras.layers.Layer):
+            children.append(value)
+        elif isinstance(value, (list, tuple)):
+            pending[:0] = list(value)
+        elif isinstance(value, dict):
+            pending[:0] = list(value.values())
+    return [child for child in children if child is not layer]
+
+
+# KERASRL_FAST_PATHS=0 takes the public paths only (see kerasrl.backend).
+_PRIVATE_WALK = os.environ.get("KERASRL_FAST_PATHS", "1") != "0"
