@@ -1,6 +1,7 @@
 """Choosing the Keras backend: clear errors for unknown or missing backends, jax by default."""
 
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -73,3 +74,49 @@ def test_chosen_backend_is_respected(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["torch", "torch"]
+
+
+def _name_and_reason(code, env):
+    result = subprocess.run([sys.executable, "-c", code + "; import kerasrl.backend as b; "
+                             "print(b.NAME); print(b.REASON)"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-2:]
+
+
+def test_the_reason_is_the_fastest_installed_when_nothing_chose(tmp_path):
+    name, reason = _name_and_reason("import kerasrl", clean_env(tmp_path))
+    assert name == "jax"
+    assert reason == "the fastest installed of jax, tensorflow, torch; set KERAS_BACKEND to choose"
+
+
+def test_the_reason_is_keras_backend_when_set(tmp_path):
+    name, reason = _name_and_reason("import kerasrl", clean_env(tmp_path, KERAS_BACKEND="torch"))
+    assert (name, reason) == ("torch", "KERAS_BACKEND=torch")
+
+
+def test_keras_imported_first_keeps_its_backend_and_says_so(tmp_path):
+    """`import keras` before `import kerasrl`, nothing set: Keras's own default (TensorFlow)
+    stands, and the reason names the import order and how to get the fastest."""
+    name, reason = _name_and_reason("import keras, kerasrl", clean_env(tmp_path))
+    assert name == "tensorflow"
+    assert reason.startswith("Keras was imported before kerasrl and chose it")
+    assert "set KERAS_BACKEND=jax, or import kerasrl before keras" in reason
+
+
+def test_use_gives_its_reason(monkeypatch):
+    monkeypatch.setattr(kerasrl.backend, "NAME", kerasrl.backend.NAME)
+    monkeypatch.setattr(kerasrl.backend, "REASON", kerasrl.backend.REASON)
+    monkeypatch.setattr(kerasrl.backend, "COMPILED_LOOPS", kerasrl.backend.COMPILED_LOOPS)
+    monkeypatch.setenv("KERAS_BACKEND", kerasrl.backend.NAME)
+    kerasrl.backend.use(kerasrl.backend.NAME)  # the running backend: a process cannot switch
+    assert kerasrl.backend.REASON == "chosen with --backend, or kerasrl.backend.use"
+
+
+def test_the_backend_is_announced_once_per_process(monkeypatch, caplog):
+    monkeypatch.setattr(kerasrl.backend, "_ANNOUNCED", False)
+    with caplog.at_level(logging.INFO, logger="kerasrl"):
+        kerasrl.backend.announce()
+        kerasrl.backend.announce()
+    said = [r.getMessage() for r in caplog.records if r.name == "kerasrl"]
+    assert said == [f"Keras backend: {kerasrl.backend.NAME} ({kerasrl.backend.REASON})."]

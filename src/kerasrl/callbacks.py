@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from kerasrl import backend
+
 
 def _windowed_mean(history, window: int) -> float:
     """Mean return of the last `window` episodes, or NaN while fewer than `window` have ended."""
@@ -58,7 +60,8 @@ class SaveBest:
         self.best_step = agent.num_timesteps
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.suffix == ".keras":
-            agent.model.save(self.path)
+            with backend.unused_frameworks_hidden():  # Keras's serialization would import TF
+                agent.model.save(self.path)
         else:
             agent.policy.save(self.path)
         self.saves += 1

@@ -117,6 +117,7 @@ class Agent:
         self.config = config
         backend.configure_threads()
         devices.configure_precision()  # full float32 matrix products unless KERASRL_FULL_PRECISION=0
+        backend.announce()  # which backend runs and why, once per process
         # Keras seeds each layer's random-op generator (dropout) from Python's `random`; the initial
         # weights themselves are drawn from the seed with numpy (build_model), the same everywhere.
         random.seed(config.seed)
@@ -175,8 +176,13 @@ class Agent:
         the policy type, its models' JSON configs and its config; and whether it is on-policy."""
         policy = self.policy
         return {"policy_type": policy.policy_type, "on_policy": self.on_policy,
-                "models": {stem: model.to_json() for stem, model in policy.models().items()},
+                "models": self._models_json(policy),
                 "policy_config": policy.get_config()}
+
+    @staticmethod
+    def _models_json(policy) -> dict[str, str]:
+        with backend.unused_frameworks_hidden():  # Keras's serialization would import TensorFlow
+            return {stem: model.to_json() for stem, model in policy.models().items()}
 
     def actor_weights(self) -> dict:
         """The policy's current weights for remote actors, as numpy: each model's `get_weights()`

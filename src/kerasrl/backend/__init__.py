@@ -150,7 +150,7 @@ def use(name: str) -> str:
                 f"importing keras or kerasrl."
             )
     os.environ["KERAS_BACKEND"] = name
-    NAME, REASON = name, "chosen with kerasrl.backend.use (the CLI's --backend)"
+    NAME, REASON = name, "chosen with --backend, or kerasrl.backend.use"
     COMPILED_LOOPS = name != "torch"
     return name
 
