@@ -68,7 +68,7 @@ def cmd_backends(args) -> int:
         mark = "*" if name == backend.NAME else " "
         state = "installed" if name in installed else f"not installed (pip install 'kerasrl[{name}]')"
         print(f" {mark} {name:<11} {state}")
-    print(f"Active: {backend.NAME} (set KERAS_BACKEND or pass --backend to change)")
+    print(f"Active: {backend.NAME} ({backend.REASON})")  # the rule: kerasrl.backend's docstring
     return 0
 
 
