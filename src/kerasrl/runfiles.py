@@ -330,7 +330,11 @@ def _lock_exclusive(folder: Path, path: Path) -> int:
             if holder is None:
                 continue  # removed meanwhile: try again
             if _alive(holder):
-                raise RunLockedError(folder, holder) from None
+                note = ("" if holder.get("host") == socket.gethostname() else
+                        f"This filesystem has no locks (flock), so a process of another host is "
+                        f"taken to run until its lock file goes: if it no longer runs, delete "
+                        f"{path}.")
+                raise RunLockedError(folder, holder, note) from None
             aside = path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}-{secrets.token_hex(4)}")
             try:
                 os.rename(path, aside)
