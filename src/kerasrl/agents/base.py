@@ -386,6 +386,7 @@ class Agent:
         `device`: where it learns and acts, as for a new agent (whatever device wrote it).
         Nothing is unpickled: see docs/checkpoints.md.
         """
+        devices.check(device)  # a wrong name fails before the checkpoint is read
         return load_checkpoint(find_checkpoint(path), None if cls is Agent else cls, env=env,
                                model_factory=model_factory, device=device)
 

@@ -1,0 +1,143 @@
+"""Device checks that need a process of their own (run by tests/test_devices.py).
+
+    python device_worker.py tensors OUT_DIR   (KERAS_BACKEND=jax, tensorflow or torch)
+    python device_worker.py agents OUT_DIR    (KERAS_BACKEND=jax)
+
+A process sees two CPU devices: JAX through XLA_FLAGS=--xla_force_host_platform_device_count=2,
+TensorFlow through two logical CPUs; both must be set before the framework starts, hence a
+process. PyTorch has one CPU device: its checks use the "meta" device, which Keras's `keras.device`
+takes like any other. Each check raises on failure; the last line printed is "ok".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Before any framework is imported; the thread flags set by conftest.py / run.py are kept. First:
+# XLA reads no flag after one it does not parse (those set "intra_op_parallelism_threads=1").
+os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=2 "
+                           + os.environ.get("XLA_FLAGS", "")).strip()
+if os.environ.get("KERAS_BACKEND") == "tensorflow":
+    import tensorflow as tf
+
+    _cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import kerasrl  # noqa: E402
+from kerasrl import backend  # noqa: E402
+
+
+def device_of(x) -> str:
+    """The one device a tensor (or a tree of them) lives on, as "cpu:1" / "meta"."""
+    names = set()
+    for leaf in keras.tree.flatten(x):
+        if isinstance(leaf, keras.Variable):
+            leaf = leaf.value
+        if backend.NAME == "jax":
+            names.update(f"{d.platform}:{d.id}" for d in leaf.devices())
+        elif backend.NAME == "tensorflow":  # "/job:localhost/replica:0/task:0/device:CPU:1"
+            names.add(":".join(leaf.device.split(":")[-2:]).lower())
+        else:
+            names.add(str(leaf.device))
+    if len(names) != 1:
+        raise AssertionError(f"expected one device, found {sorted(names)}")
+    return names.pop()
+
+
+def check_tensors() -> None:
+    """`to_tensors`, `feed` and compiled calls honour `keras.device` on this backend."""
+    tree = {"w": [np.ones((3, 2), np.float32), np.zeros((), np.int32)], "b": np.arange(4.0)}
+    if backend.NAME == "torch":
+        from kerasrl.backend import torch as torch_backend
+        from kerasrl.backend import torch_fast
+
+        assert device_of(backend.to_tensors(tree)) == "cpu"
+        with keras.device("meta"):
+            assert device_of(backend.to_tensors(tree)) == "meta"
+            assert device_of(backend.feed(tree)) == "meta"
+            # Scalars a traced call takes (a learning rate) go where arrays go.
+            device = torch_backend.current_device()
+            assert [device_of(torch_fast._as_input(x, device))
+                    for x in (np.float32(1e-3), 0.5, np.ones(2))] == ["meta"] * 3
+        # Where several devices exist, a compiled call runs on its first tensor's device: the
+        # constants Keras makes inside land there, whatever scope the caller is in.
+        torch_backend.MANY_DEVICES = True
+
+        def fn(x):
+            return x * keras.ops.convert_to_tensor(2.0), keras.ops.convert_to_tensor(1.0)
+
+        with keras.device("meta"):
+            x = backend.to_tensors(np.ones(3, np.float32))
+        os.environ["KERASRL_TORCH_TRACE"] = "0"  # eagerly: meta tensors have no values to trace
+        out = backend.compile(fn)(x)
+        assert [device_of(t) for t in out] == ["meta", "meta"], out
+        return
+    # JAX and TensorFlow: two CPU devices.
+    assert backend.devices()[:2] == ["cpu:0", "cpu:1"], backend.devices()
+    assert device_of(backend.to_tensors(tree)) == "cpu:0"
+    with keras.device("cpu:1"):
+        state = backend.to_tensors(tree)
+        assert device_of(state) == "cpu:1"
+        inputs = [x for x in keras.tree.flatten(backend.feed(tree)) if not isinstance(x, np.ndarray)]
+        assert not inputs or device_of(inputs) == "cpu:1"  # JAX feeds numpy, placed by the call
+    compiled = backend.compile(lambda s, lr: keras.tree.map_structure(lambda a: a * lr, s))
+    out = compiled({"w": state["w"][0]}, np.float32(2.0))  # called outside the scope
+    assert device_of(out) == "cpu:1"  # ran where its state lives
+    if backend.NAME == "jax":  # committed: a jitted call refuses arrays of two devices
+        with keras.device("cpu:0"):
+            other = backend.to_tensors(np.ones((3, 2), np.float32))
+        try:
+            backend.compile(lambda a, b: a + b)(state["w"][0], other)
+        except ValueError as error:
+            assert "incompatible devices" in str(error), error
+        else:
+            raise AssertionError("arrays committed to two devices were mixed without an error")
+
+
+def on_second_device(agent, where: str) -> None:
+    """The learner's whole state and the agent's Keras models live on cpu:1."""
+    assert device_of(agent.learner.state) == "cpu:1", where
+    for model in agent.learner.models.values():
+        assert device_of(model.weights) == "cpu:1", where
+
+
+def check_agents(out: Path) -> None:
+    """Agents made with device="cpu:1" train DQN and PPO (Python loop and compiled loop), save,
+    load and predict, with every array on cpu:1. Everything runs inside keras.device("cpu:0"), so
+    an array that kerasrl made outside the agent's device would be committed to cpu:0, and a
+    jitted call that mixed it with the agent's arrays would raise."""
+    obs = np.zeros((3, 4), np.float32)
+    tiny = dict(seed=0, hidden_sizes=(16, 16), device="cpu:1", check_env=False, n_envs=2)
+    runs = (("dqn", kerasrl.DQN, dict(learning_starts=32, train_freq=8, batch_size=16,
+                                      buffer_size=256, target_update_interval=64)),
+            ("ppo", kerasrl.PPO, dict(n_steps=16, batch_size=32, n_epochs=1)))
+    with keras.device("cpu:0"):
+        for name, agent_class, settings in runs:
+            agent = agent_class("kerasrl/OpsCartPole-v1", **settings, **tiny)
+            assert agent.device == "cpu:1" and agent.learner.acting_device is None
+            on_second_device(agent, f"{name} made")
+            for engine, steps in (("local", 96), ("compiled", 192)):  # the Python loop, then compiled
+                updates = len(agent.history.losses)
+                agent.fit(steps, progress=False, engine=engine)
+                assert (agent.loop.compiled_streams is not None) == (engine == "compiled")
+                assert len(agent.history.losses) > updates, f"{name} did not train ({engine})"
+                on_second_device(agent, f"{name} after fit ({engine})")
+            assert agent.predict(obs).shape == (3,)
+            agent.save(out / name)
+            loaded = agent_class.load(out / name, device="cpu:1")
+            on_second_device(loaded, f"{name} loaded")
+            np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
+
+
+if __name__ == "__main__":
+    what, out_dir = sys.argv[1], Path(sys.argv[2])
+    if what == "tensors":
+        check_tensors()
+    else:
+        check_agents(out_dir)
+    print("ok")
