@@ -73,6 +73,10 @@ OPS_ENVS: dict[str, str] = {
     "MountainCar": "kerasrl.envs.ops.mountain_car:MountainCar",
     "Pendulum": "kerasrl.envs.ops.pendulum:Pendulum",
     "Snake": "kerasrl.envs.ops.snake:Snake",
+    "MinAtar-Breakout": "kerasrl.envs.ops.minatar:MinAtarBreakout",
+    "MinAtar-Asterix": "kerasrl.envs.ops.minatar:MinAtarAsterix",
+    "MinAtar-Freeway": "kerasrl.envs.ops.minatar:MinAtarFreeway",
+    "MinAtar-SpaceInvaders": "kerasrl.envs.ops.minatar:MinAtarSpaceInvaders",
 }
 """keras.ops environment name (`kerasrl.envs.ops.make_ops_env`) -> its class."""
 
@@ -92,7 +96,10 @@ ENV_IDS: dict[str, dict[str, Any]] = {
                             ("Acrobot", "kerasrl/OpsAcrobot-v1"),
                             ("MountainCar", "kerasrl/OpsMountainCar-v0"),
                             ("Pendulum", "kerasrl/OpsPendulum-v1"),
-                            ("Snake", "kerasrl/OpsSnake-v0"))},
+                            ("Snake", "kerasrl/OpsSnake-v0"),
+                            # v1 as the reference's MinAtar/Breakout-v1...: the minimal action sets.
+                            *((f"MinAtar-{game}", f"kerasrl/OpsMinAtar-{game}-v1")
+                              for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders")))},
     # The ops Snake with the evaluation's cut in training too: 100 steps without fruit truncate an
     # episode, so a policy that circles forever ends (presets on the compiled loop).
     SNAKE_TIME_LIMIT_ID: dict(entry_point="kerasrl.envs.ops.gym:OpsGymEnv",

@@ -1,7 +1,9 @@
 """Environments written in keras.ops: batched, pure, compiled with the training loop.
 
-`CartPole`, `Acrobot`, `MountainCar`, `Pendulum` (Gymnasium's dynamics) and `Snake` (the rules of
-`kerasrl.envs.snake`), each with `reset(rng, params) -> (obs, state)` and
+`CartPole`, `Acrobot`, `MountainCar`, `Pendulum` (Gymnasium's dynamics), `Snake` (the rules of
+`kerasrl.envs.snake`) and `MinAtarBreakout`, `MinAtarAsterix`, `MinAtarFreeway`,
+`MinAtarSpaceInvaders` (the `minatar` package's games), each with
+`reset(rng, params) -> (obs, state)` and
 `step(state, action, params) -> (obs, state, reward, terminated, truncated, info)` over a batch of
 games; `OpsVectorEnv` / `OpsGymEnv` wrap them for Gymnasium (ids `kerasrl/OpsCartPole-v1`, ...).
 Importing this package imports no backend; the env modules load on first use.
@@ -18,6 +20,8 @@ _LAZY = {
     "MountainCar": "mountain_car", "MountainCarParams": "mountain_car", "Pendulum": "pendulum",
     "PendulumParams": "pendulum", "Snake": "snake", "SnakeParams": "snake", "OpsVectorEnv": "gym",
     "OpsGymEnv": "gym", "make_ops_env": "gym", "register_ops_envs": "gym",
+    "MinAtarBreakout": "minatar", "MinAtarAsterix": "minatar", "MinAtarFreeway": "minatar",
+    "MinAtarSpaceInvaders": "minatar", "MinAtarParams": "minatar",
 }
 
 

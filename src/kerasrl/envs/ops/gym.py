@@ -26,7 +26,8 @@ from kerasrl.envs.ops.render import check_render_mode
 
 
 def make_ops_env(name: str | OpsEnv, **kwargs) -> OpsEnv:
-    """An ops env by name (CartPole, Acrobot, MountainCar, Pendulum, Snake), or `name` itself."""
+    """An ops env by name (CartPole, Acrobot, MountainCar, Pendulum, Snake, MinAtar-Breakout, ...:
+    `kerasrl.registry.OPS_ENVS`), or `name` itself."""
     if isinstance(name, OpsEnv):
         if kwargs:
             raise ValueError("make_ops_env: keyword arguments go with an env name, not an OpsEnv instance.")
