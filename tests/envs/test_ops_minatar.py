@@ -14,13 +14,12 @@ out) so that rare rules run too; the ops game is then set from the reference wit
 
 from __future__ import annotations
 
+import minatar  # the reference, in the dev extra
 import numpy as np
 import pytest
 
 from kerasrl import backend
 from kerasrl.envs.ops.base import make_rng, numpy_bits
-
-minatar = pytest.importorskip("minatar", reason="the reference: pip install MinAtar (kerasrl[dev])")
 
 GAMES = {  # ops name: (reference module, draws per step, draws per reset)
     "MinAtar-Breakout": ("breakout", 1, 1),
