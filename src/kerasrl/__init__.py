@@ -5,8 +5,9 @@
     agent.fit(total_steps=50_000)
     agent.evaluate(episodes=20)
 
-Importing kerasrl settles the Keras backend (KERAS_BACKEND if set, else the fastest installed) and
-registers its environments with Gymnasium; Keras itself is imported on first use of an agent.
+Importing kerasrl settles the Keras backend (the backend of a Keras already imported, else
+KERAS_BACKEND, else the fastest installed; see kerasrl.backend) and registers its environments with
+Gymnasium; Keras itself is imported on first use of an agent.
 """
 
 from __future__ import annotations
