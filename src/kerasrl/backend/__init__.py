@@ -50,7 +50,7 @@ Which backend runs: one rule, applied when kerasrl is imported.
    `keras.json` is not read: Keras writes `"backend": "tensorflow"` there on its first import, so
    the file does not show a choice.
 The first agent made in a process says which backend runs and which of these applied, at INFO on
-the "kerasrl" logger (`announce`; the `kerasrl` command shows these lines).
+the "kerasrl" logger (`announce`; `kerasrl train` shows these lines). `kerasrl backends` says it too.
 
 No framework that the running backend does not need is imported: third-party code that imports
 every framework it finds (tensorboardX imports PyTorch; Keras's model serialization TensorFlow) runs
@@ -161,7 +161,7 @@ _ANNOUNCED = False
 
 def announce() -> None:
     """Say which backend runs and why, once per process: at INFO on the "kerasrl" logger (which
-    the CLI shows). Called when an agent is made."""
+    `kerasrl train` shows). Called when an agent is made."""
     global _ANNOUNCED
     if not _ANNOUNCED:
         _ANNOUNCED = True
