@@ -9,6 +9,9 @@
                            learning runs, the docs with every command in a fresh process, and the
                            fast-paths-off and lowest-versions steps below
     python3 run.py bench   install the benchmark peers (Stable-Baselines3, SBX) and run the benchmarks
+    python3 run.py gpu     the GPU tier (tests marked `gpu`, tests/test_gpu.py) on every backend, on a
+                           machine with a GPU and the frameworks' CUDA builds in .venv (docs/gpu.md);
+                           where a backend sees no GPU its tests are skipped, saying so
 
 Steps of `run.py test` and `run.py slow`, each also a command of its own:
 
@@ -437,7 +440,21 @@ def bench(extra_args: list[str]) -> int:
     return run(PYTHON, "benchmarks/run_all.py", *extra_args, env={**os.environ, **THREAD_ENV})
 
 
-COMMANDS = {"test": test, "slow": slow, "bench": bench, "no-fast-paths": no_fast_paths,
+def gpu(extra_args: list[str]) -> int:
+    """The GPU tier on each backend in its own process: CPU and GPU runs of one seed agree, DQN,
+    PPO and SAC learn on the GPU, checkpoints cross between GPU and CPU, ONNX exports agree.
+    JAX does not take 75 % of the GPU at start-up (XLA_PYTHON_CLIENT_PREALLOCATE=false): Keras
+    imports JAX on every backend, and PyTorch's process needs the memory."""
+    install()
+    start = time.monotonic()
+    failed = 0
+    for name in BACKENDS:
+        failed |= run(*pytest_command(), *extra_args, "-m", "gpu", "tests/test_gpu.py", "-ra",
+                      env=test_env(name, XLA_PYTHON_CLIENT_PREALLOCATE="false"))
+    return step("GPU tier", start, failed)
+
+
+COMMANDS = {"test": test, "slow": slow, "bench": bench, "gpu": gpu, "no-fast-paths": no_fast_paths,
             "lowest": lowest, "package": package, "other-backends": other_backends, "cross-backend": cross_backend,
             "lane": lane}
 

@@ -24,3 +24,22 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "packaging: installs kerasrl into clean virtual environments as a user does "
         "(tests/test_packaging.py); run by `run.py package`, in CI's JAX lane after the JAX pass")
+    config.addinivalue_line(
+        "markers", "gpu: needs an accelerator (tests/test_gpu.py); skipped where the backend sees "
+        "none, run on a GPU machine by `run.py gpu`")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests are a hardware tier: skipped, saying so, where the backend sees no accelerator."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import pytest
+
+    from kerasrl import backend
+
+    if backend.on_cpu():
+        skip = pytest.mark.skip(reason=f"the {backend.NAME} backend sees no GPU here (the gpu tier: "
+                                       f"python3 run.py gpu on a GPU machine)")
+        for item in gpu_tests:
+            item.add_marker(skip)
