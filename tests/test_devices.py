@@ -48,6 +48,17 @@ def test_a_device_this_machine_lacks_is_refused_naming_the_visible_ones():
         kerasrl.DQN.load("does-not-matter", device="cpu:9")  # checked before the path is read
 
 
+def test_the_cli_trains_on_the_device_it_is_given_and_refuses_one_it_lacks(tmp_path, capsys):
+    from kerasrl.cli import main
+
+    assert main(["train", "dqn", "--device", "gpu:5", "--steps", "50",
+                 "--out", str(tmp_path / "refused")]) == 2
+    assert "device='gpu:5'" in capsys.readouterr().err
+    assert main(["train", "dqn", "--device", "cpu", "--steps", "200", "--set", "learning_starts=50",
+                 "--set", "hidden_sizes=[8]", "--out", str(tmp_path / "run")]) == 0
+    assert kerasrl.DQN.load(tmp_path / "run", device="cpu").num_timesteps == 200
+
+
 @pytest.mark.backend
 def test_device_names_are_read_as_keras_names_them():
     cpu = backend.devices()[0]
