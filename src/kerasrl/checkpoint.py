@@ -51,14 +51,12 @@ import numpy as np
 
 from kerasrl import __version__, backend, devices, registry
 from kerasrl.networks import adapt_model, dummy_observation
-from kerasrl.runfiles import writing
+from kerasrl.runfiles import CHECKPOINT_NAME, CHECKPOINT_PREFIX, MANIFEST, list_checkpoints, writing
 from kerasrl.spaces import FlatObservations, structure_of
 
 FORMAT_VERSION = 1
 CHECKPOINT_FORMAT = "kerasrl-checkpoint"
 POLICY_FORMAT = "kerasrl-policy"
-MANIFEST = "manifest.json"
-CHECKPOINT_PREFIX = "ckpt-"
 
 
 class CheckpointError(ValueError):
@@ -95,7 +93,7 @@ def atomic_folder(path, what: str = "folder"):
     """
     path = Path(path)
     checkpoints = run = None
-    if _STEP.match(path.name):  # a failed checkpoint of a run: resume from its newest sibling
+    if CHECKPOINT_NAME.match(path.name):  # a failed checkpoint of a run: resume from its newest sibling
         checkpoints = path.parent
         run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     with writing(what, path, checkpoints=checkpoints, run=run):
@@ -696,20 +694,6 @@ def load_policy(path, *, model_factory=None):
 
 
 # -- run folders ------------------------------------------------------------------------------
-_STEP = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
-
-
-def list_checkpoints(directory) -> list[tuple[int, Path]]:
-    """Complete checkpoints (`ckpt-<step>` folders with a manifest) in `directory`, by step."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for child in directory.iterdir():
-        match = _STEP.match(child.name)
-        if match and (child / MANIFEST).is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
 
 
 def checkpoint_path(directory, step: int) -> Path:

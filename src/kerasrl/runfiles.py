@@ -46,7 +46,23 @@ _REMEDIES = {
     errno.EROFS: "the filesystem is read-only: write to another one",
     errno.EFBIG: "the file would pass this process's file size limit (ulimit -f)",
 }
-_CHECKPOINT_NAME = re.compile(r"^ckpt-(\d+)$")
+# A checkpoint is a folder `ckpt-<step>` with this manifest, written last (kerasrl.checkpoint).
+MANIFEST = "manifest.json"
+CHECKPOINT_PREFIX = "ckpt-"
+CHECKPOINT_NAME = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+
+
+def list_checkpoints(directory) -> list[tuple[int, Path]]:
+    """Complete checkpoints (`ckpt-<step>` folders with a manifest) in `directory`, by step."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for child in directory.iterdir():
+        match = CHECKPOINT_NAME.match(child.name)
+        if match and (child / MANIFEST).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
 
 
 class WriteError(OSError):
@@ -76,8 +92,6 @@ class WriteError(OSError):
         """Name the newest complete checkpoint in the folder `checkpoints` as the resume point
         (once: the first caller, nearest the failed write, knows best). Returns self."""
         if self.checkpoints is None and checkpoints is not None:
-            from kerasrl.checkpoint import list_checkpoints
-
             self.checkpoints = Path(checkpoints)
             self.run = Path(run) if run is not None else None
             found = list_checkpoints(self.checkpoints)
@@ -95,7 +109,7 @@ class WriteError(OSError):
             return (f"{text} There is no complete checkpoint in {self.checkpoints} to resume from "
                     f"(checkpoint_every, --checkpoint-every on the command line, writes them "
                     f"while training).")
-        step = _CHECKPOINT_NAME.match(self.last_checkpoint.name)
+        step = CHECKPOINT_NAME.match(self.last_checkpoint.name)
         at = f" (step {int(step.group(1))})" if step else ""
         source = self.run if self.run is not None else self.last_checkpoint
         return (f"{text} Nothing already saved is lost: the last complete checkpoint is "
