@@ -93,8 +93,9 @@ class Learner:
         return self.placement.scope()
 
     def acting_scope(self):
-        """The scope of the device the Python loop acts on (nothing where that is the state's)."""
-        return devices.scope(self.acting_device)
+        """The scope of the device the Python loop acts on, where observations are fed (nothing
+        where that is the framework's default device)."""
+        return devices.scope(self.acting_device or self.placement.learning)
 
     def acting_weights(self) -> tuple[dict, dict]:
         """(trainable, non-trainable) weights of the models, {name: [arrays]}, to act from: the
