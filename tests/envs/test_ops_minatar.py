@@ -192,7 +192,7 @@ def test_frames_are_the_references_picture():
 
     import kerasrl  # noqa: F401 -- registers the envs
 
-    for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders"):
+    for game in ("Breakout", "Freeway", "SpaceInvaders"):  # 4, 7 and 6 channels (Asterix: 4)
         env = gym.make(f"kerasrl/OpsMinAtar-{game}-v1", render_mode="rgb_array")
         assert env.metadata["render_modes"] == ["rgb_array"] and env.metadata["render_fps"] == 20
         obs, _ = env.reset(seed=0)
@@ -211,3 +211,49 @@ def test_frames_are_the_references_picture():
         env.close()
     with pytest.raises(ValueError, match=r"render_mode must be None or one of \['rgb_array'\], got 'human'"):
         gym.make("kerasrl/OpsMinAtar-Breakout-v1", render_mode="human")
+
+
+# -- the compiled loop on the MinAtar games ---------------------------------------------------------
+@pytest.mark.slow_on_other_backends
+@pytest.mark.backend
+@pytest.mark.parametrize("name", [name if name == "MinAtar-Breakout" else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in sorted(GAMES)])
+def test_compiled_dqn_and_ppo_train_two_seeds_on_each_game(name):
+    """A short fit of both compiled loops, two seeds at once: steps counted, episodes booked on
+    Breakout (random play ends within a few dozen steps), finite losses, each seed its own weights.
+    Compiling both loops takes about 15 s a game on JAX: Breakout in the fast tier, the others slow
+    (every game's step is compiled in the fast tier by the reference test above)."""
+    from kerasrl.compiled import CompiledDQN, CompiledPPO
+    from kerasrl.envs.ops.gym import make_ops_env
+    from kerasrl.networks import mlp
+
+    env = make_ops_env(name)
+    model = mlp(env.observation_space.shape, env.action_space.n, (16,))  # the default CNN is slow to compile
+    dqn = CompiledDQN(name, seeds=[0, 1], model=model, n_envs=4, learning_starts=32, train_freq=4,
+                      gradient_steps=1, batch_size=16, buffer_size=256, target_update_interval=32)
+    ppo = CompiledPPO(name, seeds=[0, 1], n_envs=4, n_steps=32, batch_size=64, n_epochs=1, hidden_sizes=(16,))
+    for loop in (dqn, ppo):
+        history = loop.fit(256, rounds_per_call=4)
+        assert loop.num_timesteps == 256 and np.isfinite(history[-1]["loss"]).all(), history
+        assert not np.array_equal(loop.weights(0)[0], loop.weights(1)[0])
+        if name == "MinAtar-Breakout":
+            assert (sum(record["episodes"] for record in history) > 0).all(), history
+
+
+@pytest.mark.slow
+@pytest.mark.backend
+def test_ppo_learns_minatar_breakout():
+    """PPO in the compiled loop, PureJaxRL's MinAtar settings (64 envs x 128 steps, 4 epochs of 8
+    minibatches, lr 5e-4 annealed, clip 0.2, entropy 0.01) on a 64x64 ReLU MLP, 1M steps, two seeds
+    at once. Random play scores about 0.6 a game; measured on JAX: 5.6 and 5.5 over the last
+    rollouts, greedy 6.0 and 5.7."""
+    from kerasrl.compiled import CompiledPPO
+
+    agent = CompiledPPO("MinAtar-Breakout", seeds=[0, 1], n_envs=64, n_steps=128, batch_size=1024, n_epochs=4,
+                        learning_rate=5e-4, lr_schedule="linear", gamma=0.99, gae_lambda=0.95, clip_range=0.2,
+                        ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, hidden_sizes=(64, 64), activation="relu")
+    history = agent.fit(1_000_000, rounds_per_call=10)
+    first, last = history[0]["mean_return"], history[-1]["mean_return"]
+    assert (first < 1.5).all() and (last >= 4.0).all(), [record["mean_return"] for record in history]
+    for seed in range(2):
+        assert agent.evaluate(seed, n_episodes=10, max_steps=5_000)[0] >= 4.0
