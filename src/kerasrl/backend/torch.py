@@ -52,7 +52,7 @@ def compile(fn, donate_state: bool = False):  # noqa: A001
     fast = _fast_module()
     if fast is None or fast.support() is None:
         return _on_data_device(_no_grad(fn))
-    return _on_data_device(functools.wraps(fn)(fast.Traced(fn)))
+    return _on_data_device(functools.wraps(fn)(fast.Traced(fn, current_device, MANY_DEVICES)))
 
 
 def _fast_module():

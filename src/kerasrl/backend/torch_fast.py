@@ -53,7 +53,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kerasrl.backend import fall_back
-from kerasrl.backend.torch import MANY_DEVICES, current_device
 from kerasrl.backend.tree import flatten as _flatten
 from kerasrl.backend.tree import unflatten as _unflatten
 
@@ -211,10 +210,17 @@ def _run_scripted(run, tensors):
 # -- traced functions --------------------------------------------------------------------------------
 class Traced:
     """The graphs of one function, by input signature (LRU), run without recording gradients
-    (they are taken inside, on purpose). The graphs never write to their inputs."""
+    (they are taken inside, on purpose). The graphs never write to their inputs.
 
-    def __init__(self, fn):
+    `current_device()`: where arrays and scalars passed in become tensors (Keras's current
+    device; None: the CPU). `many_devices`: tensors may live on several devices, so a signature
+    holds each input's device (a graph holds the devices it was traced on).
+    """
+
+    def __init__(self, fn, current_device=None, many_devices: bool = False):
         self.fn = fn
+        self.current_device = current_device
+        self.many_devices = many_devices
         self.graphs = collections.OrderedDict()
         self.warned = False
 
@@ -222,10 +228,8 @@ class Traced:
         leaves = []
         structure = _flatten((args, kwargs), leaves)
         tensors, signature = [], [structure]
-        device = current_device()
-        # A graph holds the devices it was traced on (its constants, the copies Keras made):
-        # where there are several, they are part of the signature.
-        many_devices = MANY_DEVICES
+        device = None if self.current_device is None else self.current_device()
+        many_devices = self.many_devices
         for leaf in leaves:
             tensor = _as_input(leaf, device)
             if tensor is not None:
