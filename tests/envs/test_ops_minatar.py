@@ -68,7 +68,8 @@ def _scatter(name, game, rng):
                          if full or rng.random() < 0.5 else None for slot in range(8)]
         game.player_x, game.player_y = int(rng.integers(10)), int(rng.integers(1, 9))
         game.spawn_speed, game.move_speed = int(rng.integers(1, 11)), int(rng.integers(1, 6))
-        game.spawn_timer, game.move_timer = int(rng.integers(game.spawn_speed + 1)), int(rng.integers(game.move_speed + 1))
+        game.spawn_timer = int(rng.integers(game.spawn_speed + 1))
+        game.move_timer = int(rng.integers(game.move_speed + 1))
         game.ramp_timer, game.ramp_index = int(rng.integers(-1, 3)), int(rng.integers(20))
     elif name == "MinAtar-Freeway":
         for car in game.cars:

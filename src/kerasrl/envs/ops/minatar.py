@@ -237,7 +237,8 @@ class MinAtarBreakout(MinAtarEnv):
     def observe(self, state):
         from keras import ops
 
-        return _observation([_cells(ops.full_like(state["pos"], 9), state["pos"]), _cells(state["ball_y"], state["ball_x"]),
+        return _observation([_cells(ops.full_like(state["pos"], 9), state["pos"]),
+                             _cells(state["ball_y"], state["ball_x"]),
                              _cells(state["last_y"], state["last_x"]), state["bricks"] > 0])
 
     def game_state(self, game):
@@ -284,7 +285,8 @@ class MinAtarAsterix(MinAtarEnv):
         n_free = ops.sum(ops.cast(free, "int32"), axis=1)
         slot = ops.argmax(ops.cast(ops.cumsum(ops.cast(free, "int32"), axis=1) > index_draw(k_slot, n_free)[:, None],
                                    "int32"), axis=1)
-        new = (ops.arange(8, dtype="int32")[None, :] == ops.cast(slot, "int32")[:, None]) & (spawn & (n_free > 0))[:, None]
+        new = ((ops.arange(8, dtype="int32")[None, :] == ops.cast(slot, "int32")[:, None])
+               & (spawn & (n_free > 0))[:, None])
         side, new_gold = below(k_side, 1 / 2), below(k_gold, 1 / 3)
         x = ops.where(new, ops.where(side, 0, 9)[:, None], x)
         right = ops.where(new, side[:, None], right)
@@ -411,7 +413,8 @@ class MinAtarFreeway(MinAtarEnv):
         hit = hit | ops.any(due & (x == 4) & (row == pos[:, None]), axis=1)
         timer = ops.where(due, ops.abs(speed), timer - 1)
         countdown = state["timer"] - 1
-        state = dict(state, rng=rng, pos=ops.where(hit, 9, pos), move_timer=move_timer - ops.cast(move_timer > 0, "int32"),
+        state = dict(state, rng=rng, pos=ops.where(hit, 9, pos),
+                     move_timer=move_timer - ops.cast(move_timer > 0, "int32"),
                      timer=countdown, car_x=x, car_timer=timer, car_speed=speed)
         return state, ops.cast(win, "float32"), countdown < 0
 
