@@ -100,14 +100,9 @@ class Placement:
 def _has_convolution(model) -> bool:
     """Whether a Keras model holds a convolution: a weight of rank 3 or more (a kernel), or a
     layer whose class is named *Conv* (Keras's, and kerasrl.networks.PatchConv2D)."""
-    return (any(len(w.shape) >= 3 for w in model.weights)
-            or any("conv" in type(layer).__name__.lower() for layer in _layers(model)))
+    from kerasrl.backend.layers import convolutions
 
-
-def _layers(layer):
-    for sub in getattr(layer, "layers", ()):
-        yield sub
-        yield from _layers(sub)
+    return any(len(w.shape) >= 3 for w in model.weights) or bool(convolutions(model))
 
 
 def placement(device: str = "auto") -> Placement:

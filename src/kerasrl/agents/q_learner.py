@@ -18,7 +18,7 @@ from keras import tree
 
 from kerasrl import backend
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner
-from kerasrl.backend.layers import walk_layers
+from kerasrl.backend.layers import convolutions
 from kerasrl.losses import select, td_loss
 from kerasrl.masks import masked_argmax
 from kerasrl.networks import build_model, default_network, stateless_apply
@@ -39,7 +39,7 @@ TargetFn = Callable[..., object]
 
 def has_convolutions(model: keras.Model) -> bool:
     """True when any layer of `model`, nested models included, is a convolution."""
-    return any("Conv" in type(layer).__name__ for layer in walk_layers(model))
+    return bool(convolutions(model))
 
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:

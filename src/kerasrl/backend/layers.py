@@ -22,6 +22,13 @@ def walk_layers(root, *, include_self: bool = False) -> list:
     return public_walk(root, include_self=include_self)
 
 
+def convolutions(model) -> list:
+    """The convolution layers inside `model`: Keras's and kerasrl's (PatchConv2D), any layer whose
+    class name says Conv. (The compiled engine asks a narrower question, which of them are Keras's
+    own, whose gradient is slow inside XLA's CPU loops: kerasrl.compiled.engine.)"""
+    return [layer for layer in walk_layers(model) if "conv" in type(layer).__name__.lower()]
+
+
 def public_walk(root, *, include_self: bool = False) -> list:
     """`walk_layers` through public attributes only."""
     found = [root] if include_self else []
