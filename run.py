@@ -296,7 +296,7 @@ def test_env(backend: str, **extra: str) -> dict[str, str]:
 
 def pytest_command(python: Path = PYTHON) -> list:
     # --durations: every CI log names the slowest tests, where the 30-minute budget goes.
-    return [python, "-m", "pytest", "-p", "no:cacheprovider", "--durations=15"]
+    return [python, "-m", "pytest", "-p", "no:cacheprovider", "--durations=30"]
 
 
 def demo() -> int:

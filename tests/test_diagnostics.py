@@ -288,7 +288,7 @@ class CountingEnv(IdentityEnv):
 
 
 def test_check_env_is_a_bool():
-    with pytest.raises(ValueError, match=r"check_env must be True or False, got 'false'"):
+    with pytest.raises(TypeError, match=r"check_env must be True or False, got 'false' \(str\)"):
         DQNConfig(check_env="false")  # as `--set check_env=false` would give it
 
 

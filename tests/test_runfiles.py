@@ -185,6 +185,7 @@ def _namespace_with_tmpfs() -> list[str] | None:
     return None
 
 
+@pytest.mark.slow  # ~20 s; the fast tier fills the disk by injection (test_full_disk_mid_training...)
 def test_cli_on_a_filesystem_that_fills_up(tmp_path):
     """`kerasrl train --checkpoint-every` on a 512 KiB tmpfs (two checkpoints fit, the third does
     not): exit code 1, one line naming the path, the cause and the last complete checkpoint, no

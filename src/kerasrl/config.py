@@ -56,7 +56,6 @@ class CommonConfig:
               "max_grad_norm", self.max_grad_norm, "a positive number or None")
         check(self.vectorization in ("sync", "subprocess"), "vectorization", self.vectorization,
               "'sync' or 'subprocess'")
-        check(isinstance(self.check_env, bool), "check_env", self.check_env, "True or False")
         check(self.initial_weights in ("seed", "keep"), "initial_weights", self.initial_weights,
               "'seed' or 'keep'")
         check(all(int(h) > 0 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes,
