@@ -51,7 +51,8 @@ print(json.dumps(sorted(name for name in {FRAMEWORKS} if name in sys.modules)))
 
 
 @pytest.mark.cross_backend
-@pytest.mark.parametrize("name", FRAMEWORKS)
+@pytest.mark.parametrize("name", [name if name == "jax" else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in FRAMEWORKS])  # JAX, the default, in the fast tier
 def test_a_run_imports_only_its_backends_framework(name, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env.update(KERAS_BACKEND=name, KERAS_HOME=str(tmp_path / "keras_home"))

@@ -167,6 +167,7 @@ def test_the_quick_start_runs_on_the_wheel_install(wheel_python, home, tmp_path)
     assert "mean_return" in done.stdout or "mean return" in done.stdout.lower(), done.stdout
 
 
+@pytest.mark.slow  # a second clean install (about 40 s); the fast tier installs the wheel
 def test_the_checkout_install_as_written(tmp_path, home):
     (block,) = [b for b in fenced(readme_section("Install"), "bash") if "pip wheel" not in b]
     checkout = copy_of_checkout(tmp_path / "checkout")

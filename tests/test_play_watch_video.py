@@ -87,7 +87,9 @@ def watched_events(monkeypatch, capsys, run, frames: int) -> tuple[dict, list[di
 
 # The runs' folders are the same either way; compiling the whole loop (about a minute here on 2
 # busy cores) is left to the slow tier, the fast one takes two steps of the Python loop, untrained.
-@pytest.mark.parametrize("engine", ["local", pytest.param("auto", marks=pytest.mark.slow)])
+@pytest.mark.slow  # two CLI trainings and three commands each (about a minute): the fast tier runs
+# every preset's env through the three commands above
+@pytest.mark.parametrize("engine", ["local", "auto"])
 def test_play_watch_and_video_on_a_compiled_snake_run_and_an_ops_cartpole_run(engine, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     learn = ["--steps", 64, "--set", "learning_starts=32"] if engine == "auto" else ["--steps", 64]
