@@ -154,6 +154,11 @@ class Agent:
     def _learn(self, total_steps: int, stop_at: int, logger: RunLogger, callback) -> None:
         raise NotImplementedError
 
+    # -- what engines call (public: kerasrl.compiled.engine runs the Python loop between its calls)
+    def learn_python_loop(self, total_steps: int, stop_at: int, logger: RunLogger, callback) -> None:
+        """Run the agent's own Python loop from its current step to `stop_at` of `total_steps`."""
+        self._learn(total_steps, stop_at, logger, callback)
+
     def _act_greedy(self, observations: np.ndarray) -> np.ndarray:
         """Deterministic actions for a batch of float32 observations, from the learner's weights.
 
@@ -520,7 +525,7 @@ class Agent:
             lr *= linear_schedule(1.0, 0.0, self.num_timesteps / total_steps)
         return lr
 
-    def _check_loss(self, loss: float, update: int) -> None:
+    def check_loss(self, loss: float, update: int) -> None:
         """Stop training at the first non-finite loss, naming the update."""
         if not math.isfinite(loss):
             raise FloatingPointError(

@@ -220,7 +220,7 @@ class ContinuousAgent(Agent):
 
     def _train_round(self, total_steps: int) -> dict[str, float]:
         losses = self.update(self.sample_batches(), self._learning_rate(total_steps))
-        self._check_loss(losses[self.loss_names[0]], self.n_updates)
+        self.check_loss(losses[self.loss_names[0]], self.n_updates)
         return losses
 
     # -- weights out --------------------------------------------------------------------------

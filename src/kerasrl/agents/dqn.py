@@ -160,7 +160,7 @@ class DQN(QAgentMixin, Agent):
         indices = batches.pop("indices", None)
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau)
         self.n_updates += cfg.gradient_steps
-        self._check_loss(loss, self.n_updates)
+        self.check_loss(loss, self.n_updates)
         self.diagnostics.after_update(
             loss, cfg.gradient_steps, batches["observations"], batches["rewards"],
             values=lambda: self.learner.q_values(batches["observations"][0].astype(np.float32)))

@@ -414,7 +414,7 @@ class PPO(Agent):
         steps = int(steps)
         self.n_updates += steps
         figures = dict(zip(METRICS, (np.asarray(sums) / max(steps, 1)).tolist()))
-        self._check_loss(figures["loss"], self.n_updates)
+        self.check_loss(figures["loss"], self.n_updates)
         self.diagnostics.after_update(figures["value_loss"], steps, buffer.observations,
                                       buffer.rewards, values=buffer.values)
         if not self.discrete:

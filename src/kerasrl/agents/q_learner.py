@@ -214,6 +214,15 @@ class QAgentMixin:
     `_pending_syncs`.
     """
 
+    def loop_counters(self) -> dict[str, int]:
+        """Vector steps taken and target syncs due: what a loop that continues this agent's
+        training (the compiled engine) starts from."""
+        return {"vector_steps": self._vector_steps, "pending_syncs": self._pending_syncs}
+
+    def load_loop_counters(self, vector_steps: int, pending_syncs: int) -> None:
+        """Continue from `loop_counters()` as another loop left them."""
+        self._vector_steps, self._pending_syncs = int(vector_steps), int(pending_syncs)
+
     def _require_discrete_actions(self) -> None:
         """Refuse a non-discrete action space, naming the agent to use instead; set n_actions."""
         if not isinstance(self.action_space, gym.spaces.Discrete):

@@ -151,7 +151,7 @@ class SARSA(QAgentMixin, Agent):
         loss, _ = self.learner.train(batches, self._learning_rate(total_steps),
                                      self._take_target_tau())
         self.n_updates += cfg.gradient_steps
-        self._check_loss(loss, self.n_updates)
+        self.check_loss(loss, self.n_updates)
         self.diagnostics.after_update(loss, cfg.gradient_steps, batch["observations"],
                                       batch["rewards"], on_policy=True,
                                       values=lambda: self.learner.q_values(batch["observations"]))

@@ -269,8 +269,8 @@ class CompiledDQN(CompiledLoop):
         if reason:
             return f"the compiled loop does not run {reason}"
         capacity = agent.buffer.capacity_per_env
-        if agent.buffer.position != agent._vector_steps % capacity or (
-                agent.buffer.full != (agent._vector_steps >= capacity)):
+        if agent.buffer.position != agent.loop_counters()["vector_steps"] % capacity or (
+                agent.buffer.full != (agent.loop_counters()["vector_steps"] >= capacity)):
             return "the replay buffer holds steps this agent did not take itself (Ray actors')"
         return None
 
@@ -283,7 +283,7 @@ class CompiledDQN(CompiledLoop):
 
     def round_phase(self, agent) -> int:
         """Vector steps `agent` has taken into its current round (0: it stands at a round's start)."""
-        return agent._vector_steps % self.config.train_freq
+        return agent.loop_counters()["vector_steps"] % self.config.train_freq
 
     def scalars(self, agent, total_steps: int) -> dict[str, float]:
         """What the Python loop shows beside the loss (the exploration rate)."""
@@ -313,7 +313,7 @@ class CompiledDQN(CompiledLoop):
             "target_non_trainable": learner["target_non_trainable"]["q"],
             "opt": learner["opt"]["q"],
             **{key: np.asarray(value, np.int32) for key, value in streams.items()},
-            "vector_steps": np.int32(agent._vector_steps), "pending_syncs": np.int32(agent._pending_syncs),
+            **{key: np.int32(value) for key, value in agent.loop_counters().items()},
         }
         return state
 
@@ -336,7 +336,7 @@ class CompiledDQN(CompiledLoop):
         vector_steps = int(s["vector_steps"])
         buffer.position = vector_steps % self.capacity
         buffer.full = buffer.full or vector_steps >= self.capacity
-        agent._vector_steps, agent._pending_syncs = vector_steps, int(s["pending_syncs"])
+        agent.load_loop_counters(vector_steps, int(s["pending_syncs"]))
         loop.num_timesteps = vector_steps * self.n_envs
         agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
 

@@ -154,7 +154,7 @@ class CompiledEngine:
 
         def python_loop(until: int) -> bool:  # a loop without partial rounds: the Python loop's steps
             for agent, logger in zip(agents, loggers):
-                agent._learn(total_steps, until, logger, callback)
+                agent.learn_python_loop(total_steps, until, logger, callback)
                 if agent.num_timesteps < until:
                     return True  # the callback stopped it
             states[:] = agents_states()
@@ -195,7 +195,7 @@ class CompiledEngine:
         if updates:
             figures = self.loop.figures(metrics)
             agent.n_updates += updates
-            agent._check_loss(figures["loss"], agent.n_updates)
+            agent.check_loss(figures["loss"], agent.n_updates)
             logger.update(agent.num_timesteps, **figures)
         logger.set(**self.loop.scalars(agent, total_steps))
         logger.advance(agent.num_timesteps, agent.num_timesteps - start)
