@@ -214,3 +214,58 @@ def test_registered_snake_uses_the_native_vector_env():
     obs, rewards, terminated, truncated, info = vec.step(np.zeros(3, dtype=np.int64))
     assert rewards.shape == (3,) and terminated.shape == (3,)
     vec.close()
+
+
+class CountingEnv(gym.Env):
+    """Observation = steps since reset; reward 1 per step; ends after `length` steps; records actions."""
+
+    def __init__(self, length=100):
+        self.length = length
+        self.observation_space = spaces.Box(0, 1000, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.actions = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.actions.append(int(action))
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t >= self.length, False, {}
+
+
+def test_random_start_steps_varies_the_start_and_repeats_with_the_seed():
+    env = wrappers.RandomStartSteps(CountingEnv(), max_steps=30)
+    starts = [int(env.reset(seed=s)[0][0]) for s in range(200)]
+    assert min(starts) == 0 and max(starts) == 29 and len(set(starts)) == 30
+    assert [int(env.reset(seed=s)[0][0]) for s in range(200)] == starts
+    fixed = wrappers.RandomStartSteps(CountingEnv(), max_steps=10, start_action=2)
+    fixed.reset(seed=3)
+    assert set(fixed.unwrapped.actions) <= {2}
+
+
+def test_random_start_steps_resets_an_episode_that_ends_during_the_start():
+    env = wrappers.RandomStartSteps(CountingEnv(length=3), max_steps=50)
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        assert obs[0] < 3
+
+
+def test_action_repeat_sums_rewards_and_stops_at_the_end():
+    env = wrappers.ActionRepeat(CountingEnv(length=10), repeat=4)
+    env.reset(seed=0)
+    obs, reward, terminated, _, _ = env.step(1)
+    assert obs[0] == 4 and reward == 4.0 and not terminated
+    env.step(1)
+    obs, reward, terminated, _, _ = env.step(1)
+    assert obs[0] == 10 and reward == 2.0 and terminated
+
+
+@pytest.mark.parametrize("make", [lambda e: wrappers.ActionRepeat(e, 0),
+                                  lambda e: wrappers.RandomStartSteps(e, 0),
+                                  lambda e: wrappers.RandomStartSteps(e, 5, start_action=7)])
+def test_keras_rl_wrappers_reject_bad_settings(make):
+    with pytest.raises(ValueError, match="RandomStartSteps|ActionRepeat"):
+        make(CountingEnv())

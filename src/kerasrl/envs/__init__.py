@@ -3,15 +3,17 @@
 from kerasrl.envs.snake import Snake, SnakeVectorEnv, register_envs
 from kerasrl.envs.vector import (describe, env_action, env_factory, final_observations,
                                  make_vec_env)
-from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary, as_numpy
+from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
 
 register_envs()
 register_ops_envs()  # kerasrl/OpsCartPole-v1 and the other keras.ops envs; nothing imported until made
 
 __all__ = [
+    "ActionRepeat",
     "ApiCheck",
     "NumpyBoundary",
+    "RandomStartSteps",
     "Snake",
     "SnakeVectorEnv",
     "as_numpy",

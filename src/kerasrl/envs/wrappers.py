@@ -132,3 +132,63 @@ class ApiCheck(gym.Wrapper):
                 )
             self._checked_step = True
         return result
+
+
+class RandomStartSteps(gym.Wrapper):
+    """keras-rl's `nb_max_start_steps`: after each reset, a random number of steps in
+    [0, max_steps) taken by `start_action` (a random action when None), so that episodes start
+    from varied states. The count and the random actions come from the env's own `np_random`, so
+    a seeded reset gives the same start. An episode that ends during the start steps is reset
+    again (keras-rl warns and carries on from there too)."""
+
+    def __init__(self, env: gym.Env, max_steps: int, start_action=None):
+        super().__init__(env)
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+            raise ValueError(f"RandomStartSteps: max_steps must be an int of at least 1, got "
+                             f"{max_steps!r}.")
+        if start_action is not None and not env.action_space.contains(start_action):
+            raise ValueError(f"RandomStartSteps: start_action {start_action!r} is not in the env's "
+                             f"action space {env.action_space}.")
+        self.max_steps = int(max_steps)
+        self.start_action = start_action
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for _ in range(int(self.np_random.integers(self.max_steps))):
+            action = self.start_action
+            if action is None:
+                action = _sample(self.action_space, self.np_random)
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+def _sample(space: gym.Space, rng: np.random.Generator):
+    """A uniform action of `space` drawn from `rng` (the env's, so seeded resets repeat)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return space.start + int(rng.integers(space.n))
+    if isinstance(space, gym.spaces.Box) and space.is_bounded():
+        return rng.uniform(space.low, space.high).astype(space.dtype)
+    raise TypeError(f"RandomStartSteps: give start_action for a {type(space).__name__} action "
+                    f"space (random start actions cover Discrete and bounded Box).")
+
+
+class ActionRepeat(gym.Wrapper):
+    """keras-rl's `action_repetition`: each action is applied `repeat` times, the rewards summed,
+    stopping early when the episode ends; the agent sees the last observation."""
+
+    def __init__(self, env: gym.Env, repeat: int):
+        super().__init__(env)
+        if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
+            raise ValueError(f"ActionRepeat: repeat must be an int of at least 1, got {repeat!r}.")
+        self.repeat = int(repeat)
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.repeat):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
