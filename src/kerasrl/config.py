@@ -274,23 +274,17 @@ def check(ok: bool, name: str, value, expected: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PPOConfig(CommonConfig):
-    """Proximal Policy Optimization (Schulman et al., 2017); defaults are Stable-Baselines3's."""
+class OnPolicyConfig(CommonConfig):
+    """What the actor-critic agents that learn from rollouts (PPO, A2C) share: the rollout, GAE,
+    the loss weights, the default networks and the observation and reward normalization."""
 
-    learning_rate: float = hp(3e-4, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
     max_grad_norm: float | None = hp(0.5, "Clip the global gradient norm to this; None: no clipping.")
     adam_epsilon: float = hp(1e-5, "Epsilon of Adam (Keras's placement, outside the square root).")
     n_steps: int = hp(2048, "Steps per env in each rollout; a rollout holds n_steps * n_envs transitions.")
-    batch_size: int = hp(64, "Transitions per minibatch (a rollout is split into n_steps * n_envs // batch_size).")
-    n_epochs: int = hp(10, "Passes over each rollout, each in a fresh random order.")
     gae_lambda: float = hp(0.95, "GAE lambda: 1 is Monte Carlo (high variance), 0 one-step TD (high bias).")
-    clip_range: float = hp(0.2, "PPO's epsilon: how far the probability ratio may move before the gain is clipped.")
-    clip_range_schedule: str = hp("constant", "'constant' or 'linear' (clip_range to 0 over the run, as RL-Zoo's lin_).")
-    clip_range_vf: float | None = hp(None, "Clip the value prediction to this distance from its old value; None: no clipping.")
     normalize_advantage: bool = hp(True, "Normalize advantages to mean 0, std 1 within each minibatch.")
     ent_coef: float = hp(0.0, "Weight of the entropy bonus (more exploration).")
     vf_coef: float = hp(0.5, "Weight of the value loss.")
-    target_kl: float | None = hp(None, "Stop a rollout's epochs early when the approximate KL exceeds 1.5x this.")
     log_std_init: float | None = hp(None, "Continuous actions: initial log std of the Gaussian (None: 0.0).")
     activation: str = hp("tanh", "Activation of the default MLPs' hidden layers.")
     shared_network: bool = hp(False, "Default network: one MLP torso with a policy and a value head (False: two MLPs).")
@@ -302,29 +296,65 @@ class PPOConfig(CommonConfig):
     def __post_init__(self):
         super().__post_init__()
         check(self.n_steps >= 1, "n_steps", self.n_steps, "at least 1")
-        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
-        check(self.batch_size <= self.n_steps * self.n_envs, "batch_size", self.batch_size,
-              f"at most n_steps * n_envs = {self.n_steps * self.n_envs} (one rollout); lower it "
-              f"or raise n_steps or n_envs")
-        check(self.n_epochs >= 1, "n_epochs", self.n_epochs, "at least 1")
         check(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", self.gae_lambda, "in [0, 1]")
-        check(self.clip_range > 0, "clip_range", self.clip_range, "positive (0.1 to 0.3 is usual)")
-        check(self.clip_range_schedule in ("constant", "linear"), "clip_range_schedule",
-              self.clip_range_schedule, "'constant' or 'linear'")
-        check(self.clip_range_vf is None or self.clip_range_vf > 0, "clip_range_vf",
-              self.clip_range_vf, "positive or None")
         check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "non-negative")
-        check(self.target_kl is None or self.target_kl > 0, "target_kl", self.target_kl,
-              "positive or None")
         check(self.clip_obs > 0, "clip_obs", self.clip_obs, "positive")
         check(self.log_std_init is None or math.isfinite(self.log_std_init), "log_std_init",
               self.log_std_init, "a finite number or None")
 
 
 @dataclass(frozen=True, kw_only=True)
+class PPOConfig(OnPolicyConfig):
+    """Proximal Policy Optimization (Schulman et al., 2017); defaults are Stable-Baselines3's."""
+
+    learning_rate: float = hp(3e-4, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
+    batch_size: int = hp(64, "Transitions per minibatch (a rollout is split into n_steps * n_envs // batch_size).")
+    n_epochs: int = hp(10, "Passes over each rollout, each in a fresh random order.")
+    clip_range: float = hp(0.2, "PPO's epsilon: how far the probability ratio may move before the gain is clipped.")
+    clip_range_schedule: str = hp("constant", "'constant' or 'linear' (clip_range to 0 over the run, as RL-Zoo's lin_).")
+    clip_range_vf: float | None = hp(None, "Clip the value prediction to this distance from its old value; None: no clipping.")
+    target_kl: float | None = hp(None, "Stop a rollout's epochs early when the approximate KL exceeds 1.5x this.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(self.batch_size <= self.n_steps * self.n_envs, "batch_size", self.batch_size,
+              f"at most n_steps * n_envs = {self.n_steps * self.n_envs} (one rollout); lower it "
+              f"or raise n_steps or n_envs")
+        check(self.n_epochs >= 1, "n_epochs", self.n_epochs, "at least 1")
+        check(self.clip_range > 0, "clip_range", self.clip_range, "positive (0.1 to 0.3 is usual)")
+        check(self.clip_range_schedule in ("constant", "linear"), "clip_range_schedule",
+              self.clip_range_schedule, "'constant' or 'linear'")
+        check(self.clip_range_vf is None or self.clip_range_vf > 0, "clip_range_vf",
+              self.clip_range_vf, "positive or None")
+        check(self.target_kl is None or self.target_kl > 0, "target_kl", self.target_kl,
+              "positive or None")
+
+
+@dataclass(frozen=True, kw_only=True)
+class A2CConfig(OnPolicyConfig):
+    """Synchronous advantage actor-critic (Mnih et al., 2016, the synchronous A2C of OpenAI
+    Baselines); defaults are Stable-Baselines3's: one RMSprop step per 5-step rollout."""
+
+    learning_rate: float = hp(7e-4, "Step size of the optimizer (decays linearly to 0 if lr_schedule='linear').")
+    n_steps: int = hp(5, "Steps per env in each rollout; one gradient step on its n_steps * n_envs transitions.")
+    gae_lambda: float = hp(1.0, "GAE lambda: 1 is the n-step return of A2C, 0 one-step TD (high bias).")
+    normalize_advantage: bool = hp(False, "Normalize advantages to mean 0, std 1 over each rollout.")
+    optimizer: str = hp("rmsprop", "'rmsprop' (PyTorch's RMSprop, as SB3) or 'adam' (with adam_epsilon).")
+    rms_prop_alpha: float = hp(0.99, "RMSprop: decay of the running mean of squared gradients.")
+    rms_prop_epsilon: float = hp(1e-5, "RMSprop: added to the root of the mean square (outside it, as PyTorch).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.optimizer in ("rmsprop", "adam"), "optimizer", self.optimizer, "'rmsprop' or 'adam'")
+        check(0.0 <= self.rms_prop_alpha < 1.0, "rms_prop_alpha", self.rms_prop_alpha, "in [0, 1)")
+        check(self.rms_prop_epsilon > 0, "rms_prop_epsilon", self.rms_prop_epsilon, "positive")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContinuousConfig(CommonConfig):
-    """What the off-policy continuous-control agents (DDPG, TD3, SAC) share; defaults are RL-Zoo's
-    Pendulum-v1 settings (Stable-Baselines3's defaults where the zoo sets none)."""
+    """What the off-policy continuous-control agents (DDPG, TD3, SAC, NAF) share; defaults are
+    RL-Zoo's Pendulum-v1 settings (Stable-Baselines3's defaults where the zoo sets none)."""
 
     learning_rate: float = hp(1e-3, "Adam step size of the actor, the critics (and SAC's entropy coefficient).")
     gamma: float = hp(0.98, "Discount factor.")
@@ -337,9 +367,14 @@ class ContinuousConfig(CommonConfig):
     tau: float = hp(0.005, "Polyak step of the target networks at each target update.")
     train_freq: int = hp(1, "Env steps (per env) between training rounds.")
     gradient_steps: int = hp(1, "Gradient steps per training round (fused into one compiled call).")
+    normalize_observations: bool = hp(False, "Normalize observations with running mean/var of the observations "
+                                             "acted on (keras-rl's WhiteningNormalizerProcessor; kept in the "
+                                             "policy); the replay buffer keeps raw ones.")
+    clip_obs: float = hp(10.0, "With normalize_observations: clip normalized observations to +-clip_obs.")
 
     def __post_init__(self):
         super().__post_init__()
+        check(self.clip_obs > 0, "clip_obs", self.clip_obs, "positive")
         check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
         check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "non-negative")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
@@ -414,3 +449,89 @@ class SACConfig(ContinuousConfig):
         check(self.target_update_interval >= 1, "target_update_interval",
               self.target_update_interval, "at least 1")
         check(self.n_critics >= 1, "n_critics", self.n_critics, "at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NAFConfig(DDPGConfig):
+    """Normalized Advantage Functions (Gu et al., 2016); the defaults are keras-rl's
+    examples/naf_pendulum.py where kerasrl has the knob (see the pendulum-naf preset)."""
+
+    learning_rate: float = hp(1e-3, "Adam step size of mu, V and L (one optimizer, one loss).")
+    gamma: float = hp(0.99, "Discount factor.")
+    max_grad_norm: float | None = hp(1.0, "Clip the global gradient norm to this (keras-rl's clipnorm); None: no clipping.")
+    hidden_sizes: tuple[int, ...] = hp((32, 32, 32), "Hidden layers of the default mu, V and L MLPs.")
+    buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
+    learning_starts: int = hp(100, "Env steps (over all envs) of uniform random actions before the first update.")
+    batch_size: int = hp(32, "Transitions per gradient step.")
+    tau: float = hp(1e-3, "Polyak step of the target V network at each gradient step.")
+    action_noise: str = hp("ornstein_uhlenbeck", "Exploration noise added to mu(s): 'normal', "
+                                                 "'ornstein_uhlenbeck' (keras-rl's) or 'none'.")
+    action_noise_std: float = hp(0.15, "Standard deviation of the exploration noise, in units of half the action "
+                                       "range (keras-rl's sigma 0.3 on Pendulum's [-2, 2]).")
+    reward_scale: float = hp(1.0, "Rewards are multiplied by this in the TD target (keras-rl's example "
+                                  "divides Pendulum's by 100).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.reward_scale > 0 and math.isfinite(self.reward_scale), "reward_scale",
+              self.reward_scale, "a positive number")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CEMConfig(CommonConfig):
+    """The cross-entropy method over a policy network's weights (keras-rl's CEMAgent; Szita and
+    Lorincz, 2006, for the added noise). No gradients: `learning_rate`, `lr_schedule`,
+    `max_grad_norm`, `adam_epsilon` and `gamma` (returns are undiscounted) are not used.
+
+    The defaults learn CartPole-v1 to 500 with keras-rl's linear policy (docs/agents.md).
+    """
+
+    n_envs: int = hp(10, "Environments stepped together, each running one candidate's episode "
+                         "(one forward pass acts for all of them).")
+    hidden_sizes: tuple[int, ...] = hp((), "Hidden layers of the default MLP; () is a linear "
+                                           "policy, keras-rl's example (ignored with model=).")
+    batch_size: int = hp(50, "Candidate weight vectors drawn per iteration (keras-rl's batch_size).")
+    elite_frac: float = hp(0.2, "Fraction of each iteration's candidates, the best by return, that "
+                                "the mean and std are refitted to (at least one: batch_size * "
+                                "elite_frac >= 1).")
+    episodes_per_candidate: int = hp(1, "Episodes each candidate is run for; its score is their "
+                                        "mean return.")
+    initial_std: float = hp(1.0, "Std of the initial Gaussian over the weights (keras-rl's 1.0).")
+    initial_mean: str = hp("zeros", "Mean of the initial Gaussian: 'zeros' (keras-rl's) or "
+                                    "'model' (the model's initial weights, e.g. pretrained).")
+    noise_ampl: float = hp(0.0, "Extra std added after each refit: noise_ampl * exp(-"
+                                "noise_decay_const * env steps) keeps the search from collapsing "
+                                "(keras-rl's noise_ampl; 0: none).")
+    noise_decay_const: float = hp(0.0, "Decay of the extra std per env step (keras-rl's "
+                                       "noise_decay_const).")
+    sample_actions: bool = hp(False, "Discrete actions while searching: False takes the argmax "
+                                     "of the outputs (what the policy does); True samples the "
+                                     "softmax of the outputs, as keras-rl's training.")
+    policy_weights: str = hp("best", "The weights the policy and the Keras model get: 'best' "
+                                     "(the candidate with the highest score so far, keras-rl's) "
+                                     "or 'mean' (the Gaussian's mean).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(0.0 < self.elite_frac <= 1.0, "elite_frac", self.elite_frac, "in (0, 1]")
+        check(self.n_elite >= 1, "elite_frac", self.elite_frac,
+              f"at least 1 / batch_size = {1 / self.batch_size:.3g} (batch_size * elite_frac "
+              f"candidates are kept; raise elite_frac or batch_size)")
+        check(self.episodes_per_candidate >= 1, "episodes_per_candidate",
+              self.episodes_per_candidate, "at least 1")
+        check(self.initial_std > 0 and math.isfinite(self.initial_std), "initial_std",
+              self.initial_std, "a positive number")
+        check(self.initial_mean in ("zeros", "model"), "initial_mean", self.initial_mean,
+              "'zeros' or 'model'")
+        check(self.noise_ampl >= 0 and math.isfinite(self.noise_ampl), "noise_ampl",
+              self.noise_ampl, "a non-negative number")
+        check(self.noise_decay_const >= 0 and math.isfinite(self.noise_decay_const),
+              "noise_decay_const", self.noise_decay_const, "a non-negative number")
+        check(self.policy_weights in ("best", "mean"), "policy_weights", self.policy_weights,
+              "'best' or 'mean'")
+
+    @property
+    def n_elite(self) -> int:
+        """Candidates kept per iteration: batch_size * elite_frac, rounded down (keras-rl's)."""
+        return int(math.floor(self.batch_size * self.elite_frac + 1e-9))

@@ -18,9 +18,12 @@ AGENTS: dict[str, str] = {
     "sarsa": "kerasrl.agents.sarsa:SARSA",
     "expected_sarsa": "kerasrl.agents.sarsa:ExpectedSARSA",
     "ppo": "kerasrl.agents.ppo:PPO",
+    "a2c": "kerasrl.agents.a2c:A2C",
     "ddpg": "kerasrl.agents.ddpg:DDPG",
     "td3": "kerasrl.agents.td3:TD3",
     "sac": "kerasrl.agents.sac:SAC",
+    "cem": "kerasrl.agents.cem:CEM",
+    "naf": "kerasrl.agents.naf:NAF",
 }
 """Algorithm name (each agent's `algorithm`, as saved in checkpoints) -> agent class."""
 
@@ -29,13 +32,16 @@ CONFIGS: dict[str, str] = {
     "sarsa": "kerasrl.config:SARSAConfig",
     "expected_sarsa": "kerasrl.config:SARSAConfig",
     "ppo": "kerasrl.config:PPOConfig",
+    "a2c": "kerasrl.config:A2CConfig",
     "ddpg": "kerasrl.config:DDPGConfig",
     "td3": "kerasrl.config:TD3Config",
     "sac": "kerasrl.config:SACConfig",
+    "cem": "kerasrl.config:CEMConfig",
+    "naf": "kerasrl.config:NAFConfig",
 }
 """Algorithm name -> its config dataclass (the agent's `config_class`), without importing Keras."""
 
-CLI_ALGORITHMS: tuple[str, ...] = ("dqn", "ppo", "td3", "sac", "ddpg")
+CLI_ALGORITHMS: tuple[str, ...] = ("dqn", "ppo", "a2c", "td3", "sac", "ddpg", "naf", "cem")
 """The algorithms `kerasrl train` offers."""
 
 POLICIES: dict[str, str] = {
@@ -156,6 +162,21 @@ PRESETS: dict[str, Preset] = {
         "PPO on Pendulum-v1: the RL Baselines3 Zoo settings (normalized observations and "
         "rewards) without gSDE, so with a longer budget.",
     ),
+    "cartpole-a2c": Preset(
+        "a2c", "CartPole-v1", 500_000, dict(n_envs=8, ent_coef=0.0),
+        "A2C on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (8 envs, 500k steps; the "
+        "rest A2CConfig's defaults, Stable-Baselines3's: 5-step rollouts, RMSprop at 7e-4).",
+    ),
+    "pendulum-a2c": Preset(
+        "a2c", "Pendulum-v1", 1_000_000,
+        dict(n_envs=8, n_steps=8, gae_lambda=0.9, vf_coef=0.4, gamma=0.99, ent_coef=0.0,
+             max_grad_norm=0.5, normalize_advantage=False, learning_rate=7e-4,
+             lr_schedule="linear", optimizer="rmsprop", normalize_observations=True,
+             normalize_reward=True, log_std_init=-2.0, ortho_init=False),
+        "A2C on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (lin_7e-4, RMSprop, "
+        "normalized observations and rewards, log std -2) but without gSDE (use_sde: kerasrl has "
+        "no state-dependent exploration), which the zoo's settings were tuned with.",
+    ),
     "pendulum-td3": Preset(
         "td3", "Pendulum-v1", 20_000, {},
         "TD3 on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (TD3Config's defaults: "
@@ -170,6 +191,14 @@ PRESETS: dict[str, Preset] = {
         "ddpg", "Pendulum-v1", 50_000, {},
         "DDPG on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (DDPGConfig's defaults: "
         "gamma 0.98, 10k random steps, Gaussian noise 0.1, 400-300 MLPs, lr 1e-3).",
+    ),
+    "pendulum-naf": Preset(
+        "naf", "Pendulum-v1", 50_000, dict(reward_scale=0.01),
+        "NAF on Pendulum-v1 with keras-rl's examples/naf_pendulum.py settings (NAFConfig's "
+        "defaults: gamma 0.99, tau 1e-3, Adam lr 1e-3 with the gradient norm clipped to 1, "
+        "Ornstein-Uhlenbeck noise theta 0.15 and sigma 0.3 in Pendulum's units, batches of 32, "
+        "100 warm-up steps, 50k steps), with 32-32-32 MLPs for mu, V and L (keras-rl: 16-16-16 "
+        "for mu and V, 32-32-32 for L) and rewards scaled by 1/100 as its PendulumProcessor.",
     ),
     "halfcheetah-sac": Preset(
         "sac", "HalfCheetah-v5", 1_000_000,

@@ -140,7 +140,8 @@ class Agent:
             self._warn_weights_only()
             if config.check_env:  # after _build: the agent's own refusals are the more specific
                 self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
-            self.diagnostics.check_agent(self)  # weights that no gradient reaches
+            if self.uses_gradients:  # weights that no gradient reaches
+                self.diagnostics.check_agent(self)
 
     @property
     def device(self) -> str:
@@ -169,6 +170,9 @@ class Agent:
     # -- what engines use: one interface for every algorithm ---------------------------------
     on_policy: bool = False
     """True: learns from rollouts of its current policy (PPO); False: from a replay buffer."""
+
+    uses_gradients: bool = True
+    """False for an agent that searches its weights without gradients (CEM): no gradient check."""
 
     def explorer(self, n_envs: int, epsilon: float | None = None):
         """How a remote actor with `n_envs` envs explores as this agent does (a
