@@ -42,7 +42,7 @@ from kerasrl.networks import (adapt_model, build_model, check_drivable, dummy_ob
                                encode_leaves, stateless_apply)
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
-                              sample_categorical, sample_gaussian)
+                              normalize_observations, sample_categorical, sample_gaussian)
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import FlatObservations, categorical_sizes, structure_of
 
@@ -93,6 +93,7 @@ class PPO(Agent):
 
     config_class = PPOConfig
     algorithm = "ppo"
+    optimizer_group = "ppo"  # the learner's name of the one optimizer (in checkpoints)
 
     def __init__(self, env, *, model=None, value_model=None, config: PPOConfig | None = None,
                  **hyperparameters):
@@ -204,12 +205,7 @@ class PPO(Agent):
         action_shape = tuple(self.action_space.shape)  # () Discrete, (components,), (action_dim,)
         self.buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, self.observation_space.shape,
                                     action_shape, np.int32 if self.discrete else np.float32)
-        n_samples = cfg.n_steps * cfg.n_envs
-        if n_samples % cfg.batch_size:
-            warnings.warn(
-                f"batch_size={cfg.batch_size} does not divide a rollout of n_steps * n_envs = "
-                f"{n_samples} transitions: each epoch leaves out {n_samples % cfg.batch_size} "
-                f"random ones so that every minibatch has the same shape.", stacklevel=4)
+        self._check_minibatches()
         self.obs_rms = (RunningMeanStd(self.observation_space.shape)
                         if cfg.normalize_observations else None)
         self.return_rms = RunningMeanStd(()) if cfg.normalize_reward else None
@@ -223,17 +219,31 @@ class PPO(Agent):
         self._policy = None
         self._eval_outputs = None
 
+    def _check_minibatches(self) -> None:
+        cfg = self.config
+        n_samples = cfg.n_steps * cfg.n_envs
+        if n_samples % cfg.batch_size:
+            warnings.warn(
+                f"batch_size={cfg.batch_size} does not divide a rollout of n_steps * n_envs = "
+                f"{n_samples} transitions: each epoch leaves out {n_samples % cfg.batch_size} "
+                f"random ones so that every minibatch has the same shape.", stacklevel=5)
+
+    def _optimizer(self):
+        """The optimizer of all the parameters (the learner's group `optimizer_group`)."""
+        return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm)
+
     def _new_learner(self) -> Learner:
         """The learner, from the models' current weights: "actor" (the shared model, if any),
-        "critic", and for Box actions the Gaussian's "log_std"; one Adam over all of them."""
+        "critic", and for Box actions the Gaussian's "log_std"; one optimizer (`_optimizer`) over
+        all of them."""
         cfg = self.config
         models = {"actor": self.actor} if self.shared else {"actor": self.actor,
                                                             "critic": self.critic}
         log_std_init = 0.0 if cfg.log_std_init is None else cfg.log_std_init
         parameters = {} if self.discrete else {
             "log_std": [np.full(self.n_outputs, log_std_init, dtype=np.float32)]}
-        adam = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
-        return Learner(models, optimizers={"ppo": (adam, (*models, *parameters))},
+        return Learner(models, optimizers={self.optimizer_group: (self._optimizer(),
+                                                            (*models, *parameters))},
                        parameters=parameters)
 
     # -- the networks, functionally ------------------------------------------------------------
@@ -251,10 +261,26 @@ class PPO(Agent):
         return policy, ops.reshape(values, (-1,)), {"actor": actor_states, "critic": critic_states}
 
     # -- the compiled update -------------------------------------------------------------------
-    def _loss(self, params, non_trainable, batch, clip_range):
-        cfg = self.config
-        policy, values, non_trainable = self._outputs(params, non_trainable, batch["observations"],
-                                                      training=True)
+    def _batch_outputs(self, params, non_trainable, batch):
+        """`_outputs` in training mode on a minibatch: (policy (B, n_outputs), values (B,), new
+        non-trainable weights). Recurrent PPO replays its sequences here."""
+        return self._outputs(params, non_trainable, batch["observations"], training=True)
+
+    def _minibatch(self, data, rows):
+        """The minibatch of `data` (from `_training_data`) at `rows` (batch_size,) int32."""
+        return tree.map_structure(lambda x: ops.take(x, rows, axis=0), data)
+
+    def _training_data(self, buffer):
+        """(the rollout's arrays as the compiled update reads them, the minibatch rows of all
+        epochs (M, batch_size) int32): transitions flattened to (T * N, ...), drawn at random."""
+        indices = minibatch_indices(buffer.n_steps * buffer.n_envs, self.config.batch_size,
+                                    self.config.n_epochs, self.rng)
+        return buffer.training_data(), indices
+
+    def _evaluate_actions(self, params, non_trainable, batch):
+        """`(log pi(a|s) (B,), entropy (B,) or a scalar, V(s) (B,), new non-trainable weights)`
+        of a minibatch's observations and actions, the models in training mode."""
+        policy, values, non_trainable = self._batch_outputs(params, non_trainable, batch)
         if self.discrete:
             # Masked actions' logits at the float32 minimum: probability exactly 0, entropy over
             # the allowed actions only.
@@ -265,6 +291,12 @@ class PPO(Agent):
             log_std = params["log_std"][0]
             log_probs = gaussian_log_prob(policy, log_std, batch["actions"])
             entropy = gaussian_entropy(log_std)
+        return log_probs, entropy, values, non_trainable
+
+    def _loss(self, params, non_trainable, batch, clip_range):
+        cfg = self.config
+        log_probs, entropy, values, non_trainable = self._evaluate_actions(params, non_trainable,
+                                                                           batch)
         advantages = batch["advantages"]
         if cfg.normalize_advantage and cfg.batch_size > 1:
             advantages = normalize_advantages(advantages)
@@ -286,9 +318,9 @@ class PPO(Agent):
 
         def body(i, carry):
             state, sums, steps = carry
-            batch = tree.map_structure(lambda x: ops.take(x, indices[i], axis=0), data)
+            batch = self._minibatch(data, indices[i])
             new_state, loss, metrics = self.learner.descend(
-                state, "ppo", lambda params: self._loss(params, state["non_trainable"], batch,
+                state, self.optimizer_group, lambda params: self._loss(params, state["non_trainable"], batch,
                                                         clip_range),
                 learning_rate, updates_non_trainable=True)
             new_state = {**new_state, "step": new_state["step"] + 1}
@@ -307,11 +339,7 @@ class PPO(Agent):
 
     # -- acting --------------------------------------------------------------------------------
     def _normalize(self, observations: np.ndarray, update: bool) -> np.ndarray:
-        if self.obs_rms is None:
-            return np.asarray(observations, dtype=np.float32)
-        if update:
-            self.obs_rms.update(observations)
-        return self.obs_rms.normalize(observations, self.config.clip_obs)
+        return normalize_observations(self.obs_rms, observations, self.config.clip_obs, update)
 
     def _evaluate_networks(self, observations: np.ndarray):
         """Policy outputs (B, n_outputs) and values (B,) as numpy, for normalized observations."""
@@ -403,17 +431,10 @@ class PPO(Agent):
         cfg = self.config
         _, last_values = self._evaluate_networks(self._normalize(last_obs, update=False))
         buffer.compute_advantages(last_values, cfg.gamma, cfg.gae_lambda)
-        indices = minibatch_indices(buffer.n_steps * buffer.n_envs, cfg.batch_size, cfg.n_epochs,
-                                    self.rng)
         learning_rate = np.float32(self._learning_rate(total_steps))
-        clip_range = np.float32(self.clip_range(total_steps))
-        self.learner.state, sums, steps = self._train(
-            self.learner.state, backend.feed(buffer.training_data()), backend.feed(indices),
-            learning_rate, clip_range)
-        sums, steps = backend.to_numpy((sums, steps))
-        steps = int(steps)
+        sums, steps, scalars = self._update_on(buffer, learning_rate, total_steps)
         self.n_updates += steps
-        figures = dict(zip(METRICS, (np.asarray(sums) / max(steps, 1)).tolist()))
+        figures = dict(zip(self.metrics, (np.asarray(sums) / max(steps, 1)).tolist()))
         self.check_loss(figures["loss"], self.n_updates)
         self.diagnostics.after_update(figures["value_loss"], steps, buffer.observations,
                                       buffer.rewards, values=buffer.values)
@@ -424,7 +445,22 @@ class PPO(Agent):
         figures["explained_variance"] = (
             float(1.0 - np.var(buffer.returns - buffer.values) / var) if var > 0 else 0.0)
         logger.update(self.num_timesteps, **figures, learning_rate=float(learning_rate),
-                      clip_range=float(clip_range), gradient_steps=steps)
+                      **scalars, gradient_steps=steps)
+
+    metrics = METRICS
+    """The figures `_update_on` sums over its gradient steps, in order."""
+
+    def _update_on(self, buffer, learning_rate, total_steps: int):
+        """PPO's update of a rollout whose advantages are computed: every epoch's minibatches in
+        one compiled call. Returns `(sums of self.metrics, gradient steps taken, {name: figure}
+        to log)`."""
+        data, indices = self._training_data(buffer)
+        clip_range = np.float32(self.clip_range(total_steps))
+        self.learner.state, sums, steps = self._train(
+            self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,
+            clip_range)
+        sums, steps = backend.to_numpy((sums, steps))
+        return sums, int(steps), {"clip_range": float(clip_range)}
 
     # -- remote actors (kerasrl.distributed) ----------------------------------------------------
     on_policy = True
