@@ -298,7 +298,7 @@ class Monitor:
     # -- at the start of fit -------------------------------------------------------------------
     def start(self, agent, total_steps: int, logger) -> None:
         """Check the run's schedules; show what was reported so far on this run's bar and log.
-        (Called by `Agent._start_fit` from `fit` or `fit_seeds`: warnings point at their caller.)"""
+        (Called by `Agent.start_fit` from `fit` or `fit_seeds`: warnings point at their caller.)"""
         self._logger = logger
         for message in self.reported.values():
             logger.note(message)

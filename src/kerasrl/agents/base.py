@@ -313,7 +313,7 @@ class Agent:
         try:
             learn = self._learn  # the engine is chosen before the bar appears: its INFO line goes first
             if engine in ("auto", "compiled"):
-                runner = self._compiled_engine(required=engine == "compiled")
+                runner = self.compiled_engine(required=engine == "compiled")
             elif engine != "local":
                 runner = make_engine(engine, workers=workers, address=address)
             if runner is not None:
@@ -322,7 +322,7 @@ class Agent:
             logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
                                log_interval=log_interval, start_step=self.num_timesteps,
                                history=self.history)
-            self._start_fit(total_steps, logger)
+            self.start_fit(total_steps, logger)
             callback = with_current_weights(callback)
             if checkpoint_every is None:
                 learn(total_steps, stop_at, logger, callback)
@@ -357,7 +357,7 @@ class Agent:
             run_folders.close()
         return self.history
 
-    def _start_fit(self, total_steps: int, logger: RunLogger) -> None:
+    def start_fit(self, total_steps: int, logger: RunLogger) -> None:
         """What every fit does before its first step: diagnostics on, envs reset if never reset,
         the schedules' span set."""
         self.diagnostics.start(self, total_steps, logger)
@@ -365,7 +365,7 @@ class Agent:
             self.reset_envs(seed=self.config.seed)
         self.loop.total_steps = total_steps
 
-    def _compiled_engine(self, required: bool):
+    def compiled_engine(self, required: bool):
         """The compiled-loop engine of this agent (made once, so its compiled calls are reused by
         later fits), or None where it cannot run (`required`: raise then, saying why)."""
         engine_class = registry.engine_class("compiled")

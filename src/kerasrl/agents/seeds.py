@@ -70,10 +70,10 @@ def fit_seeds(agents: Sequence[Agent], total_steps: int, *, progress: bool = Tru
     for i, (agent, log_dir) in enumerate(zip(agents, log_dirs)):
         logger = RunLogger(max(1, total_steps - agent.num_timesteps), out_dir=log_dir, progress=progress and i == 0,
                            log_interval=log_interval, start_step=agent.num_timesteps, history=agent.history)
-        agent._start_fit(total_steps, logger)
+        agent.start_fit(total_steps, logger)
         loggers.append(logger)
     try:
-        agents[0]._compiled_engine(required=True).train_together(agents, loggers, total_steps, total_steps,
+        agents[0].compiled_engine(required=True).train_together(agents, loggers, total_steps, total_steps,
                                                                  with_current_weights(callback))
     finally:
         for agent, logger in zip(agents, loggers):
