@@ -110,6 +110,11 @@ class QConfig(CommonConfig):
     exploration_final_eps: float = hp(0.05, "Epsilon after exploration_fraction of the steps.")
     exploration_fraction: float = hp(0.1, "Fraction of total steps over which epsilon falls linearly.")
     loss: str = hp("huber", "'huber' (smooth L1) or 'mse' on the TD error.")
+    exploration: str = hp("epsilon_greedy", "'epsilon_greedy' or 'boltzmann': sample actions from "
+                                            "softmax(Q / temperature) (keras-rl's BoltzmannQPolicy).")
+    exploration_initial_temperature: float = hp(1.0, "Boltzmann: the temperature at the first step.")
+    exploration_final_temperature: float = hp(1.0, "Boltzmann: the temperature after "
+                                                   "exploration_fraction of the steps (linear between).")
 
     def __post_init__(self):
         super().__post_init__()
@@ -121,6 +126,12 @@ class QConfig(CommonConfig):
         for name in ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction"):
             check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
         check(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
+        check(self.exploration in ("epsilon_greedy", "boltzmann"), "exploration", self.exploration,
+              "'epsilon_greedy' or 'boltzmann'")
+        for name in ("exploration_initial_temperature", "exploration_final_temperature"):
+            value = getattr(self, name)
+            check(value > 0 and math.isfinite(value), name, value,
+                  "a positive number (the softmax is over Q / temperature; small is nearly greedy)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,6 +363,28 @@ class A2CConfig(OnPolicyConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecurrentPPOConfig(PPOConfig):
+    """PPO with a recurrent (LSTM or GRU) policy; defaults are SB3-contrib's RecurrentPPO's.
+
+    A minibatch is whole env sequences of one rollout: batch_size is a multiple of n_steps."""
+
+    n_steps: int = hp(128, "Steps per env in each rollout: the length of the sequences the update replays.")
+    batch_size: int = hp(128, "Transitions per minibatch: batch_size // n_steps whole env sequences (a multiple of n_steps).")
+    recurrent_cell: str = hp("lstm", "Default network: 'lstm' or 'gru' cells.")
+    recurrent_units: int = hp(256, "Default network: units of each recurrent cell (SB3-contrib's lstm_hidden_size).")
+    shared_recurrent: bool = hp(False, "Default network: one recurrent cell for policy and value (False: one each, as SB3-contrib's enable_critic_lstm).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.batch_size % self.n_steps == 0, "batch_size", self.batch_size,
+              f"a multiple of n_steps = {self.n_steps} (a minibatch is whole env sequences of "
+              f"n_steps steps)")
+        check(self.recurrent_cell in ("lstm", "gru"), "recurrent_cell", self.recurrent_cell,
+              "'lstm' or 'gru'")
+        check(self.recurrent_units >= 1, "recurrent_units", self.recurrent_units, "at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContinuousConfig(CommonConfig):
     """What the off-policy continuous-control agents (DDPG, TD3, SAC, NAF) share; defaults are
     RL-Zoo's Pendulum-v1 settings (Stable-Baselines3's defaults where the zoo sets none)."""
@@ -507,9 +540,10 @@ class CEMConfig(CommonConfig):
     sample_actions: bool = hp(False, "Discrete actions while searching: False takes the argmax "
                                      "of the outputs (what the policy does); True samples the "
                                      "softmax of the outputs, as keras-rl's training.")
-    policy_weights: str = hp("best", "The weights the policy and the Keras model get: 'best' "
-                                     "(the candidate with the highest score so far, keras-rl's) "
-                                     "or 'mean' (the Gaussian's mean).")
+    policy_weights: str = hp("mean", "The weights the policy and the Keras model get: 'mean' "
+                                     "(the Gaussian's mean) or 'best' (the candidate with the "
+                                     "highest score so far, keras-rl's: one lucky episode can "
+                                     "make it the best).")
 
     def __post_init__(self):
         super().__post_init__()

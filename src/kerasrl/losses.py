@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from keras import ops
 
 
@@ -80,16 +81,27 @@ def epsilon_greedy_probs(q, epsilon, masks=None):
     return (1.0 - epsilon) * greedy + epsilon * allowed / n_allowed
 
 
+def boltzmann_probs(q, temperature, masks=None):
+    """Action probabilities of the Boltzmann (softmax) policy, `softmax(q / temperature)` over
+    each row of `q` (B, A); with `masks` (B, A) bool, over the allowed actions only (a masked
+    action has probability exactly 0). `temperature` is a positive scalar or (B, 1)."""
+    return ops.softmax(mask_values(q / temperature, masks), axis=-1)
+
+
 def expected_sarsa_target(next_q_target, rewards, discounts, epsilon, next_q_online=None,
-                          next_masks=None):
+                          next_masks=None, temperature=None):
     """`r + discount * sum_a pi(a|s') Q_target(s', a)`, pi epsilon-greedy (van Seijen et al., 2009).
 
     pi is greedy with respect to `next_q_online` when given (the behaviour policy's network),
     else with respect to the target network; with `next_masks` (B, A) bool, over the allowed
-    actions of s' only.
+    actions of s' only. With `temperature` (Boltzmann exploration; `epsilon` is then unused) pi
+    is `softmax(Q / temperature)` of that same network.
     """
-    greedy_over = next_q_target if next_q_online is None else next_q_online
-    probs = epsilon_greedy_probs(greedy_over, epsilon, next_masks)
+    behaviour_q = next_q_target if next_q_online is None else next_q_online
+    if temperature is None:
+        probs = epsilon_greedy_probs(behaviour_q, epsilon, next_masks)
+    else:
+        probs = boltzmann_probs(behaviour_q, temperature, next_masks)
     if next_masks is not None:  # 0 * a huge masked-out Q-value stays out of the sum
         next_q_target = ops.where(next_masks, next_q_target, ops.zeros_like(next_q_target))
     next_value = ops.sum(probs * next_q_target, axis=-1)
@@ -214,6 +226,21 @@ def ppo_loss(log_probs, old_log_probs, advantages, values, returns, entropy, *, 
     return loss, metrics
 
 
+def a2c_loss(log_probs, advantages, values, returns, entropy, *, ent_coef, vf_coef):
+    """The A2C objective to minimise (Mnih et al., 2016; as Stable-Baselines3's A2C):
+    `-mean(A * log pi(a|s)) + vf_coef * mean((R - V(s))**2) - ent_coef * mean(entropy)`.
+
+    The policy gradient without PPO's ratio or clipping: `advantages` (B,) are constants (computed
+    outside the gradient). `entropy` is per sample (B,) or a scalar. Returns `(loss, metrics)` with
+    policy_loss, value_loss and entropy.
+    """
+    policy_loss = -ops.mean(advantages * log_probs)
+    v_loss = value_loss(values, returns)
+    mean_entropy = ops.mean(entropy)
+    loss = policy_loss + vf_coef * v_loss - ent_coef * mean_entropy
+    return loss, {"policy_loss": policy_loss, "value_loss": v_loss, "entropy": mean_entropy}
+
+
 # -- continuous control (DDPG, TD3, SAC) -------------------------------------------------------
 # Shapes: B the batch, D the action dimensions; actions are in the unit box [-1, 1]^D (the agents
 # scale them to the env's bounds outside the losses).
@@ -284,3 +311,37 @@ def entropy_coefficient_loss(log_alpha, log_probs, target_entropy):
     """SAC's automatic entropy tuning (Haarnoja et al., 2018b):
     `-mean(log_alpha * (log pi(a|s) + target_entropy))`, the log-probabilities not differentiated."""
     return -ops.mean(log_alpha * ops.stop_gradient(log_probs + target_entropy))
+
+
+def naf_lower_triangular(l_flat, action_dim: int):
+    """NAF's L (B, D, D) from the L network's output (B, D (D + 1) / 2): the lower triangle filled
+    row by row (numpy's tril_indices order, as keras-rl's NAFLayer), its diagonal exponentiated
+    (so that P = L L^T is positive definite) and the rest as it is."""
+    rows, cols = np.tril_indices(action_dim)
+    index = np.zeros((action_dim, action_dim), np.int32)  # 0: the zero column added below
+    index[rows, cols] = np.arange(1, len(rows) + 1)
+    diagonal = np.diagonal(index) - 1  # the diagonal's positions in l_flat, (D,)
+    off_diagonal = index * (1 - np.eye(action_dim, dtype=np.int32))
+    padded = ops.concatenate([ops.zeros_like(l_flat[:, :1]), l_flat], axis=-1)
+    lower = ops.reshape(ops.take(padded, off_diagonal.reshape(-1), axis=1),
+                        (-1, action_dim, action_dim))
+    diag = ops.exp(ops.take(l_flat, diagonal, axis=1))  # (B, D)
+    return lower + diag[:, :, None] * np.eye(action_dim, dtype="float32")
+
+
+def naf_advantage(l_flat, mu, actions):
+    """NAF's advantage `A(s, a) = -1/2 (a - mu(s))^T P(s) (a - mu(s))`, P = L L^T, (B,).
+
+    `l_flat` (B, D (D + 1) / 2) is the L network's output (see `naf_lower_triangular`), `mu` and
+    `actions` (B, D) in the unit box. Written `-1/2 |L^T (a - mu)|^2`, the same quadratic form.
+    """
+    lower = naf_lower_triangular(l_flat, mu.shape[-1])
+    projected = ops.einsum("bij,bi->bj", lower, actions - mu)  # L^T (a - mu), (B, D)
+    return -0.5 * ops.sum(ops.square(projected), axis=-1)
+
+
+def naf_loss(values, advantages, targets):
+    """NAF's loss: `mean 1/2 (V(s) + A(s, a) - y)^2` (keras-rl's, its Huber clip at infinity),
+    `values` (B, 1) or (B,), `advantages` and `targets` (B,); y = r + discount * V'(s')."""
+    q = ops.reshape(values, (-1,)) + advantages
+    return ops.mean(0.5 * ops.square(q - targets))

@@ -151,10 +151,12 @@ class QPolicy(Policy):
         return q[0] if single else q
 
     def predict(self, observations, deterministic: bool = True, epsilon: float = 0.05,
-                rng: np.random.Generator | None = None, action_mask=None) -> np.ndarray:
+                rng: np.random.Generator | None = None, action_mask=None,
+                temperature: float | None = None) -> np.ndarray:
         """Actions for a batch of observations (or one observation).
 
-        Deterministic: argmax of Q. Otherwise epsilon-greedy with `epsilon`, drawn with `rng`.
+        Deterministic: argmax of Q. Otherwise epsilon-greedy with `epsilon`, drawn with `rng`, or
+        with `temperature` drawn from softmax(Q / temperature) (Boltzmann; `epsilon` unused).
         `action_mask` (B, n_actions), or (n_actions,) for one observation, 1 = allowed: the
         argmax and the random actions are then over the allowed actions only.
         """
@@ -166,7 +168,11 @@ class QPolicy(Policy):
         actions = masked_argmax(q2, masks)
         if not deterministic:
             rng = rng if rng is not None else np.random.default_rng()
-            actions = epsilon_greedy(actions, q2.shape[-1], epsilon, rng, masks)
+            if temperature is not None:
+                actions = boltzmann(q2, check_temperature(temperature, "QPolicy.predict"), rng,
+                                    masks)
+            else:
+                actions = epsilon_greedy(actions, q2.shape[-1], epsilon, rng, masks)
         return actions[0] if single else actions
 
     __call__ = predict
@@ -254,6 +260,42 @@ def epsilon_greedy(greedy_actions: np.ndarray, n_actions: int, epsilon: float,
     return np.where(explore, random_actions, greedy_actions)
 
 
+def check_temperature(temperature, where: str) -> float:
+    """`temperature` as a float, or a ValueError naming `where` it was given."""
+    value = float(temperature)
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(
+            f"{where}: the Boltzmann temperature must be a positive finite number (actions are "
+            f"drawn from softmax(Q / temperature)), got {temperature!r}. Use a small positive "
+            f"temperature for nearly greedy actions, or deterministic=True for greedy ones.")
+    return value
+
+
+def boltzmann_probabilities(q: np.ndarray, temperature: float,
+                            masks: np.ndarray | None = None) -> np.ndarray:
+    """`softmax(q / temperature)` over each row of `q` (B, A), float64; masked actions (where
+    `masks` (B, A) is False) get probability exactly 0. The numpy twin of
+    `kerasrl.losses.boltzmann_probs` (tests hold the two together)."""
+    z = np.asarray(q, dtype=np.float64) / temperature
+    if masks is not None:
+        z = np.where(masks, z, -np.inf)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def boltzmann(q: np.ndarray, temperature: float, rng: np.random.Generator,
+              masks: np.ndarray | None = None) -> np.ndarray:
+    """Actions (B,) drawn from `softmax(q / temperature)` (Boltzmann exploration; keras-rl's
+    BoltzmannQPolicy), one uniform draw per row from `rng` (numpy-side: the same on every
+    backend); with `masks` (B, A) bool only among each row's allowed actions."""
+    temperature = check_temperature(temperature, "Boltzmann exploration")
+    cumulative = np.cumsum(boltzmann_probabilities(q, temperature, masks), axis=-1)
+    cumulative /= cumulative[:, -1:]  # exactly 1 at the end, whatever the rounding
+    u = rng.random((len(cumulative), 1))
+    # The first action whose cumulative probability exceeds u: never a masked one (probability 0).
+    return (cumulative <= u).sum(axis=-1)
+
+
 def random_actions(n_actions: int, size: int, rng: np.random.Generator,
                    masks: np.ndarray | None = None) -> np.ndarray:
     """`size` uniform actions (warm-up), among each row's allowed ones when `masks` is given."""
@@ -269,7 +311,8 @@ class RunningMeanStd:
     """Running mean and variance of observations, in float64 numpy (Chan et al.'s parallel update).
 
     It belongs to the policy: the network only ever sees `normalize(obs)`, so the statistics are
-    saved, loaded and exported with it.
+    saved, loaded and exported with it. PPO and the off-policy continuous agents (DDPG, TD3, SAC,
+    NAF) use it through `normalize_observations`.
     """
 
     def __init__(self, shape, epsilon: float = 1e-4):
@@ -293,6 +336,12 @@ class RunningMeanStd:
         z = (np.asarray(x, dtype=np.float64) - self.mean) / np.sqrt(self.var + epsilon)
         return np.clip(z, -clip, clip).astype(np.float32)
 
+    def normalize_graph(self, x, clip: float, epsilon: float = 1e-8):
+        """`normalize` in keras.ops on a float32 tensor (inside exported graphs)."""
+        mean = self.mean.astype(np.float32)
+        inv_std = (1.0 / np.sqrt(self.var + epsilon)).astype(np.float32)
+        return keras.ops.clip((x - mean) * inv_std, -clip, clip)
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """The statistics as numpy arrays (for .npz checkpoints)."""
         return {"mean": self.mean.copy(), "var": self.var.copy(), "count": np.array(self.count)}
@@ -302,6 +351,31 @@ class RunningMeanStd:
         self.mean = np.array(state["mean"], dtype=np.float64).reshape(self.mean.shape)
         self.var = np.array(state["var"], dtype=np.float64).reshape(self.var.shape)
         self.count = float(state["count"])
+
+    def to_config(self) -> dict:
+        """JSON-ready statistics for policy.json (float64 values round-trip exactly)."""
+        return {"mean": self.mean.tolist(), "var": self.var.tolist(), "count": self.count}
+
+    @classmethod
+    def from_config(cls, config: dict | None, shape) -> RunningMeanStd | None:
+        """The statistics of `to_config()` output, or None for None."""
+        if config is None:
+            return None
+        rms = cls(shape)
+        rms.load_state_dict({k: np.asarray(v) for k, v in config.items()})
+        return rms
+
+
+def normalize_observations(obs_rms: RunningMeanStd | None, observations: np.ndarray,
+                           clip: float, update: bool = False) -> np.ndarray:
+    """Observations (B, *obs_shape) as the networks see them, float32: folded into `obs_rms`
+    first when `update`, then normalized by it and clipped to +-clip; as they are without
+    statistics (None). The one rule of every agent that normalizes observations."""
+    if obs_rms is None:
+        return np.asarray(observations, dtype=np.float32)
+    if update:
+        obs_rms.update(observations)
+    return obs_rms.normalize(observations, clip)
 
 
 def softmax_log_probs(logits: np.ndarray) -> np.ndarray:
@@ -395,9 +469,7 @@ class ActorCriticPolicy(Policy):
 
     def normalize(self, observations: np.ndarray) -> np.ndarray:
         """Observations as the network sees them (normalized when the policy has statistics)."""
-        if self.obs_rms is None:
-            return np.asarray(observations, dtype=np.float32)
-        return self.obs_rms.normalize(observations, self.clip_obs)
+        return normalize_observations(self.obs_rms, observations, self.clip_obs)
 
     @staticmethod
     def _call(forward, model, obs):
@@ -470,18 +542,14 @@ class ActorCriticPolicy(Policy):
                   "log_std": None if self.log_std is None else self.log_std.tolist()}
         if self.action_masks:
             config["action_masks"] = True
-        if self.obs_rms is not None:  # float64 values round-trip exactly through JSON
-            config["obs_rms"] = {"mean": self.obs_rms.mean.tolist(),
-                                 "var": self.obs_rms.var.tolist(), "count": self.obs_rms.count}
+        if self.obs_rms is not None:
+            config["obs_rms"] = self.obs_rms.to_config()
         return config
 
     @staticmethod
     def _trained_values(config, observation_space):
         """(log_std, obs_rms) from `get_config()` output."""
-        obs_rms = None
-        if config.get("obs_rms") is not None:
-            obs_rms = RunningMeanStd(observation_space.shape)
-            obs_rms.load_state_dict({k: np.asarray(v) for k, v in config["obs_rms"].items()})
+        obs_rms = RunningMeanStd.from_config(config.get("obs_rms"), observation_space.shape)
         log_std = config.get("log_std")
         return None if log_std is None else np.asarray(log_std, np.float32), obs_rms
 
@@ -513,9 +581,7 @@ class ActorCriticPolicy(Policy):
             raise ValueError("action_mask applies to Discrete action spaces only.")
         inputs, x = observation_inputs(self.observation_space)
         if self.obs_rms is not None:
-            mean = self.obs_rms.mean.astype(np.float32)
-            inv_std = (1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)
-            x = keras.ops.clip((x - mean) * inv_std, -self.clip_obs, self.clip_obs)
+            x = self.obs_rms.normalize_graph(x, self.clip_obs)
         out = self.model(x, training=False)
         out = out[0] if self.shared else out
         mask = mask_input(out.shape[-1]) if action_mask else None
@@ -556,15 +622,20 @@ def unit_from_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> 
 
 
 class _ContinuousPolicy(Policy):
-    """Shared by the deterministic and the tanh-Gaussian actor: batching, calling, saving."""
+    """Shared by the deterministic and the tanh-Gaussian actor: batching, calling, saving, and the
+    observation statistics (`obs_rms`, `clip_obs`: as ActorCriticPolicy's) when the agent
+    normalized observations."""
 
-    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space):
+    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
+                 *, obs_rms: RunningMeanStd | None = None, clip_obs: float = 10.0):
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"{type(self).__name__} acts in a Box action space, not {action_space}.")
         self.model = model
         self.observation_space = observation_space
         self.action_space = action_space
         self.action_dim = int(np.prod(action_space.shape))
+        self.obs_rms = obs_rms
+        self.clip_obs = float(clip_obs)
         self._forward = forward_fn(model)
 
     _batch = QPolicy._batch
@@ -572,14 +643,33 @@ class _ContinuousPolicy(Policy):
     def raw_outputs(self, observations) -> np.ndarray:
         """The actor's outputs (what include_values exports beside the actions)."""
         obs, single = self._batch(observations)
+        obs = normalize_observations(self.obs_rms, obs, self.clip_obs)
         out = np.asarray(ActorCriticPolicy._call(self._forward, self.model, obs))
         return out[0] if single else out
+
+    def get_config(self) -> dict:
+        if self.obs_rms is None:  # policy.json as before normalization existed
+            return {}
+        return {"obs_rms": self.obs_rms.to_config(), "clip_obs": self.clip_obs}
+
+    def load_config(self, config: dict) -> None:
+        """The observation statistics of `get_config()` output (remote actors get them)."""
+        self.obs_rms = RunningMeanStd.from_config(config.get("obs_rms"),
+                                                  self.observation_space.shape)
+
+    @classmethod
+    def from_saved(cls, models, observation_space, action_space, config):
+        config = dict(config)
+        obs_rms = RunningMeanStd.from_config(config.pop("obs_rms", None), observation_space.shape)
+        return cls(models["model"], observation_space, action_space, obs_rms=obs_rms, **config)
 
     def _scale(self, unit_actions, ops=np):
         return scale_to_bounds(unit_actions, self.action_space.low, self.action_space.high, ops)
 
     def _inference_model(self, to_unit, include_values: bool, name: str) -> keras.Model:
         inputs, flat = observation_inputs(self.observation_space)
+        if self.obs_rms is not None:
+            flat = self.obs_rms.normalize_graph(flat, self.clip_obs)
         out = self.model(flat, training=False)
         actions = self._scale(to_unit(out), keras.ops)
         return keras.Model(inputs, [actions, out] if include_values else actions, name=name)
@@ -593,16 +683,20 @@ class DeterministicActorPolicy(_ContinuousPolicy):
         model: a built Keras actor, (B, *obs_shape) float32 -> (B, action_dim).
         observation_space, action_space: of one environment (the action space is a bounded Box).
         noise_std: std of the Gaussian noise (unit-box units) of `predict(deterministic=False)`.
+        obs_rms, clip_obs: observation statistics and clip, as ActorCriticPolicy's (None: the actor
+            sees raw observations).
     """
 
     policy_type = "deterministic_actor"
 
-    def __init__(self, model, observation_space, action_space, noise_std: float = 0.1):
-        super().__init__(model, observation_space, action_space)
+    def __init__(self, model, observation_space, action_space, noise_std: float = 0.1, *,
+                 obs_rms: RunningMeanStd | None = None, clip_obs: float = 10.0):
+        super().__init__(model, observation_space, action_space, obs_rms=obs_rms,
+                         clip_obs=clip_obs)
         self.noise_std = float(noise_std)
 
     def get_config(self) -> dict:
-        return {"noise_std": self.noise_std}
+        return {"noise_std": self.noise_std, **super().get_config()}
 
     def predict(self, observations, deterministic: bool = True,
                 rng: np.random.Generator | None = None) -> np.ndarray:
@@ -629,6 +723,7 @@ class SquashedGaussianPolicy(_ContinuousPolicy):
     Args:
         model: a built Keras actor, (B, *obs_shape) float32 -> (B, 2 * action_dim).
         observation_space, action_space: of one environment (the action space is a bounded Box).
+        obs_rms, clip_obs: as DeterministicActorPolicy's.
     """
 
     policy_type = "squashed_gaussian"

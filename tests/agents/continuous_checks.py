@@ -89,6 +89,10 @@ def check_exact_resume(cls, tmp_path, **overrides) -> None:
     assert straight.buffer.actions.dtype == np.float32 and straight.buffer.actions.shape[-1] == 1
     assert straight.history.updates == resumed.history.updates
     assert straight.n_updates == resumed.n_updates > 0
+    if straight.obs_rms is not None:  # normalize_observations: the statistics went on exactly
+        for key, value in straight.obs_rms.state_dict().items():
+            np.testing.assert_array_equal(value, resumed.obs_rms.state_dict()[key], err_msg=key)
+        assert straight.obs_rms.count > 100
 
 
 class Box3(gym.Env):

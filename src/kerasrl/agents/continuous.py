@@ -1,9 +1,16 @@
-"""What the off-policy continuous-control agents (DDPG, TD3, SAC) share: the loop around a Learner.
+"""What the off-policy continuous-control agents (DDPG, TD3, SAC, NAF) share: the loop around a
+Learner.
 
 Actions live in two units. The networks, the losses and the exploration noise work in the unit
 box [-1, 1]^D; the environment and the replay buffer hold the env's own actions (float32 arrays
 within the Box bounds). The policy's output-to-action step (kerasrl.policies.scale_to_bounds)
 goes from the first to the second, and sampling goes back (`unit_from_bounds`), both in numpy.
+
+Observations too may live in two units: with `normalize_observations` the networks see them
+normalized by running statistics (kerasrl.policies.RunningMeanStd, updated with every observation
+acted on, warm-up included), the replay buffer holds them raw and sampled batches are normalized
+with the statistics of the time they are sampled (as Stable-Baselines3's VecNormalize); the policy
+holds the same statistics, so that it acts as the agent does, saved or exported.
 
 The loop, per vector step:
     act: uniform random before `learning_starts`, else from the actor with exploration noise
@@ -11,7 +18,8 @@ The loop, per vector step:
     every `train_freq` steps after `learning_starts`: `gradient_steps` gradient steps on sampled
         batches (the noise the losses need drawn in numpy, so every backend sees the same
         numbers), all in one compiled call (see kerasrl.agents.learner)
-Each agent file gives its networks' output size, its exploration, its noise and its gradient step.
+Each agent file gives its networks' output size, its gradient step and, where they differ from
+the actor plus action noise (DDPG's, TD3's and NAF's), its exploration and its batches' noise.
 """
 
 from __future__ import annotations
@@ -27,11 +35,12 @@ from kerasrl.buffers.replay import ReplayBuffer, action_layout
 from kerasrl.exploration import ActionNoise, NoisyActor
 from kerasrl.networks import actor_network, build_critic, build_model, critic_network
 from kerasrl.optim import Adam
-from kerasrl.policies import forward_fn, scale_to_bounds, unit_from_bounds
+from kerasrl.policies import (RunningMeanStd, forward_fn, normalize_observations, scale_to_bounds,
+                              unit_from_bounds)
 
 
 class ContinuousAgent(Agent):
-    """Base of DDPG, TD3 and SAC. See `kerasrl.TD3` for the arguments."""
+    """Base of DDPG, TD3, SAC and NAF. See `kerasrl.TD3` for the arguments."""
 
     actor_activation: str | None = "tanh"  # the default actor's output layer
     policy_class: type = None
@@ -74,7 +83,7 @@ class ContinuousAgent(Agent):
             default=lambda: actor_network(self.observation_space, self._actor_outputs(),
                                           cfg.hidden_sizes, self.actor_activation),
             role="actor")
-        self.critics = [self._build_critic(i) for i in range(self._n_critics())]
+        self.critics = self._build_critics()
         self.learner = self._make_learner()
         self._act = forward_fn(self.actor)
         shape, dtype = action_layout(self.action_space)
@@ -84,6 +93,16 @@ class ContinuousAgent(Agent):
         self._round = self.learner.compile_round(self._step, self.loss_names)
         self.n_updates = 0
         self._vector_steps = 0
+        self.obs_rms = (RunningMeanStd(self.observation_space.shape)
+                        if cfg.normalize_observations else None)
+        # The actor's exploration noise (DDPG, TD3, NAF); SAC samples its policy instead.
+        self.noise = (ActionNoise(cfg.action_noise, cfg.action_noise_std,
+                                  (cfg.n_envs, self.action_dim), cfg.ou_theta, cfg.ou_dt)
+                      if hasattr(cfg, "action_noise") else None)
+
+    def _build_critics(self) -> list[keras.Model]:
+        """The networks learned beside the actor: `n_critics` Q critics (NAF: V and L)."""
+        return [self._build_critic(i) for i in range(self._n_critics())]
 
     def _n_critics(self) -> int:
         return int(getattr(self.config, "n_critics", 1))
@@ -125,20 +144,27 @@ class ContinuousAgent(Agent):
         raise NotImplementedError
 
     def _explore_unit(self, observations: np.ndarray) -> np.ndarray:
-        """Exploratory unit-box actions (n_envs, D) for the current observations."""
-        raise NotImplementedError
+        """Exploratory unit-box actions (n_envs, D) for the current observations: the actor's
+        plus the action noise, clipped to the box."""
+        unit = self._deterministic_unit(observations) + self.noise(self.rng)
+        return np.clip(unit, -1.0, 1.0).astype(np.float32)
 
     def _batch_noise(self, n_batches: int, batch_size: int) -> dict[str, np.ndarray]:
         """The noise arrays the gradient step reads, (G, B, D) each, drawn from self.rng."""
         return {}
 
     # -- acting -------------------------------------------------------------------------------
+    def normalize(self, observations: np.ndarray, update: bool = False) -> np.ndarray:
+        """Observations (B, *obs_shape) as the networks see them, float32: normalized by the
+        running statistics with `normalize_observations` (folded in first when `update`)."""
+        return normalize_observations(self.obs_rms, observations, self.config.clip_obs, update)
+
     def actor_outputs(self, observations: np.ndarray) -> np.ndarray:
-        """The actor's outputs (B, outputs) for float32 observations, from the learner's weights."""
+        """The actor's outputs (B, outputs) for raw observations, from the learner's weights."""
         with backend.inference(), self.learner.acting_scope():
             params, non_trainable = self.learner.acting_weights()
             out = self._act(params["actor"], non_trainable["actor"],
-                            backend.feed(np.asarray(observations, np.float32)))
+                            backend.feed(self.normalize(observations)))
         return np.asarray(backend.to_numpy(out), np.float32)
 
     def _deterministic_unit(self, observations: np.ndarray) -> np.ndarray:
@@ -161,6 +187,8 @@ class ContinuousAgent(Agent):
         cfg = self.config
         obs = self.loop.observations
         while self.num_timesteps < stop_at:
+            if self.obs_rms is not None:
+                self.obs_rms.update(obs)
             if self.num_timesteps < cfg.learning_starts:
                 unit = self.rng.uniform(-1.0, 1.0, (cfg.n_envs, self.action_dim)).astype(np.float32)
             else:
@@ -189,6 +217,8 @@ class ContinuousAgent(Agent):
         return self.num_timesteps < self.config.learning_starts
 
     def receive_transitions(self, chunk, steps_before, total_steps, logger) -> None:
+        if self.obs_rms is not None:  # the observations the actors acted on, as a local run
+            self.obs_rms.update(chunk["observations"])
         self._store_transitions(chunk)
         cfg, n_rows = self.config, len(chunk["actions"])
         rounds = (self._vector_steps + n_rows) // cfg.train_freq - self._vector_steps // cfg.train_freq
@@ -199,13 +229,19 @@ class ContinuousAgent(Agent):
 
     def _episodes_ended(self, done: np.ndarray) -> None:
         """Reset per-episode exploration state (Ornstein-Uhlenbeck noise) of the envs in `done`."""
+        if self.noise is not None:
+            self.noise.reset(done)
 
     def sample_batches(self) -> dict[str, np.ndarray]:
         """A round's batches from the replay buffer, (gradient_steps, batch_size, ...), actions in
-        the unit box, with the noise the gradient step reads."""
+        the unit box, observations as the networks see them (normalized with the statistics of
+        now), with the noise the gradient step reads."""
         cfg = self.config
         batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
         batches.pop("weights")
+        if self.obs_rms is not None:
+            for key in ("observations", "next_observations"):
+                batches[key] = self.normalize(batches[key])
         batches["actions"] = unit_from_bounds(batches["actions"], self.action_space.low,
                                               self.action_space.high)
         batches.update(self._batch_noise(cfg.gradient_steps, cfg.batch_size))
@@ -226,8 +262,11 @@ class ContinuousAgent(Agent):
     # -- weights out --------------------------------------------------------------------------
     def sync_model(self) -> None:
         """Write the learner's current weights into the Keras actor and critics (`self.actor`,
-        `self.critics`): the one call through which weights reach the models."""
+        `self.critics`), and the observation statistics into the policy: the one call through
+        which weights reach the models."""
         self.learner.push_weights()
+        if self._policy is not None:
+            self._policy.obs_rms = self.obs_rms
 
     push_weights = sync_model  # the name DDPG, TD3 and SAC first had
 
@@ -244,13 +283,19 @@ class ContinuousAgent(Agent):
         return self._policy
 
     def _make_policy(self):
-        return self.policy_class(self.actor, self.observation_space, self.action_space)
+        stats = {"obs_rms": self.obs_rms, "clip_obs": self.config.clip_obs}
+        if self.noise is not None:  # predict(deterministic=False) adds this much noise
+            return self.policy_class(self.actor, self.observation_space, self.action_space,
+                                     noise_std=self.config.action_noise_std, **stats)
+        return self.policy_class(self.actor, self.observation_space, self.action_space, **stats)
 
     # -- training state -----------------------------------------------------------------------
     def _extra_state(self):
         arrays = self.learner.arrays()
         arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
         arrays.update({f"exploration/{k}": np.array(v) for k, v in self._exploration_state().items()})
+        if self.obs_rms is not None:
+            arrays.update({f"obs_rms/{k}": v for k, v in self.obs_rms.state_dict().items()})
         return arrays, {"n_updates": self.n_updates, "vector_steps": self._vector_steps}
 
     def _load_extra_state(self, arrays, meta):
@@ -259,11 +304,14 @@ class ContinuousAgent(Agent):
                                      if k.startswith("buffer/")})
         self._load_exploration_state({k[len("exploration/"):]: v for k, v in arrays.items()
                                       if k.startswith("exploration/")})
+        if self.obs_rms is not None:
+            self.obs_rms.load_state_dict({k: arrays[f"obs_rms/{k}"] for k in ("mean", "var", "count")})
         self.n_updates = int(meta["n_updates"])
         self._vector_steps = int(meta["vector_steps"])
 
     def _exploration_state(self) -> dict[str, np.ndarray]:
-        return {}
+        return {} if self.noise is None else {"ou_state": self.noise.state}
 
     def _load_exploration_state(self, arrays: dict[str, np.ndarray]) -> None:
-        pass
+        if self.noise is not None:
+            self.noise.state[...] = arrays["ou_state"]

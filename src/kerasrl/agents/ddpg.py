@@ -11,11 +11,8 @@ clipped to the bounds.
 
 from __future__ import annotations
 
-import numpy as np
-
 from kerasrl.agents.continuous import ContinuousAgent
 from kerasrl.config import DDPGConfig
-from kerasrl.exploration import ActionNoise
 from kerasrl.losses import clipped_double_q_target, critic_loss, deterministic_actor_loss
 from kerasrl.policies import DeterministicActorPolicy
 
@@ -35,12 +32,6 @@ class DDPG(ContinuousAgent):
     algorithm = "ddpg"
     policy_class = DeterministicActorPolicy
     loss_names = ("critic_loss", "actor_loss")
-
-    def _build(self, model) -> None:
-        super()._build(model)
-        cfg = self.config
-        self.noise = ActionNoise(cfg.action_noise, cfg.action_noise_std,
-                                 (cfg.n_envs, self.action_dim), cfg.ou_theta, cfg.ou_dt)
 
     def _step(self, state, batch, learning_rate):
         learner = self.learner
@@ -64,19 +55,3 @@ class DDPG(ContinuousAgent):
         state = learner.soft_update(state, self.config.tau)
         return {**state, "step": state["step"] + 1}, {"critic_loss": c_loss, "actor_loss": a_loss}
 
-    def _explore_unit(self, observations):
-        unit = self._deterministic_unit(observations) + self.noise(self.rng)
-        return np.clip(unit, -1.0, 1.0).astype(np.float32)
-
-    def _episodes_ended(self, done):
-        self.noise.reset(done)
-
-    def _make_policy(self):
-        return DeterministicActorPolicy(self.actor, self.observation_space, self.action_space,
-                                        noise_std=self.config.action_noise_std)
-
-    def _exploration_state(self):
-        return {"ou_state": self.noise.state}
-
-    def _load_exploration_state(self, arrays):
-        self.noise.state[...] = arrays["ou_state"]

@@ -22,7 +22,6 @@ from keras import ops
 
 from kerasrl.agents.continuous import ContinuousAgent
 from kerasrl.config import TD3Config
-from kerasrl.exploration import ActionNoise
 from kerasrl.losses import (clipped_double_q_target, critic_loss, deterministic_actor_loss,
                             smoothed_target_actions)
 from kerasrl.policies import DeterministicActorPolicy
@@ -50,9 +49,6 @@ class TD3(ContinuousAgent):
 
     def _build(self, model) -> None:
         super()._build(model)
-        cfg = self.config
-        self.noise = ActionNoise(cfg.action_noise, cfg.action_noise_std,
-                                 (cfg.n_envs, self.action_dim), cfg.ou_theta, cfg.ou_dt)
         self._one_step_rounds = None  # compiled when first needed (see update)
 
     def _step(self, state, batch, learning_rate, actor_due=None):
@@ -108,23 +104,7 @@ class TD3(ContinuousAgent):
         self.n_updates += 1
         return losses
 
-    def _explore_unit(self, observations):
-        unit = self._deterministic_unit(observations) + self.noise(self.rng)
-        return np.clip(unit, -1.0, 1.0).astype(np.float32)
-
-    def _episodes_ended(self, done):
-        self.noise.reset(done)
 
     def _batch_noise(self, n_batches, batch_size):
         draws = self.rng.standard_normal((n_batches, batch_size, self.action_dim))
         return {"target_noise": (self.config.target_policy_noise * draws).astype(np.float32)}
-
-    def _make_policy(self):
-        return DeterministicActorPolicy(self.actor, self.observation_space, self.action_space,
-                                        noise_std=self.config.action_noise_std)
-
-    def _exploration_state(self):
-        return {"ou_state": self.noise.state}
-
-    def _load_exploration_state(self, arrays):
-        self.noise.state[...] = arrays["ou_state"]
