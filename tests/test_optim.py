@@ -178,3 +178,40 @@ def test_copy_state(as_tensor):
             np.testing.assert_array_equal(to_np(got), expected)
     for got, expected in zip(optim.copy_state(o, t, tau_of(0.0)), target):
         np.testing.assert_array_equal(to_np(got), expected)
+
+
+def test_rmsprop_matches_pytorchs_rmsprop_over_50_steps():
+    """A2C's optimizer: PyTorch's RMSprop (SB3's), epsilon outside the root (Keras's RMSprop puts it
+    inside), here against a numpy transcription of torch.optim.RMSprop's update."""
+    from kerasrl import backend as kb
+
+    rng = np.random.default_rng(0)
+    shapes = [(4, 8), (8,), (8, 3), (3,)]
+    start = random_grads(rng, shapes)
+    params = [ops.convert_to_tensor(p) for p in start]
+    reference, squares = [p.astype(np.float64) for p in start], [np.zeros(s) for s in shapes]
+    rmsprop = optim.RMSprop(alpha=0.99, epsilon=1e-5)
+    state = rmsprop.init(params)
+    step = kb.compile(lambda g, s, p: rmsprop.update(g, s, p, LR))
+    for _ in range(50):
+        grads = random_grads(rng, shapes)
+        for i, g in enumerate(grads):
+            squares[i] = 0.99 * squares[i] + 0.01 * g.astype(np.float64) ** 2
+            reference[i] = reference[i] - LR * g / (np.sqrt(squares[i]) + 1e-5)
+        params, state, _ = step([ops.convert_to_tensor(g) for g in grads], state, params)
+    assert int(to_np(state["count"])) == 50
+    for ours, theirs, first in zip(params, reference, start):
+        np.testing.assert_allclose(to_np(ours), theirs, rtol=1e-5, atol=1e-5)
+        assert np.abs(theirs - first).max() > 10 * LR  # the weights really moved
+
+
+def test_rmsprop_clips_the_global_norm():
+    rmsprop = optim.RMSprop(max_grad_norm=0.5)
+    params = [ops.convert_to_tensor(np.zeros(3, np.float32))]
+    grads = [ops.convert_to_tensor(np.array([3.0, 4.0, 0.0], np.float32))]
+    _, state, norm = rmsprop.update(grads, rmsprop.init(params), params, LR)
+    assert float(to_np(norm)) == pytest.approx(5.0)
+    # The mean square saw the clipped gradient (norm 0.5): (1 - alpha) * (0.3**2, 0.4**2, 0).
+    np.testing.assert_allclose(to_np(state["v"][0]), 0.01 * np.array([0.09, 0.16, 0.0]), rtol=1e-4)
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        optim.RMSprop(max_grad_norm=0.0)

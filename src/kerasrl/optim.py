@@ -1,4 +1,4 @@
-"""Adam as pure functions of arrays, written once in `keras.ops`.
+"""Adam and RMSprop as pure functions of arrays, written once in `keras.ops`.
 
 Keras's own `optimizer.stateless_apply` raises on TensorFlow and updates its inputs in place on
 PyTorch, so the learner keeps its optimizer state as plain arrays and updates them here. The update
@@ -47,11 +47,7 @@ class Adam:
 
         `grad_norm` is the global norm before clipping, or None when there is no clipping.
         """
-        grad_norm = None
-        if self.max_grad_norm is not None:
-            grad_norm = global_norm(grads)
-            scale = ops.minimum(1.0, self.max_grad_norm / (grad_norm + 1e-6))
-            grads = [g * scale for g in grads]
+        grads, grad_norm = clip_by_global_norm(grads, self.max_grad_norm)
         count = state["count"] + 1
         step = ops.cast(count, "float32")
         # Hyperparameters may come as Python or numpy scalars, or tensors made elsewhere:
@@ -73,6 +69,51 @@ class Adam:
             new_m.append(m)
             new_v.append(v)
         return new_params, {"m": new_m, "v": new_v, "count": count}, grad_norm
+
+
+class RMSprop:
+    """RMSprop as PyTorch's `torch.optim.RMSprop` (what Stable-Baselines3's A2C uses), with
+    optional clipping of the global gradient norm: `v = alpha * v + (1 - alpha) * g**2`,
+    `p -= learning_rate * g / (sqrt(v) + epsilon)`, v starting at zero (Keras's RMSprop is the
+    same update with rho for alpha).
+
+    Args:
+        alpha: decay of the running mean of squared gradients.
+        epsilon: added to its root.
+        max_grad_norm: clip gradients to this global L2 norm before the update; None for no clipping.
+    """
+
+    def __init__(self, alpha=0.99, epsilon=1e-5, max_grad_norm=None):
+        if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
+            raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
+        self.alpha = alpha
+        self.epsilon = epsilon
+        self.max_grad_norm = max_grad_norm
+
+    def init(self, params):
+        """Optimizer state for `params`: zero mean squares and a step count of zero."""
+        return {"v": [ops.zeros_like(p) for p in params], "count": ops.zeros((), dtype="int32")}
+
+    def update(self, grads, state, params, learning_rate):
+        """One RMSprop step. Returns `(new_params, new_state, grad_norm)` as `Adam.update`."""
+        grads, grad_norm = clip_by_global_norm(grads, self.max_grad_norm)
+        learning_rate = ops.convert_to_tensor(learning_rate, "float32")
+        new_params, new_v = [], []
+        for p, g, v in zip(params, grads, state["v"]):
+            v = v + (g * g - v) * (1.0 - self.alpha)
+            new_params.append(p - learning_rate * g / (ops.sqrt(v) + self.epsilon))
+            new_v.append(v)
+        return new_params, {"v": new_v, "count": state["count"] + 1}, grad_norm
+
+
+def clip_by_global_norm(grads, max_norm):
+    """`(grads scaled to a global L2 norm of at most max_norm, the norm before)`; with max_norm
+    None, `(grads, None)`."""
+    if max_norm is None:
+        return grads, None
+    grad_norm = global_norm(grads)
+    scale = ops.minimum(1.0, max_norm / (grad_norm + 1e-6))
+    return [g * scale for g in grads], grad_norm
 
 
 def adam_moments_step(param, grad, m, v, alpha, beta_1, beta_2, epsilon):

@@ -18,6 +18,7 @@ AGENTS: dict[str, str] = {
     "sarsa": "kerasrl.agents.sarsa:SARSA",
     "expected_sarsa": "kerasrl.agents.sarsa:ExpectedSARSA",
     "ppo": "kerasrl.agents.ppo:PPO",
+    "recurrent_ppo": "kerasrl.agents.recurrent_ppo:RecurrentPPO",
     "a2c": "kerasrl.agents.a2c:A2C",
     "ddpg": "kerasrl.agents.ddpg:DDPG",
     "td3": "kerasrl.agents.td3:TD3",
@@ -32,6 +33,7 @@ CONFIGS: dict[str, str] = {
     "sarsa": "kerasrl.config:SARSAConfig",
     "expected_sarsa": "kerasrl.config:SARSAConfig",
     "ppo": "kerasrl.config:PPOConfig",
+    "recurrent_ppo": "kerasrl.config:RecurrentPPOConfig",
     "a2c": "kerasrl.config:A2CConfig",
     "ddpg": "kerasrl.config:DDPGConfig",
     "td3": "kerasrl.config:TD3Config",
@@ -49,6 +51,7 @@ POLICIES: dict[str, str] = {
     "actor_critic": "kerasrl.policies:ActorCriticPolicy",
     "deterministic_actor": "kerasrl.policies:DeterministicActorPolicy",
     "squashed_gaussian": "kerasrl.policies:SquashedGaussianPolicy",
+    "recurrent_actor_critic": "kerasrl.policies:RecurrentActorCriticPolicy",
 }
 """Policy type (each policy's `policy_type`, as written in policy.json) -> policy class."""
 
@@ -111,6 +114,9 @@ ENV_IDS: dict[str, dict[str, Any]] = {
     SNAKE_TIME_LIMIT_ID: dict(entry_point="kerasrl.envs.ops.gym:OpsGymEnv",
                               vector_entry_point="kerasrl.envs.ops.gym:OpsVectorEnv",
                               kwargs={"env": "Snake", "max_steps_without_fruit": 100}),
+    # CartPole-v1 with the velocities hidden (SB3-contrib's CartPoleNoVel-v1): needs memory.
+    "kerasrl/CartPoleNoVel-v1": dict(entry_point="kerasrl.envs.partial:CartPoleNoVelocity",
+                                     max_episode_steps=500, reward_threshold=475.0),
 }
 """Gymnasium id -> the keywords of `gymnasium.register` (registered by `import kerasrl`)."""
 
