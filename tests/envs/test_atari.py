@@ -1,0 +1,73 @@
+"""kerasrl.envs.atari against Stable-Baselines3's AtariWrapper + VecFrameStack, step for step."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import kerasrl  # noqa: F401  (registers kerasrl/<Game>-v5)
+from kerasrl.envs.atari import make_atari_env
+
+ale_py = pytest.importorskip("ale_py", reason="pip install 'kerasrl[atari]'")
+atari_wrappers = pytest.importorskip("stable_baselines3.common.atari_wrappers")
+
+
+def sb3_env(env_id, training):  # no sticky actions (as ours with repeat_action_probability=0)
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+
+    gym.register_envs(ale_py)
+
+    def make():
+        base = gym.make(env_id, frameskip=1, full_action_space=False,
+                        repeat_action_probability=0.0)
+        return atari_wrappers.AtariWrapper(base, terminal_on_life_loss=training,
+                                           clip_reward=training)
+    return VecFrameStack(DummyVecEnv([make]), n_stack=4)
+
+
+def run_both(env_id, training, steps, seed):
+    ours = make_atari_env(env_id, training=training, repeat_action_probability=0.0)
+    theirs = sb3_env(env_id, training)
+    theirs.seed(seed)
+    obs_theirs = theirs.reset()
+    obs, _ = ours.reset(seed=seed)
+    assert obs.shape == (84, 84, 4) and obs.dtype == np.uint8
+    np.testing.assert_array_equal(obs, obs_theirs[0])
+    rng = np.random.default_rng(seed)
+    episodes = 0
+    for t in range(steps):
+        action = int(rng.integers(ours.action_space.n))
+        obs, reward, terminated, truncated, _ = ours.step(action)
+        obs_theirs, rewards, dones, infos = theirs.step(np.array([action]))
+        assert reward == rewards[0], t
+        assert (terminated or truncated) == dones[0], t
+        if dones[0]:
+            episodes += 1
+            np.testing.assert_array_equal(obs, infos[0]["terminal_observation"], err_msg=str(t))
+            obs, _ = ours.reset()
+        np.testing.assert_array_equal(obs, obs_theirs[0], err_msg=f"step {t}")
+    return episodes
+
+
+@pytest.mark.slow  # about 8 s
+def test_breakout_training_equals_sb3_step_for_step():
+    # Random play loses Breakout's lives within these steps: episodic-life resets (one no-op
+    # step, then FIRE) and a full game-over reset (no-op starts, FIRE) are both crossed.
+    assert run_both("ALE/Breakout-v5", training=True, steps=700, seed=3) >= 5
+
+
+@pytest.mark.slow  # about 5 s
+def test_pong_evaluation_equals_sb3_without_sticky_randomness():
+    # Evaluation preprocessing (no episodic life, raw rewards); with sticky actions the two draw
+    # their repeats from different generators (ALE's, SB3's wrapper's), so compared without them.
+    run_both("ALE/Pong-v5", training=False, steps=300, seed=1)
+
+
+def test_registered_ids_and_training_flag():
+    env = gym.make("kerasrl/Breakout-v5")
+    assert env.observation_space.shape == (84, 84, 4)
+    assert env.unwrapped.get_action_meanings() == ["NOOP", "FIRE", "RIGHT", "LEFT"]
+    assert env.get_wrapper_attr("frame_stack") == 4
+    env.close()
+    evaluation = gym.make("kerasrl/Breakout-v5", training=False)
+    assert evaluation.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    evaluation.close()
