@@ -7,6 +7,7 @@ to the envs, and the per-step arrays an agent stores beside them. Every agent na
 engine never needs to know the algorithm. Explorers hold no Keras object and pickle small.
 
     EpsilonGreedy       DQN: argmax of Q, a uniform random action with probability epsilon
+    Boltzmann           DQN, SARSA with exploration="boltzmann": a sample of softmax(Q / temperature)
     NoisyActor          DDPG, TD3: the deterministic actor plus Gaussian or Ornstein-Uhlenbeck
                         noise (unit-box units), clipped and scaled to the Box bounds
     SampledActor        SAC: a tanh-squashed Gaussian sample scaled to the bounds
@@ -53,6 +54,18 @@ class EpsilonGreedy(Explorer):
 
     def act(self, policy, observations, rng):
         return policy.predict(observations, deterministic=False, epsilon=self.epsilon,
+                              rng=rng), {}
+
+
+class Boltzmann(Explorer):
+    """An action drawn from softmax(Q / temperature) of a `QPolicy` (keras-rl's
+    BoltzmannQPolicy)."""
+
+    def __init__(self, temperature: float):
+        self.temperature = float(temperature)
+
+    def act(self, policy, observations, rng):
+        return policy.predict(observations, deterministic=False, temperature=self.temperature,
                               rng=rng), {}
 
 

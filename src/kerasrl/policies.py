@@ -15,7 +15,7 @@ from kerasrl.checkpoint import save_policy
 from kerasrl.export import export_policy
 from kerasrl.losses import categorical_segments
 from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
-from kerasrl.networks import stateless_apply
+from kerasrl.networks import recurrent_state_sizes, stateless_apply
 from kerasrl.spaces import FlatObservations, categorical_sizes, flatten, split_segments
 
 
@@ -507,13 +507,17 @@ class ActorCriticPolicy(Policy):
         obs, single = self._batch(observations)
         out = self._call(self._forward, self.model, self.normalize(obs))
         params = np.asarray(out[0] if self.shared else out)
+        return self._choose(params, single, deterministic, rng, action_mask)
+
+    def _choose(self, params: np.ndarray, single: bool, deterministic: bool, rng, action_mask):
+        """Actions from the distribution's parameters (B, n_outputs), as `predict` returns them."""
         if action_mask is not None:
             if not self.discrete:
                 raise ValueError("action_mask applies to Discrete action spaces; this policy "
                                  f"acts in {self.action_space}.")
             params = masked_logits(params, batch_masks(
                 action_mask, len(params), single, params.shape[-1],
-                "ActorCriticPolicy.predict(action_mask=...)", self.action_sizes))
+                f"{type(self).__name__}.predict(action_mask=...)", self.action_sizes))
         if self.discrete:
             if deterministic:
                 actions = categorical_mode(params, self.action_sizes)
@@ -570,6 +574,19 @@ class ActorCriticPolicy(Policy):
         """The logits or Gaussian means (what include_values exports beside the actions)."""
         return self.distribution(observations)
 
+    def _exported_actions(self, out, mask=None):
+        """The mode of the distribution in exportable keras.ops: argmax of the (masked) logits,
+        or the Gaussian mean clipped to the bounds."""
+        if not self.discrete:
+            return keras.ops.clip(out, self.action_space.low.astype(np.float32),
+                                  self.action_space.high.astype(np.float32))
+        logits = out if mask is None else exportable_mask(out, mask)
+        if len(self.action_sizes) == 1:
+            return exportable_argmax(logits)
+        # MultiDiscrete: one argmax per component, (B, components)
+        return keras.ops.stack([exportable_argmax(segment) for segment
+                                in categorical_segments(logits, self.action_sizes)], axis=-1)
+
     def inference_model(self, include_values: bool = False, action_mask: bool = False
                         ) -> keras.Model:
         """Observations -> normalization -> network -> mode of the distribution [, its outputs].
@@ -585,17 +602,7 @@ class ActorCriticPolicy(Policy):
         out = self.model(x, training=False)
         out = out[0] if self.shared else out
         mask = mask_input(out.shape[-1]) if action_mask else None
-        if self.discrete:
-            logits = out if mask is None else exportable_mask(out, mask)
-            if len(self.action_sizes) == 1:
-                actions = exportable_argmax(logits)
-            else:  # MultiDiscrete: one argmax per component, (B, components)
-                actions = keras.ops.stack([exportable_argmax(segment) for segment
-                                           in categorical_segments(logits, self.action_sizes)],
-                                          axis=-1)
-        else:
-            actions = keras.ops.clip(out, self.action_space.low.astype(np.float32),
-                                     self.action_space.high.astype(np.float32))
+        actions = self._exported_actions(out, mask)
         model_inputs = with_mask(inputs, mask)
         return keras.Model(model_inputs, [actions, out] if include_values else actions,
                            name="actor_critic_policy")
@@ -749,3 +756,124 @@ class SquashedGaussianPolicy(_ContinuousPolicy):
         d = self.action_dim
         return self._inference_model(lambda out: keras.ops.tanh(out[:, :d]), include_values,
                                      "squashed_gaussian_policy")
+
+
+# -- recurrent actor-critic policies (RecurrentPPO) -----------------------------------------------
+
+
+class RecurrentActorCriticPolicy(ActorCriticPolicy):
+    """A recurrent actor-critic (RecurrentPPO's policy): its model takes one step,
+    `[observation, *states] -> [policy, value, *new states]` (kerasrl.networks.check_recurrent_model),
+    and the caller carries the state from step to step.
+
+        state = policy.initial_state(n_envs)            # zeros, [(n_envs, size), ...]
+        actions, state = policy.predict(obs, state=state, episode_start=starts)
+
+    `episode_start` (B,) bool: the rows where a new episode starts, whose state is zeroed first
+    (as training does). Exports take the states as inputs "state_0", ... after the observation
+    (and action mask) and give the new states as outputs after the actions (and values); zero a
+    row's state at an episode start before feeding it.
+
+    Args:
+        model: the one-step model; observation_space, action_space: of one environment;
+        log_std, obs_rms, clip_obs: as `ActorCriticPolicy`'s.
+    """
+
+    policy_type = "recurrent_actor_critic"
+    recurrent = True
+
+    def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
+                 *, log_std: np.ndarray | None = None, obs_rms: RunningMeanStd | None = None,
+                 clip_obs: float = 10.0):
+        super().__init__(model, observation_space, action_space, shared=True, log_std=log_std,
+                         obs_rms=obs_rms, clip_obs=clip_obs)
+        self.state_sizes = recurrent_state_sizes(model)
+
+    def initial_state(self, batch_size: int = 1) -> list[np.ndarray]:
+        """The state at an episode start: zeros [(batch_size, size), ...] float32."""
+        return [np.zeros((batch_size, size), np.float32) for size in self.state_sizes]
+
+    def _state(self, state, batch_size: int, single: bool, episode_start) -> list[np.ndarray]:
+        if state is None:
+            return self.initial_state(batch_size)
+        state = [np.asarray(s, np.float32) for s in state]
+        state = [s[None] if single and s.ndim == 1 else s for s in state]
+        expected = [(batch_size, size) for size in self.state_sizes]
+        if [s.shape for s in state] != expected:
+            raise ValueError(f"state must be {len(expected)} arrays of shapes {expected} (one row "
+                             f"per observation; policy.initial_state(batch) gives the first), got "
+                             f"{[s.shape for s in state]}.")
+        if episode_start is not None:
+            keep = 1.0 - np.asarray(episode_start, np.float32).reshape(batch_size, 1)
+            state = [s * keep for s in state]
+        return state
+
+    def step(self, observations, state=None, episode_start=None):
+        """(policy outputs (B, n_outputs), values (B,), new state [(B, size), ...]) for a batch
+        (for one observation: (n_outputs,), a scalar, [(size,), ...])."""
+        obs, single = self._batch(observations)
+        state = self._state(state, len(obs), single, episode_start)
+        out = self._call(self._forward, self.model, [self.normalize(obs), *state])
+        params, values = np.asarray(out[0]), np.asarray(out[1]).reshape(len(obs))
+        new_state = [np.asarray(s) for s in out[2:]]
+        if single:
+            return params[0], values[0], [s[0] for s in new_state]
+        return params, values, new_state
+
+    def predict(self, observations, state=None, episode_start=None, deterministic: bool = True,
+                rng: np.random.Generator | None = None, action_mask=None):
+        """`(actions, new state)` for a batch of observations (or one), carrying `state` (None:
+        episodes start here); actions as `ActorCriticPolicy.predict` chooses them."""
+        obs, single = self._batch(observations)
+        params, _, new_state = self.step(obs, state if state is None or not single
+                                         else [np.reshape(s, (1, -1)) for s in state],
+                                         episode_start)
+        actions = self._choose(params, single, deterministic, rng, action_mask)
+        return actions, ([s[0] for s in new_state] if single else new_state)
+
+    __call__ = predict
+
+    def distribution(self, observations, state=None, episode_start=None) -> np.ndarray:
+        """Logits or Gaussian means at `state` (None: at an episode start)."""
+        return self.step(observations, state, episode_start)[0]
+
+    def values(self, observations, state=None, episode_start=None) -> np.ndarray:
+        """State values V(s) at `state` (None: at an episode start)."""
+        return self.step(observations, state, episode_start)[1]
+
+    def raw_outputs(self, observations, state=None) -> np.ndarray:
+        """The logits or Gaussian means (what include_values exports beside the actions)."""
+        return self.distribution(observations, state)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        del config["shared"]
+        return config
+
+    @classmethod
+    def from_saved(cls, models, observation_space, action_space, config):
+        log_std, obs_rms = cls._trained_values(config, observation_space)
+        policy = cls(models["model"], observation_space, action_space, log_std=log_std,
+                     obs_rms=obs_rms, clip_obs=float(config.get("clip_obs", 10.0)))
+        policy.action_masks = bool(config.get("action_masks", False))
+        return policy
+
+    def inference_model(self, include_values: bool = False, action_mask: bool = False
+                        ) -> keras.Model:
+        """[observation(s), (action_mask), state_0, ...] -> [actions, (policy outputs), new
+        state_0, ...]: normalization, one step of the network, the mode of the distribution."""
+        if action_mask and not self.discrete:
+            raise ValueError("action_mask applies to Discrete action spaces only.")
+        inputs, x = observation_inputs(self.observation_space)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize_graph(x, self.clip_obs)
+        states = [keras.Input(shape=(size,), dtype="float32", name=f"state_{i}")
+                  for i, size in enumerate(self.state_sizes)]
+        out, _, *new_states = self.model([x, *states], training=False)
+        mask = mask_input(out.shape[-1]) if action_mask else None
+        actions = self._exported_actions(out, mask)
+        model_inputs = with_mask(inputs, mask)
+        model_inputs = (model_inputs if isinstance(model_inputs, list) else [model_inputs]) + states
+        outputs = [actions, out] if include_values else [actions]
+        return keras.Model(model_inputs, outputs + list(new_states),
+                           name="recurrent_actor_critic_policy")

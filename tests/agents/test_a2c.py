@@ -45,6 +45,7 @@ def test_a2c_loss_matches_numpy(ent_coef):
     assert got["entropy"] == pytest.approx(np_entropy, abs=1e-5, rel=1e-5)
 
 
+@pytest.mark.slow_on_other_backends
 def test_one_rmsprop_step_per_rollout_on_the_whole_rollout():
     agent = kerasrl.A2C("CartPole-v1", seed=0, n_envs=4)  # 5-step rollouts of 20 transitions
     agent.fit(200, progress=False)
@@ -107,6 +108,7 @@ def test_config_errors_and_registration():
         assert preset.algorithm == "a2c"
 
 
+@pytest.mark.slow_on_other_backends
 def test_the_compiled_engine_says_a2c_has_no_compiled_loop():
     agent = kerasrl.A2C("kerasrl/OpsCartPole-v1", seed=0, n_envs=2)
     with pytest.raises(Exception, match="A2C has no compiled loop"):

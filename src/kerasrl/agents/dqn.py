@@ -17,12 +17,14 @@ import numpy as np
 
 from kerasrl.agents.base import Agent
 from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
-from kerasrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from kerasrl.buffers import (FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer,
+                             PrioritizedReplayBuffer, ReplayBuffer)
+from kerasrl.buffers.frame_stack import stacked_frames
 from kerasrl.config import DQNConfig
-from kerasrl.exploration import EpsilonGreedy
+from kerasrl.exploration import Boltzmann, EpsilonGreedy
 from kerasrl.losses import q_learning_target
 from kerasrl.networks import adapt_model, dueling, is_image_space, mlp_torso
-from kerasrl.policies import epsilon_greedy, random_actions
+from kerasrl.policies import random_actions
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import structure_of
 
@@ -81,6 +83,13 @@ class DQN(QAgentMixin, Agent):
         cfg = self.config
         args = (cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
                 self.observation_space.dtype, cfg.gamma, cfg.n_step_return)
+        stacked = stacked_frames(self.env)
+        if stacked is not None:  # an env that declares stacked frames (kerasrl.envs.atari)
+            if cfg.prioritized_replay:
+                return PrioritizedFrameStackReplayBuffer(
+                    *args, alpha=cfg.prioritized_replay_alpha, eps=cfg.prioritized_replay_eps,
+                    padding=stacked[1])
+            return FrameStackReplayBuffer(*args, padding=stacked[1])
         if cfg.prioritized_replay:
             return PrioritizedReplayBuffer(*args, alpha=cfg.prioritized_replay_alpha,
                                            eps=cfg.prioritized_replay_eps)
@@ -97,9 +106,7 @@ class DQN(QAgentMixin, Agent):
             if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
                 actions = random_actions(self.n_actions, cfg.n_envs, self.rng, masks)
             else:
-                masked = {} if masks is None else {"action_masks": masks}
-                greedy = self._act_greedy(obs.astype(np.float32, copy=False), **masked)
-                actions = epsilon_greedy(greedy, self.n_actions, epsilon, self.rng, masks)
+                actions = self._behaviour_actions(obs.astype(np.float32, copy=False), epsilon, masks)
             next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(actions,
                                                                                       logger)
             # The masks of s' go with the transition: the target's max is over those actions.
@@ -112,13 +119,17 @@ class DQN(QAgentMixin, Agent):
                 self._pending_syncs += 1
             if self._vector_steps % cfg.train_freq == 0 and self.num_timesteps > cfg.learning_starts:
                 logger.update(self.num_timesteps, loss=self._train_round(total_steps))
-            logger.set(epsilon=epsilon)
+            logger.set(**self._exploration_figure(epsilon))
             if callback is not None and (terminated.any() or truncated.any()):
                 if callback(self, logger.history) is False:
                     break
 
     # -- remote actors (kerasrl.distributed) ----------------------------------------------------
     def explorer(self, n_envs, epsilon=None):
+        """Epsilon-greedy with `epsilon` (the engine's, per actor; default the final epsilon),
+        or Boltzmann at the final temperature (`epsilon` unused)."""
+        if self.config.exploration == "boltzmann":
+            return Boltzmann(self.config.exploration_final_temperature)
         return EpsilonGreedy(self.config.exploration_final_eps if epsilon is None else epsilon)
 
     def random_warmup(self) -> bool:

@@ -23,7 +23,7 @@ from kerasrl.losses import select, td_loss
 from kerasrl.masks import masked_argmax
 from kerasrl.networks import build_model, default_network, stateless_apply
 from kerasrl.optim import Adam
-from kerasrl.policies import QPolicy, epsilon_greedy, forward_fn, greedy_fn
+from kerasrl.policies import QPolicy, boltzmann, epsilon_greedy, forward_fn, greedy_fn
 from kerasrl.schedules import linear_schedule
 
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,); with an
@@ -43,8 +43,13 @@ def has_convolutions(model: keras.Model) -> bool:
 
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
-    """Epsilon now: linear from initial to final over `exploration_fraction` of the run."""
-    return linear_schedule(config.exploration_initial_eps, config.exploration_final_eps,
+    """Epsilon now (with `exploration="boltzmann"`, the temperature): linear from initial to
+    final over `exploration_fraction` of the run."""
+    if config.exploration == "boltzmann":
+        start, end = config.exploration_initial_temperature, config.exploration_final_temperature
+    else:
+        start, end = config.exploration_initial_eps, config.exploration_final_eps
+    return linear_schedule(start, end,
                            num_timesteps / max(1.0, config.exploration_fraction * total_steps))
 
 
@@ -250,13 +255,32 @@ class QAgentMixin:
         self._pending_syncs = 0  # target syncs due since the last training round
 
     def _act_greedy(self, observations, action_masks=None):
+        if self.config.exploration == "boltzmann":  # _explore samples from these Q-values
+            self._eval_q = self.learner.q_values(observations)
+            return masked_argmax(self._eval_q, action_masks)
         if action_masks is None:
             return self.learner.greedy_actions(observations)
         return masked_argmax(self.learner.q_values(observations), action_masks)
 
     def _explore(self, greedy_actions, rng, action_masks=None):
+        if self.config.exploration == "boltzmann":
+            return boltzmann(self._eval_q, self.config.exploration_final_temperature, rng,
+                             action_masks)
         return epsilon_greedy(greedy_actions, self.n_actions, self.config.exploration_final_eps,
                               rng, action_masks)
+
+    def _behaviour_actions(self, observations, rate: float, masks=None) -> np.ndarray:
+        """The behaviour policy's actions (B,) for float32 `observations`, drawn from `self.rng`:
+        epsilon-greedy with epsilon `rate`, or with `exploration="boltzmann"` from
+        softmax(Q / `rate`); among the allowed actions when `masks` (B, A) is given."""
+        if self.config.exploration == "boltzmann":
+            return boltzmann(self.learner.q_values(observations), rate, self.rng, masks)
+        greedy = self._act_greedy(observations, **({} if masks is None else {"action_masks": masks}))
+        return epsilon_greedy(greedy, self.n_actions, rate, self.rng, masks)
+
+    def _exploration_figure(self, rate: float) -> dict[str, float]:
+        """What the logger shows of the exploration now: epsilon, or the temperature."""
+        return {"temperature" if self.config.exploration == "boltzmann" else "epsilon": rate}
 
     def _take_target_tau(self) -> float:
         """The Polyak step for the syncs due since the last round, and clear them.

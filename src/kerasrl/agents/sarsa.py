@@ -21,7 +21,6 @@ from kerasrl.agents.base import Agent
 from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
 from kerasrl.config import SARSAConfig
 from kerasrl.losses import expected_sarsa_target, sarsa_target
-from kerasrl.policies import epsilon_greedy
 
 # Options that only make sense with a replay buffer, and why SARSA refuses them.
 _REPLAY_ONLY = ("prioritized_replay", "buffer_size", "n_step_return", "n_step", "double_q",
@@ -39,11 +38,14 @@ def next_action_target(next_q_target, next_q_online, batch):
 
 
 def expected_target(next_q_target, next_q_online, batch):
-    """Expected SARSA: bootstrap from the epsilon-greedy expectation (greedy w.r.t. the online net,
-    the behaviour policy's own), over the allowed actions of s' when the env masks actions."""
+    """Expected SARSA: bootstrap from the expectation under the behaviour policy of the online
+    net (epsilon-greedy, or Boltzmann when the batch holds temperatures), over the allowed actions
+    of s' when the env masks actions."""
+    temperature = batch.get("temperature")
     return expected_sarsa_target(next_q_target, batch["rewards"], batch["discounts"],
                                  batch["epsilon"][:, None], next_q_online,
-                                 next_masks=batch.get("next_action_masks"))
+                                 next_masks=batch.get("next_action_masks"),
+                                 temperature=None if temperature is None else temperature[:, None])
 
 
 class SARSA(QAgentMixin, Agent):
@@ -83,12 +85,11 @@ class SARSA(QAgentMixin, Agent):
         self._rollout_masks = []
 
     def _behaviour(self, observations, epsilon, masks=None):
-        """Epsilon-greedy actions of the current online network (among the allowed ones)."""
+        """The behaviour policy's actions from the current online network (epsilon-greedy, or
+        Boltzmann at temperature `epsilon`; among the allowed ones)."""
         if len(observations) == 0:
             return np.zeros(0, dtype=np.int64)
-        masked = {} if masks is None else {"action_masks": masks}
-        greedy = self._act_greedy(np.asarray(observations, dtype=np.float32), **masked)
-        return epsilon_greedy(greedy, self.n_actions, epsilon, self.rng, masks)
+        return self._behaviour_actions(np.asarray(observations, dtype=np.float32), epsilon, masks)
 
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config
@@ -125,7 +126,7 @@ class SARSA(QAgentMixin, Agent):
                     logger.update(self.num_timesteps, loss=self._train_round(rollout, total_steps))
                 rollout.clear()
                 self._rollout_masks.clear()
-            logger.set(epsilon=epsilon)
+            logger.set(**self._exploration_figure(epsilon))
             if callback is not None and done.any():
                 if callback(self, logger.history) is False:
                     break
@@ -145,6 +146,9 @@ class SARSA(QAgentMixin, Agent):
             "weights": np.ones(n, dtype=np.float32),
             "epsilon": np.repeat(np.asarray(epsilon, dtype=np.float32), cfg.n_envs),
         }
+        if cfg.exploration == "boltzmann":  # the rate each step explored with is a temperature
+            batch["temperature"] = batch.pop("epsilon")
+            batch["epsilon"] = np.zeros_like(batch["temperature"])
         if self._rollout_masks:  # Expected SARSA's expectation runs over these actions
             batch["next_action_masks"] = np.concatenate(self._rollout_masks)
         batches = {k: np.broadcast_to(v, (cfg.gradient_steps, *v.shape)) for k, v in batch.items()}

@@ -46,7 +46,8 @@ from kerasrl.schedules import linear_schedule
 
 def unsupported(config: DQNConfig) -> str | None:
     """The first setting of `config` the compiled DQN loop does not run (as `name=value`), or None."""
-    for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False)):
+    for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False),
+                          ("exploration", "epsilon_greedy")):
         if getattr(config, flag) != default:
             return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
     return None
