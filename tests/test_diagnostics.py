@@ -18,7 +18,7 @@ import pytest
 
 import kerasrl
 from kerasrl import diagnostics
-from kerasrl.config import DDPGConfig, DQNConfig, PPOConfig, SACConfig, SARSAConfig, TD3Config
+from kerasrl.config import DQNConfig, PPOConfig, SARSAConfig
 from kerasrl.diagnostics import Monitor, TrainingWarning
 from kerasrl.envs.checker import EnvCheckError
 from kerasrl.envs.testing import IdentityEnv
@@ -60,10 +60,10 @@ def test_schedules_that_cannot_work_are_named_with_the_fix(config, total, messag
 
 
 def test_the_presets_and_defaults_have_workable_schedules():
-    configs = {"ppo": PPOConfig, "dqn": DQNConfig, "sarsa": SARSAConfig, "td3": TD3Config,
-               "sac": SACConfig, "ddpg": DDPGConfig}
+    from kerasrl import registry
+
     for name, preset in PRESETS.items():
-        config = configs[preset.algorithm](**preset.config)
+        config = registry.config_class(preset.algorithm)(**preset.config)
         assert diagnostics.schedule_problems(config, preset.total_steps) == [], name
     for config in (DQNConfig(), SARSAConfig(), SARSAConfig(expected=True), PPOConfig()):
         assert diagnostics.schedule_problems(config, 100_000) == [], config

@@ -82,6 +82,7 @@ def test_unbounded_box_actions_are_refused():
 
 # -- learning (fast tier) ----------------------------------------------------------------------
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends
 def test_learns_identity_env_with_a_linear_policy():
     agent = kerasrl.CEM(identity_env, seed=0, **LEARN)
     history = agent.fit(3000, progress=False)
@@ -96,6 +97,7 @@ def test_learns_identity_env_with_a_linear_policy():
 
 
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends
 def test_learns_box_actions_through_the_tanh_actor():
     # The best action is 1.5 * x in [-2, 2]: 2 * tanh(w x + b) comes close; the zero action
     # scores -7.5 per 10-step episode.
@@ -127,6 +129,7 @@ def test_a_subclassed_model_without_training_argument_is_searched():
 
 # -- checkpoints and saved policies -------------------------------------------------------------
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends
 def test_checkpoint_resume_is_exact(tmp_path):
     straight = kerasrl.CEM(identity_env, seed=3, **FAST)
     straight.fit(1000, progress=False)
