@@ -42,6 +42,9 @@ AGENT_CASES = {
                   target_update_interval=40, tau=0.5),
     "expected_sarsa": dict(algorithm="ExpectedSARSA", env="CartPole-v1", seed=7, n_envs=2,
                            n_steps=3, exploration_fraction=0.5),
+    # one RMSprop step per 14-transition rollout, observation statistics
+    "a2c": dict(algorithm="A2C", env="CartPole-v1", seed=8, n_envs=2, n_steps=7,
+                normalize_observations=True),
 }
 # Dict-observation policies (tests/test_dict_observations.py): a DQN and a PPO (observation
 # statistics on) on the nested ImageVectorEnv, saved on each backend and loaded on every backend.

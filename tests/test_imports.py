@@ -195,4 +195,4 @@ def test_presets_name_registered_algorithms_and_models():
 
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(KeyError, match="known: .*dqn"):
-        registry.agent_class("a2c")
+        registry.agent_class("a3c")

@@ -51,10 +51,11 @@ def assert_same_arrays(whole, resumed, float_tolerance=0.0):
             assert np.array_equal(a, b), (key, np.max(np.abs(a.astype(float) - b.astype(float))))
 
 
-# The conv-net DQN on Snake and Expected SARSA (SARSA's bookkeeping with another target) run in
+# The conv-net DQN on Snake, Expected SARSA (SARSA's bookkeeping with another target) and A2C
+# (PPO's rollout state, checked fast by the PPO case) run in
 # the slow tier.
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow)
-                                  if case in ("snake", "expected_sarsa") else case
+                                  if case in ("snake", "expected_sarsa", "a2c") else case
                                   for case in ("cartpole", "snake", *AGENT_CASES)])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_resume_in_a_fresh_process_is_exact(worker_runs, case, backend):

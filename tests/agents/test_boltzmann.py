@@ -74,6 +74,7 @@ def test_a_bad_temperature_is_refused_where_it_is_given():
         boltzmann(Q, float("nan"), np.random.default_rng())
 
 
+@pytest.mark.backend
 @pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("algorithm", ["DQN", "ExpectedSARSA"])  # SARSA acts as Expected SARSA
 def test_value_agents_explore_with_the_temperature_schedule(algorithm, tmp_path):
