@@ -10,7 +10,8 @@ D numbers. The loop, per iteration:
     score each candidate by its mean return; the elite are the batch_size * elite_frac best
     refit: mean, std = the elite's mean and std per weight, plus the extra noise
         noise_ampl * exp(-noise_decay_const * env steps) on the std (noisy CEM, keras-rl's)
-    keep the best candidate seen: the policy's weights ('best'; or the mean, policy_weights='mean')
+    keep the best candidate seen; the policy's weights are the mean (policy_weights='mean'), or
+        that best candidate ('best', keras-rl's)
 
 Where keras-rl differs: its EpisodeParameterMemory kept the last 1,000 episodes' weights and
 returns, and every train_interval episodes refitted to the elite of batch_size episodes sampled
