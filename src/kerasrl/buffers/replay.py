@@ -48,8 +48,7 @@ class ReplayBuffer:
         self.capacity_per_env = max(1, -(-capacity // n_envs))
         self.gamma = gamma
         shape = (self.capacity_per_env, n_envs)
-        self.observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
-        self.next_observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
+        self._allocate_observations(shape, tuple(obs_shape), obs_dtype)
         self.actions = np.zeros((*shape, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros(shape, dtype=np.float32)
         self.terminated = np.zeros(shape, dtype=bool)
@@ -59,6 +58,24 @@ class ReplayBuffer:
         self.next_action_masks = None
         self.position = 0  # the next row to write
         self.full = False
+
+    def _allocate_observations(self, shape, obs_shape, obs_dtype) -> None:
+        # (T, n_envs, *obs_shape) each; FrameStackReplayBuffer stores frames instead.
+        self.observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
+        self.next_observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
+
+    def _store_observations(self, row, obs, next_obs, terminated, truncated) -> None:
+        self.observations[row] = obs
+        self.next_observations[row] = next_obs
+
+    def _observations(self, rows, envs) -> np.ndarray:
+        return self.observations[rows, envs]
+
+    def _next_observations(self, rows, envs) -> np.ndarray:
+        return self.next_observations[rows, envs]
+
+    def _observation_state(self) -> dict[str, np.ndarray]:
+        return {"observations": self.observations, "next_observations": self.next_observations}
 
     def __len__(self) -> int:
         """Transitions stored."""
@@ -79,8 +96,7 @@ class ReplayBuffer:
             self.next_action_masks[row] = next_action_masks
         elif self.next_action_masks is not None:
             self.next_action_masks[row] = True
-        self.observations[row] = obs
-        self.next_observations[row] = next_obs
+        self._store_observations(row, obs, next_obs, terminated, truncated)
         self.actions[row] = actions
         self.rewards[row] = rewards
         self.terminated[row] = terminated
@@ -107,11 +123,11 @@ class ReplayBuffer:
         else:
             last_rows, returns, discounts = self._n_step_returns(rows, envs)
         batch = {
-            "observations": self.observations[rows, envs].astype(np.float32, copy=False),
+            "observations": self._observations(rows, envs).astype(np.float32, copy=False),
             "actions": self.actions[rows, envs],
             "rewards": returns.astype(np.float32, copy=False),
-            "next_observations": self.next_observations[last_rows, envs].astype(np.float32,
-                                                                                copy=False),
+            "next_observations": self._next_observations(last_rows, envs).astype(np.float32,
+                                                                                 copy=False),
             "discounts": discounts.astype(np.float32),
             "weights": np.ones(len(rows), dtype=np.float32),
         }
@@ -154,8 +170,7 @@ class ReplayBuffer:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer exactly, as numpy arrays (no Python objects)."""
         state = {
-            "observations": self.observations,
-            "next_observations": self.next_observations,
+            **self._observation_state(),
             "actions": self.actions,
             "rewards": self.rewards,
             "terminated": self.terminated,
@@ -169,8 +184,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore from `state_dict()` output, checking that the shapes match this buffer."""
-        for key in ("observations", "next_observations", "actions", "rewards", "terminated",
-                    "truncated"):
+        for key in (*self._observation_state(), "actions", "rewards", "terminated", "truncated"):
             target = getattr(self, key)
             if state[key].shape != target.shape:
                 raise ValueError(
