@@ -108,9 +108,9 @@ class PPO(Agent):
             self.discrete = True
             if isinstance(space, gym.spaces.MultiDiscrete) and np.any(space.start != 0):
                 raise ValueError(
-                    f"PPO takes MultiDiscrete actions that start at 0; {self.env_name} has "
-                    f"{space} (start={space.start.tolist()}). Shift the actions in a "
-                    f"gymnasium.ActionWrapper (action + start).")
+                    f"{type(self).__name__} takes MultiDiscrete actions that start at 0; "
+                    f"{self.env_name} has {space} (start={space.start.tolist()}). Shift the "
+                    f"actions in a gymnasium.ActionWrapper (action + start).")
             if cfg.log_std_init is not None:
                 raise ValueError(
                     f"log_std_init sets the spread of a Gaussian policy for continuous (Box) "
@@ -121,8 +121,8 @@ class PPO(Agent):
             return
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(
-                f"PPO handles Discrete, one-dimensional MultiDiscrete and one-dimensional Box "
-                f"action spaces; {self.env_name} has "
+                f"{type(self).__name__} handles Discrete, one-dimensional MultiDiscrete and "
+                f"one-dimensional Box action spaces; {self.env_name} has "
                 f"{space}. Wrap the env to flatten its actions (e.g. gymnasium.wrappers."
                 f"FlattenObservation's counterpart for actions) or use a Discrete space.")
         self.discrete = False
