@@ -98,6 +98,9 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
     # A model that has never been called cannot be exported.
     first = artifact_inputs(policy.observation_space, inputs[0][:2],
                             inputs[1][:2] if action_mask else None)
+    recurrent = getattr(policy, "recurrent", False)
+    if recurrent:
+        first += policy.initial_state(2)
     model(first if len(first) > 1 else first[0])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,10 +121,73 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
         from kerasrl.runfiles import WriteError
 
         raise WriteError("export", path, error) from error
+    if recurrent:
+        check_recurrent_export(policy, path, format, include_values, action_mask, n_check)
+        return path
     outputs = run_export(path, format, *inputs, space=policy.observation_space)
     check_outputs(policy, inputs[0], outputs, include_values, f"{format} export {path}",
                   masks=inputs[1] if action_mask else None)
     return path
+
+
+def check_recurrent_export(policy, path, format: str, include_values: bool,  # noqa: A002
+                           action_mask: bool, n_check: int = 256, seed: int = 0,
+                           n_sequences: int = 4) -> dict:
+    """A recurrent policy's export against the policy over whole episodes with the state carried:
+    `n_sequences` sequences of `n_check // n_sequences` steps of sample observations, episodes
+    starting at random steps (the state zeroed there); the artifact is fed its own new states.
+    Any action that differs, or a state or value off by more than VALUE_TOLERANCE, raises."""
+    length = max(n_check // n_sequences, 2)
+    rng = np.random.default_rng(seed)
+    observations = sample_observations(policy.observation_space, length * n_sequences, seed)
+    observations = observations.reshape(length, n_sequences, *observations.shape[1:])
+    starts = rng.random((length, n_sequences)) < 0.05
+    starts[0] = True
+    masks = None
+    if action_mask:
+        masks = _check_inputs(policy, length * n_sequences, True, seed)[1]
+        masks = masks.reshape(length, n_sequences, -1)
+    what = f"{format} export {path}"
+    expected_state = artifact_state = policy.initial_state(n_sequences)
+    figures = {"steps": length, "sequences": n_sequences, "max_state_diff": 0.0}
+    for t in range(length):
+        keep = (~starts[t])[:, None].astype(np.float32)
+        artifact_state = [s * keep for s in artifact_state]
+        step_masks = None if masks is None else masks[t]
+        outputs = run_export(path, format, observations[t], step_masks,
+                             space=policy.observation_space, extra=artifact_state)
+        masked = {} if step_masks is None else {"action_mask": step_masks}
+        n_outputs = 2 if include_values else 1
+        step_figures = check_outputs(
+            _AtState(policy, expected_state, starts[t]), observations[t], outputs[:n_outputs],
+            include_values, f"{what} (step {t} of a carried state)", masks=step_masks)
+        for key, value in step_figures.items():
+            figures[key] = max(figures.get(key, 0), value)
+        _, expected_state = policy.predict(observations[t], state=expected_state,
+                                           episode_start=starts[t], **masked)
+        artifact_state = [np.asarray(s).reshape(e.shape) for s, e
+                          in zip(outputs[n_outputs:], expected_state)]
+        diff = max(float(np.max(np.abs(a - e))) for a, e in zip(artifact_state, expected_state))
+        figures["max_state_diff"] = max(figures["max_state_diff"], diff)
+        if not diff <= VALUE_TOLERANCE:
+            raise ExportError(f"The {what} carries a state up to {diff:.3g} away from the "
+                              f"policy's after step {t} (tolerance {VALUE_TOLERANCE}). Not "
+                              f"exported.")
+    return figures
+
+
+class _AtState:
+    """A recurrent policy seen at one step (its state given) as `check_outputs` sees a policy."""
+
+    def __init__(self, policy, state, starts):
+        self.policy, self.state, self.starts = policy, state, starts
+
+    def predict(self, observations, deterministic=True, **masked):
+        return self.policy.predict(observations, state=self.state, episode_start=self.starts,
+                                   deterministic=deterministic, **masked)[0]
+
+    def raw_outputs(self, observations):
+        return self.policy.step(observations, self.state, self.starts)[0]
 
 
 def artifact_inputs(space: gym.Space, observations: np.ndarray, masks: np.ndarray | None = None
@@ -144,12 +210,13 @@ def _require(module: str, package: str) -> None:
 
 
 def run_export(path: Path, format: str, observations: np.ndarray,  # noqa: A002
-               masks: np.ndarray | None = None, *, space: gym.Space | None = None
-               ) -> list[np.ndarray]:
+               masks: np.ndarray | None = None, *, space: gym.Space | None = None,
+               extra: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """The outputs of an exported artifact on `observations` (and action `masks`, for an
     artifact with the mask input), as numpy; `space` (the policy's observation space) splits
-    flat observations into the leaves of a Dict or Tuple policy's artifact."""
-    arrays = artifact_inputs(space, observations, masks)
+    flat observations into the leaves of a Dict or Tuple policy's artifact; `extra`: inputs
+    after those (a recurrent policy's states)."""
+    arrays = artifact_inputs(space, observations, masks) + list(extra or [])
     if format == "onnx":
         _require("onnxruntime", "onnxruntime")
         import onnxruntime as ort
@@ -165,7 +232,7 @@ def run_export(path: Path, format: str, observations: np.ndarray,  # noqa: A002
     from kerasrl.backend.saved_model import run_saved_model
 
     if len(arrays) > 2 or (masks is None and len(arrays) > 1):
-        return run_saved_model(path, arrays[0], None, extra=arrays)
+        return run_saved_model(path, arrays[0], None, extra=[np.asarray(a) for a in arrays])
     return run_saved_model(path, observations, masks)
 
 
@@ -209,12 +276,21 @@ def compare_export(policy, path, format: str = "onnx", n: int = 1000, seed: int 
     `action_mask` as in `export_policy`."""
     if action_mask is None:
         action_mask = bool(getattr(policy, "action_masks", False))
+    if getattr(policy, "recurrent", False):
+        # The artifact's number of outputs tells whether it gives the values.
+        n_outputs = 1 + len(policy.state_sizes)
+        include_values = len(run_export(Path(path), format, *_check_inputs(policy, 1, action_mask,
+                                                                           seed),
+                                        space=policy.observation_space,
+                                        extra=policy.initial_state(1))) > n_outputs
+        return check_recurrent_export(policy, path, format, include_values, action_mask, n, seed)
     inputs = _check_inputs(policy, n, action_mask, seed)
     outputs = run_export(Path(path), format, *inputs, space=policy.observation_space)
     return check_outputs(policy, inputs[0], outputs, len(outputs) > 1, f"{format} export {path}",
                          masks=inputs[1] if action_mask else None)
 
 
-__all__ = ["ExportError", "FORMATS", "VALUE_TOLERANCE", "compare_export", "export_policy",
+__all__ = ["ExportError", "FORMATS", "VALUE_TOLERANCE", "check_recurrent_export",
+           "compare_export", "export_policy",
            "sample_action_masks", "sample_observations"]
 _ = tempfile  # (kept for callers that export to a temporary folder)

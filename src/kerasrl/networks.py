@@ -664,3 +664,97 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
         raise ValueError(f"The {role} ({type(critic).__name__}) has no trainable weights.")
     critic._kerasrl_owned = True
     return critic
+
+
+# -- recurrent actor-critics (kerasrl.RecurrentPPO) ----------------------------------------------
+
+
+def recurrent_actor_critic(observation_space: gym.Space, n_outputs: int, units: int = 256,
+                           cell: str = "lstm", hidden_sizes: Sequence[int] = (64, 64),
+                           activation: str = "tanh", ortho_init: bool = True,
+                           shared: bool = False) -> keras.Model:
+    """SB3-contrib's MlpLstmPolicy as one Keras model that takes one step:
+    `[observation (B, *obs_shape), *states (B, units)] -> [policy (B, n_outputs), value (B, 1),
+    *new states (B, units)]`.
+
+    The observation goes through a recurrent cell ("lstm": states h and c; "gru": h), then an MLP
+    per head (`hidden_sizes`) and a linear head (orthogonal init: gain sqrt 2 hidden, 0.01 policy,
+    1 value, as `kerasrl.agents.ppo.actor_critic_mlp`). `shared=False` (SB3-contrib's default,
+    enable_critic_lstm): the value has its own cell, so the states are the policy cell's then the
+    value cell's; `shared=True`: one cell feeds both heads.
+    """
+    if cell not in ("lstm", "gru"):
+        raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}.")
+    if isinstance(observation_space, FlatObservations):
+        raise ValueError("recurrent_actor_critic takes Box observations; flatten a Dict or Tuple "
+                         "observation first (gymnasium.wrappers.FlattenObservation).")
+
+    def init(gain):
+        return keras.initializers.Orthogonal(gain) if ortho_init else "glorot_uniform"
+
+    observation = keras.Input(shape=tuple(observation_space.shape), name="observation")
+    features = (layers.Flatten()(observation) if len(observation_space.shape) > 1
+                else observation)
+    n_states = 2 if cell == "lstm" else 1
+    heads = ("shared",) if shared else ("policy", "value")
+    states = [keras.Input(shape=(units,), name=f"{head}_{kind}") for head in heads
+              for kind in ("h", "c")[:n_states]]
+    outputs, new_states = {}, []
+    for i, head in enumerate(heads):
+        make_cell = layers.LSTMCell if cell == "lstm" else layers.GRUCell
+        out, new = make_cell(units, name=f"{head}_{cell}")(
+            features, states[i * n_states:(i + 1) * n_states])
+        new_states += list(new) if isinstance(new, (list, tuple)) else [new]
+        outputs[head] = out
+    heads_in = {"policy": outputs.get("policy", outputs.get("shared")),
+                "value": outputs.get("value", outputs.get("shared"))}
+    results = {}
+    for head, gain in (("policy", 0.01), ("value", 1.0)):
+        x = heads_in[head]
+        for j, size in enumerate(hidden_sizes):
+            x = layers.Dense(size, activation=activation, kernel_initializer=init(np.sqrt(2)),
+                             name=f"{head}_hidden_{j}")(x)
+        results[head] = layers.Dense(n_outputs if head == "policy" else 1,
+                                     kernel_initializer=init(gain), name=head)(x)
+    return keras.Model([observation, *states], [results["policy"], results["value"], *new_states],
+                       name="recurrent_actor_critic")
+
+
+def recurrent_state_sizes(model: keras.Model) -> tuple[int, ...]:
+    """The sizes of a recurrent model's states: its inputs after the observation, each (B, size)."""
+    return tuple(int(x.shape[-1]) for x in model.inputs[1:])
+
+
+def check_recurrent_model(model, observation_space: gym.Space, n_outputs: int,
+                          role: str = "recurrent model") -> tuple[int, ...]:
+    """Raise, saying what the contract is, unless `model` takes one step of a recurrent
+    actor-critic: `[observation (B, *obs_shape), *states (B, size_i)] -> [policy (B, n_outputs),
+    value (B, 1), *new states (B, size_i)]` (a functional Keras model, states in the same order
+    in and out). Returns the state sizes."""
+    contract = (f"A {role} is a functional keras.Model that takes one step: inputs [observation "
+                f"(batch, {', '.join(map(str, observation_space.shape))}), state_1 (batch, size_1), "
+                f"...] and outputs [policy (batch, {n_outputs}), value (batch, 1), new state_1 "
+                f"(batch, size_1), ...], e.g. h, c = keras.layers.LSTMCell(units)(x, [h, c]); see "
+                f"kerasrl.networks.recurrent_actor_critic and docs/ppo.md (Recurrent policies).")
+    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
+        raise ValueError(f"{contract} Got {type(model).__name__}, which is not a functional "
+                         f"keras.Model with declared inputs.")
+    if len(model.inputs) < 2 or any(len(x.shape) != 2 for x in model.inputs[1:]):
+        shapes = [tuple(x.shape) for x in model.inputs]
+        raise ValueError(f"{contract} This model's inputs are {shapes}: it takes no state "
+                         f"(batch, size) after the observation.")
+    sizes = recurrent_state_sizes(model)
+    batch = [np.zeros((2, *observation_space.shape), np.float32)]
+    batch += [np.zeros((2, size), np.float32) for size in sizes]
+    try:
+        outputs = model(batch, training=False)
+    except Exception as error:
+        raise ValueError(f"{contract} Calling it on zeros failed: {error}") from error
+    shapes = [tuple(o.shape) for o in outputs] if isinstance(outputs, (list, tuple)) else None
+    expected = [(2, n_outputs), (2, 1), *((2, size) for size in sizes)]
+    if shapes is None or len(shapes) != len(expected) or shapes[0] != expected[0] \
+            or shapes[1] not in ((2, 1), (2,)) or shapes[2:] != expected[2:]:
+        raise ValueError(f"{contract} For a batch of 2 it outputs {shapes}, not {expected}.")
+    if not model.trainable_variables:
+        raise ValueError(f"The {role} ({type(model).__name__}) has no trainable weights.")
+    return sizes

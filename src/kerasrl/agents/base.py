@@ -459,8 +459,10 @@ class Agent:
         masks = self.read_action_masks(info, n, "evaluate's reset")
         eval_rng = np.random.default_rng(seed)
         try:
+            starts = np.ones(n, dtype=bool)  # where an episode starts at the next action
             while (counts < targets).any():
                 masked = {} if masks is None else {"action_masks": masks}
+                self._episodes_start(starts)
                 actions = self._act_greedy(np.asarray(obs, dtype=np.float32), **masked)
                 if not deterministic:
                     actions = self._explore(actions, eval_rng, **masked)
@@ -469,6 +471,7 @@ class Agent:
                 returns += rewards
                 lengths += 1
                 done = np.logical_or(terminated, truncated)
+                starts = done
                 for i in np.flatnonzero(done):
                     if counts[i] < targets[i]:
                         results.append((returns[i], lengths[i]))
@@ -489,6 +492,10 @@ class Agent:
         }
         summary.update({f"mean_{k}": float(np.mean(v)) for k, v in extras.items()})
         return summary
+
+    def _episodes_start(self, starts: np.ndarray) -> None:
+        """Evaluation tells which envs (starts (n,) bool) begin an episode at the next
+        `_act_greedy`: a recurrent agent zeroes their state; nothing for the others."""
 
     def _explore(self, greedy_actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Stochastic actions for evaluation with deterministic=False (masked agents also take

@@ -1,0 +1,259 @@
+"""PPO with a recurrent policy (LSTM or GRU): SB3-contrib's RecurrentPPO, on PPO's update.
+
+The model takes one step: `[observation, *states] -> [policy, value, *new states]` (checked by
+kerasrl.networks.check_recurrent_model; the default is kerasrl.networks.recurrent_actor_critic).
+
+The loop, per rollout (what differs from PPO):
+    remember each env's state at the rollout's start
+    for n_steps vector steps:
+        zero the state of the envs whose episode starts here (in the compiled step), one step of
+        the model: logits or means, V(s), the new state; sample, step the envs; PPO's bookkeeping
+        a truncated episode bootstraps from V(true final observation) at the state it reached
+    GAE as PPO (kerasrl.returns)
+    n_epochs passes over the rollout in minibatches of whole env sequences (batch_size // n_steps
+        envs): each sequence is replayed from its stored start state, step by step (keras.ops.scan),
+        zeroing the state where an episode started, exactly as during the rollout; so at the first
+        epoch the replay's log-probabilities and values are the rollout's. PPO's loss on the
+        replayed outputs, one Adam step per minibatch, all in PPO's one compiled call.
+
+SB3-contrib pads sequences cut at episode starts; replaying whole env rows with the state zeroed
+at each episode start gives the same gradients without padding (every step is used once).
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+from keras import tree
+
+from kerasrl import backend
+from kerasrl.agents.ppo import PPO
+from kerasrl.buffers.rollout import minibatch_indices
+from kerasrl.config import RecurrentPPOConfig
+from kerasrl.initializers import seed_initial_weights
+from kerasrl.masks import masked_logits
+from kerasrl.networks import check_recurrent_model, recurrent_actor_critic, stateless_apply
+from kerasrl.policies import RecurrentActorCriticPolicy, categorical_mode
+from kerasrl.spaces import FlatObservations, structure_of
+
+# Minibatch arrays that stay (E, T, ...) for the replay; the others are flattened to (E * T, ...).
+SEQUENCE_KEYS = ("observations", "episode_starts", "states")
+
+
+class RecurrentPPO(PPO):
+    """PPO whose policy carries a hidden state from step to step (LSTM or GRU).
+
+    Args:
+        env: a Gymnasium id, a `gymnasium.Env`, or a callable returning one (Box observations).
+        model: a one-step recurrent actor-critic, `[observation (B, *obs_shape), state_1
+            (B, size_1), ...] -> [policy (B, n_outputs), value (B, 1), new state_1, ...]`; or a
+            callable `(observation_space, action_space) -> keras.Model`; or None for
+            `kerasrl.networks.recurrent_actor_critic` with the config's recurrent_* fields.
+        config: a `RecurrentPPOConfig`; or give its fields as keyword arguments.
+    """
+
+    config_class = RecurrentPPOConfig
+    algorithm = "recurrent_ppo"
+
+    def __init__(self, env, *, model=None, config: RecurrentPPOConfig | None = None,
+                 **hyperparameters):
+        super().__init__(env, model=model, config=config, **hyperparameters)
+
+    # -- construction -------------------------------------------------------------------------
+    def _build_networks(self, model) -> None:
+        cfg, obs_space = self.config, self.observation_space
+        if isinstance(obs_space, FlatObservations):
+            raise ValueError(f"RecurrentPPO takes Box observations; {self.env_name} has "
+                             f"{obs_space}. Flatten it first (gymnasium.wrappers."
+                             f"FlattenObservation).")
+        if model is None:
+            model = recurrent_actor_critic(obs_space, self.n_outputs, cfg.recurrent_units,
+                                           cfg.recurrent_cell, cfg.hidden_sizes, cfg.activation,
+                                           cfg.ortho_init, shared=cfg.shared_recurrent)
+        elif not isinstance(model, keras.Model) and callable(model):
+            model = model(structure_of(obs_space), self.action_space)
+        if getattr(model, "_kerasrl_owned", False):
+            raise ValueError("This Keras model already belongs to another kerasrl agent; pass a "
+                             "new model, or a function that builds one, as model=.")
+        self.state_sizes = check_recurrent_model(model, obs_space, self.n_outputs)
+        if self.weights_seed is not None:
+            seed_initial_weights(model, self.weights_seed, "actor-critic")
+        model._kerasrl_owned = True
+        self.actor, self.critic, self.shared = model, None, True
+
+    def _build(self, model) -> None:
+        super()._build(model)
+        cfg = self.config
+        self._forward = backend.compile(
+            lambda params, non_trainable, obs, states, starts:
+            self._step(params, non_trainable, obs, states, starts, False)[:3])
+        # The loop's recurrent state: each env's state after its last step, and whether its next
+        # observation starts an episode (its state is then zeroed before the step).
+        self.states = [np.zeros((cfg.n_envs, size), np.float32) for size in self.state_sizes]
+        self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
+        # The rollout's: each env's state at its first row, and the episode starts (T, N).
+        self.rollout_states = [s.copy() for s in self.states]
+        self.rollout_episode_starts = np.zeros((cfg.n_steps, cfg.n_envs), dtype=bool)
+        self._eval_states, self._eval_starts = None, None
+
+    # -- the network, functionally ------------------------------------------------------------
+    def _step(self, params, non_trainable, observations, states, starts, training):
+        """One step of the model for (B, *obs) observations from `states` [(B, size), ...], zeroed
+        where `starts` (B,) is true: (policy (B, n_outputs), values (B,), new states, new
+        non-trainable weights)."""
+        keep = 1.0 - ops.expand_dims(ops.cast(starts, "float32"), -1)
+        states = [s * keep for s in states]
+        (policy, values, *new_states), actor_states = stateless_apply(
+            self.actor, params["actor"], non_trainable["actor"], [observations, *states], training)
+        return policy, ops.reshape(values, (-1,)), list(new_states), {"actor": actor_states}
+
+    # -- the compiled update: sequences replayed ----------------------------------------------
+    def _training_data(self, buffer):
+        """The rollout as env sequences (N, T, ...) with their start states and episode starts,
+        and minibatches of batch_size // n_steps whole sequences (M, E) int32."""
+        cfg = self.config
+        n_steps, n_envs = buffer.n_steps, buffer.n_envs
+        data = {key: np.swapaxes(value.reshape(n_steps, n_envs, *value.shape[1:]), 0, 1)
+                for key, value in buffer.training_data().items()}
+        data["episode_starts"] = self.rollout_episode_starts.T.copy()  # (N, T)
+        data["states"] = [s.copy() for s in self.rollout_states]  # [(N, size), ...]
+        indices = minibatch_indices(n_envs, cfg.batch_size // n_steps, cfg.n_epochs, self.rng)
+        return data, indices
+
+    def _minibatch(self, data, rows):
+        batch = tree.map_structure(lambda x: ops.take(x, rows, axis=0), data)
+        return {key: value if key in SEQUENCE_KEYS
+                else ops.reshape(value, (-1, *value.shape[2:])) for key, value in batch.items()}
+
+    def _batch_outputs(self, params, non_trainable, batch):
+        """Each sequence (E, T) replayed from its start state: (policy (E * T, n_outputs), values
+        (E * T,)), env-major as `_minibatch` flattens the rest of the batch."""
+        def one_step(states, step_inputs):
+            observations, starts = step_inputs
+            policy, values, new_states, _ = self._step(params, non_trainable, observations,
+                                                       states, starts, True)
+            return new_states, (policy, values)
+
+        time_major = (ops.swapaxes(batch["observations"], 0, 1),
+                      ops.transpose(batch["episode_starts"]))
+        _, (policy, values) = ops.scan(one_step, list(batch["states"]), time_major)
+        policy = ops.reshape(ops.swapaxes(policy, 0, 1), (-1, policy.shape[-1]))  # (T, E, A)
+        return policy, ops.reshape(ops.transpose(values), (-1,)), non_trainable
+
+    # -- acting --------------------------------------------------------------------------------
+    def _evaluate_step(self, observations, states, starts):
+        """(policy outputs (B, n_outputs), values (B,), new states) as numpy, for normalized
+        observations, from `states` zeroed where `starts`."""
+        with backend.inference(), self.learner.acting_scope():
+            params, non_trainable = self.learner.acting_weights()
+            out = self._forward(params, non_trainable, backend.feed(observations),
+                                backend.feed([np.asarray(s, np.float32) for s in states]),
+                                backend.feed(np.asarray(starts, np.float32)))
+        policy, values, new_states = backend.to_numpy(out)
+        return np.asarray(policy), np.asarray(values), [np.asarray(s) for s in new_states]
+
+    def _evaluate_networks(self, observations):
+        """From the loop's current states (PPO's bootstrap values after a rollout)."""
+        policy, values, _ = self._evaluate_step(observations, self.states, self.episode_starts)
+        return policy, values
+
+    def _episodes_start(self, starts: np.ndarray) -> None:
+        """Evaluation: the envs where an episode starts at the next `_act_greedy`."""
+        starts = np.asarray(starts, dtype=bool)
+        if self._eval_states is None or len(self._eval_states[0]) != len(starts):
+            self._eval_states = [np.zeros((len(starts), size), np.float32)
+                                 for size in self.state_sizes]
+        self._eval_starts = starts
+
+    def _act_greedy(self, observations, action_masks=None):
+        if self._eval_starts is None or len(self._eval_starts) != len(observations):
+            self._episodes_start(np.ones(len(observations), dtype=bool))
+        policy, _, self._eval_states = self._evaluate_step(
+            self._normalize(observations, update=False), self._eval_states, self._eval_starts)
+        self._eval_starts = np.zeros(len(observations), dtype=bool)
+        self._eval_outputs = policy  # for _explore
+        if self.discrete:
+            return categorical_mode(masked_logits(policy, action_masks), self.action_sizes)
+        return np.clip(policy, self.action_space.low, self.action_space.high)
+
+    def reset_envs(self, seed: int | None = None) -> None:
+        super().reset_envs(seed)
+        self.episode_starts[...] = True
+
+    def predict(self, observations, state=None, episode_start=None, deterministic: bool = True,
+                action_mask=None):
+        """`(actions, new state)`: `policy.predict` (see RecurrentActorCriticPolicy)."""
+        return self.policy.predict(observations, state=state, episode_start=episode_start,
+                                   deterministic=deterministic, action_mask=action_mask)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _learn(self, total_steps, stop_at, logger, callback):
+        obs = self.loop.observations
+        while self.num_timesteps < stop_at:
+            row = self.buffer.position
+            if row == 0:
+                self.rollout_states = [s.copy() for s in self.states]
+            obs_in = self._normalize(obs, update=True)
+            starts = self.episode_starts.copy()
+            policy, values, new_states = self._evaluate_step(obs_in, self.states, starts)
+            masks = self.loop.action_masks  # None for an env without action masks
+            stored, env_actions, log_probs = self._sample(policy, self.rng, masks)
+            next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(
+                env_actions, logger)
+            self.loop.action_masks, _ = self._masks_after_step(info, terminated | truncated)
+            # A time-limit cut bootstraps from V(true final observation) at the state it reached.
+            cut = truncated & ~terminated
+            truncation_values = None
+            if cut.any():
+                _, final_values, _ = self._evaluate_step(
+                    self._normalize(final_obs, update=False), new_states, np.zeros_like(cut))
+                truncation_values = np.where(cut, final_values, 0.0).astype(np.float32)
+            rewards = self._scale_rewards(rewards, terminated | truncated)
+            self.rollout_episode_starts[row] = starts
+            self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
+                            truncation_values, action_masks=masks)
+            self.states, self.episode_starts = new_states, terminated | truncated
+            obs = self.loop.observations = next_obs
+            if self.buffer.full:
+                self._update(total_steps, logger)
+            if callback is not None and (terminated.any() or truncated.any()):
+                if callback(self, logger.history) is False:
+                    break
+
+    # -- remote actors: not yet ---------------------------------------------------------------
+    def explorer(self, n_envs, epsilon=None):
+        raise NotImplementedError(
+            "RecurrentPPO does not train with remote actors yet: their rollouts would need each "
+            "env's hidden state at the rollout's start. Use engine='local' (the default here).")
+
+    # -- training state -----------------------------------------------------------------------
+    def _extra_state(self):
+        arrays, meta = super()._extra_state()
+        for i, (state, start) in enumerate(zip(self.states, self.rollout_states)):
+            arrays[f"recurrent/states/{i}"] = state.copy()
+            arrays[f"recurrent/rollout_states/{i}"] = start.copy()
+        arrays["recurrent/episode_starts"] = self.episode_starts.copy()
+        arrays["recurrent/rollout_episode_starts"] = self.rollout_episode_starts.copy()
+        return arrays, meta
+
+    def _load_extra_state(self, arrays, meta):
+        super()._load_extra_state(arrays, meta)
+        self.states = [np.array(arrays[f"recurrent/states/{i}"], np.float32)
+                       for i in range(len(self.state_sizes))]
+        self.rollout_states = [np.array(arrays[f"recurrent/rollout_states/{i}"], np.float32)
+                               for i in range(len(self.state_sizes))]
+        self.episode_starts = np.array(arrays["recurrent/episode_starts"], dtype=bool)
+        self.rollout_episode_starts = np.array(arrays["recurrent/rollout_episode_starts"],
+                                               dtype=bool)
+
+    # -- weights out --------------------------------------------------------------------------
+    @property
+    def policy(self) -> RecurrentActorCriticPolicy:
+        """The recurrent policy (inference only), as of the last `sync_model()`."""
+        if self._policy is None:
+            self._policy = RecurrentActorCriticPolicy(
+                self.actor, self.observation_space, self.action_space, log_std=self.log_std,
+                obs_rms=self.obs_rms, clip_obs=self.config.clip_obs)
+        self._policy.action_masks = self.loop.action_masks is not None
+        return self._policy

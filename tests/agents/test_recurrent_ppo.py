@@ -1,0 +1,197 @@
+"""Recurrent PPO on the active backend: the replay of sequences against the rollout, the state at
+episode starts, saved and exported policies over whole episodes, exact resume, the model contract."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl import backend
+from kerasrl.agents.recurrent_ppo import RecurrentPPO
+from kerasrl.losses import categorical_log_prob
+
+pytestmark = pytest.mark.backend
+
+ENV = "kerasrl/CartPoleNoVel-v1"
+TINY = dict(n_envs=2, n_steps=32, batch_size=32, n_epochs=2, recurrent_units=8,
+            hidden_sizes=(16,), learning_rate=1e-3, ortho_init=False)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny agent after two updates, and the replay check's figures of both rollouts."""
+    agent = RecurrentPPO(ENV, seed=0, **TINY)
+    replays = []
+    learn = agent.learn_from_rollout
+
+    def replay_then_learn(buffer, last_obs, total_steps, logger):
+        replays.append(_replay(agent, buffer))
+        return learn(buffer, last_obs, total_steps, logger)
+
+    agent.learn_from_rollout = replay_then_learn
+    agent.fit(128, progress=False)
+    del agent.learn_from_rollout
+    return agent, replays
+
+
+def _replay(agent, buffer):
+    """The update's replay of the whole rollout at the current weights: log-probs and values
+    (T, N); and the same replay with the episode starts ignored."""
+    data, _ = agent._training_data(buffer)
+    rows = np.arange(buffer.n_envs, dtype=np.int32)
+    params, non_trainable = agent.learner.acting_weights()
+    out = {}
+    for name, starts in (("replayed", data["episode_starts"]),
+                         ("starts_ignored", np.zeros_like(data["episode_starts"]))):
+        batch = agent._minibatch(backend.feed({**data, "episode_starts": starts}),
+                                 backend.feed(rows))
+        policy, values, _ = agent._batch_outputs(params, non_trainable, batch)
+        log_probs = categorical_log_prob(policy, batch["actions"], agent.action_sizes)
+        log_probs, values = (np.asarray(x) for x in backend.to_numpy((log_probs, values)))
+        shape = (buffer.n_envs, buffer.n_steps)  # env-major, as the minibatches are flattened
+        out[name] = (log_probs.reshape(shape).T, values.reshape(shape).T)
+    out["rollout"] = (buffer.log_probs.copy(), buffer.values.copy())
+    out["episode_starts"] = data["episode_starts"].T.copy()
+    return out
+
+
+@pytest.mark.slow_on_other_backends
+def test_replayed_sequences_give_the_rollouts_log_probs_and_values(trained):
+    _, replays = trained
+    assert len(replays) == 2
+    for replay in replays:
+        # Episodes start inside the rollout (not only at its first row): the resets matter.
+        assert replay["episode_starts"][1:].any()
+        for got, expected in zip(replay["replayed"], replay["rollout"]):
+            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+    # Without zeroing the state at episode starts the replay is wrong after the first restart.
+    ignored, rollout = replays[-1]["starts_ignored"][1], replays[-1]["rollout"][1]
+    assert np.max(np.abs(ignored - rollout)) > 1e-3
+
+
+@pytest.mark.slow_on_other_backends
+def test_the_state_is_zeroed_at_episode_starts(trained):
+    agent, _ = trained
+    policy = agent.policy
+    obs = np.array([[0.01, 0.02], [-0.03, 0.04]], np.float32)
+    fresh, fresh_state = policy.predict(obs)
+    _, carried = policy.predict(obs * 10, state=fresh_state)
+    _, later_state = policy.predict(obs, state=carried)
+    assert not np.allclose(later_state[0], fresh_state[0])  # the state changes what comes out
+    actions, restarted = policy.predict(obs, state=carried, episode_start=np.array([True, True]))
+    np.testing.assert_array_equal(actions, fresh)
+    for a, b in zip(restarted, fresh_state):
+        np.testing.assert_allclose(a, b, atol=1e-7)
+    # One row restarts, the other carries on.
+    _, mixed = policy.predict(obs, state=carried, episode_start=np.array([True, False]))
+    np.testing.assert_allclose(mixed[0][0], fresh_state[0][0], atol=1e-7)
+    np.testing.assert_allclose(mixed[0][1], later_state[0][1], atol=1e-7)
+    # The agent's loop: where an episode ended, the next step starts from zeros.
+    assert agent.rollout_episode_starts[0].all() or agent.rollout_episode_starts.any()
+    assert [s.shape for s in policy.initial_state(3)] == [(3, 8)] * 4
+
+
+def _episodes(agent, others, n_episodes=2, seed=5):
+    """Whole episodes on one env, acting with the agent; every other actor `f(obs, starts)`
+    must pick the same action at every step. Returns the number of steps and distinct actions."""
+    env = gym.make(ENV)
+    steps, seen = 0, set()
+    for episode in range(n_episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        starts, done = np.array([True]), False
+        while not done:
+            agent._episodes_start(starts)
+            action = agent._act_greedy(obs[None].astype(np.float32))
+            for name, act in others.items():
+                assert int(act(obs[None], starts)[0]) == int(action[0]), (name, episode, steps)
+            obs, _, terminated, truncated, _ = env.step(int(action[0]))
+            done, starts, steps = terminated or truncated, np.array([False]), steps + 1
+            seen.add(int(action[0]))
+    return steps, seen
+
+
+def _carrying(predict, initial):
+    state = [initial]
+
+    def act(obs, starts):
+        actions, state[0] = predict(obs, state[0], starts)
+        return actions
+
+    return act
+
+
+@pytest.mark.slow_on_other_backends
+def test_saved_policy_and_onnx_export_act_as_the_agent_over_whole_episodes(trained, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import onnxruntime as ort
+
+    agent, _ = trained
+    policy = agent.policy
+    loaded = kerasrl.load_policy(policy.save(tmp_path / "policy"))
+    assert type(loaded).__name__ == "RecurrentActorCriticPolicy"
+    path = policy.export(tmp_path / "policy.onnx")  # checks itself over carried states
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def onnx_step(obs, state, starts):
+        state = [np.where(starts[:, None], 0.0, s).astype(np.float32) for s in state]
+        actions, *new_state = session.run(None, dict(zip(names, [obs.astype(np.float32), *state])))
+        return actions, new_state
+
+    def policy_step(p):
+        return lambda obs, state, starts: p.predict(obs, state=state, episode_start=starts)
+
+    steps, seen = _episodes(agent, {
+        "policy": _carrying(policy_step(policy), policy.initial_state(1)),
+        "loaded": _carrying(policy_step(loaded), loaded.initial_state(1)),
+        "onnx": _carrying(onnx_step, policy.initial_state(1)),
+    })
+    assert steps >= 16 and seen == {0, 1}
+
+
+@pytest.mark.slow_on_other_backends
+def test_checkpoint_mid_rollout_resumes_exactly(tmp_path):
+    make = lambda: RecurrentPPO(ENV, seed=3, normalize_observations=True, **TINY)
+    whole = make()
+    whole.fit(192, progress=False)
+    first = make()
+    first.fit(192, stop_at=100, progress=False)  # stops within a rollout
+    path = first.save(tmp_path / "checkpoint")
+    resumed = RecurrentPPO.load(path)
+    resumed.env = first.env  # (kerasrl.checkpoint saves the env's state apart; same objects here)
+    for a, b in zip(resumed.states, first.states):
+        np.testing.assert_array_equal(a, b)
+    resumed.fit(192, progress=False)
+    np.testing.assert_allclose(resumed.history.losses, whole.history.losses, rtol=1e-6)
+    for a, b in zip(resumed.model.get_weights(), whole.model.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(resumed.states, whole.states):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_outside_the_contract_is_refused_naming_it():
+    obs = keras.Input((2,))
+    plain = keras.Model(obs, [keras.layers.Dense(2)(obs), keras.layers.Dense(1)(obs)])
+    with pytest.raises(ValueError, match="takes one step.*no state"):
+        RecurrentPPO(ENV, model=plain, **TINY)
+    h = keras.Input((4,))
+    out, new = keras.layers.GRUCell(4)(obs, [h])
+    no_state_out = keras.Model([obs, h], [keras.layers.Dense(2)(out), keras.layers.Dense(1)(out)])
+    with pytest.raises(ValueError, match=r"outputs \[\(2, 2\), \(2, 1\)\], not"):
+        RecurrentPPO(ENV, model=no_state_out, **TINY)
+    with pytest.raises(ValueError, match="batch_size must be a multiple of n_steps"):
+        RecurrentPPO(ENV, **{**TINY, "batch_size": 48})
+
+
+def test_cartpole_without_velocities_observes_position_and_angle():
+    full, partial = gym.make("CartPole-v1"), gym.make(ENV)
+    assert partial.observation_space.shape == (2,) and partial.spec.max_episode_steps == 500
+    a, _ = full.reset(seed=1)
+    b, _ = partial.reset(seed=1)
+    for _ in range(5):
+        np.testing.assert_array_equal(b, a[[0, 2]])
+        a, *_ = full.step(1)
+        b, *_ = partial.step(1)
