@@ -43,7 +43,8 @@ CONFIGS: dict[str, str] = {
 }
 """Algorithm name -> its config dataclass (the agent's `config_class`), without importing Keras."""
 
-CLI_ALGORITHMS: tuple[str, ...] = ("dqn", "ppo", "a2c", "td3", "sac", "ddpg", "naf", "cem")
+CLI_ALGORITHMS: tuple[str, ...] = ("dqn", "ppo", "recurrent_ppo", "a2c", "td3", "sac", "ddpg", "naf",
+                                   "cem")
 """The algorithms `kerasrl train` offers."""
 
 POLICIES: dict[str, str] = {
@@ -167,6 +168,15 @@ PRESETS: dict[str, Preset] = {
              normalize_reward=True),
         "PPO on Pendulum-v1: the RL Baselines3 Zoo settings (normalized observations and "
         "rewards) without gSDE, so with a longer budget.",
+    ),
+    "cartpole-novel-recurrent-ppo": Preset(
+        "recurrent_ppo", "kerasrl/CartPoleNoVel-v1", 100_000,
+        dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+             ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+             clip_range_schedule="linear"),
+        "Recurrent PPO (LSTM, 256 units, SB3-contrib's MlpLstmPolicy) on CartPole with the "
+        "velocities hidden, with RL Baselines3 Zoo's ppo_lstm CartPoleNoVel-v1 settings "
+        "(lin_1e-3, lin_0.2).",
     ),
     "cartpole-a2c": Preset(
         "a2c", "CartPole-v1", 500_000, dict(n_envs=8, ent_coef=0.0),
