@@ -195,6 +195,7 @@ def same_seed_run(out_dir: Path) -> None:
              outputs=agent.policy.distribution(observations))
 
 
+@pytest.mark.slow  # three processes, one per backend: about 40 s (the fast tier is full)
 @pytest.mark.cross_backend
 def test_same_seed_gives_the_same_run_on_every_backend(tmp_path):
     from backend_processes import BACKENDS, run_under_backend
