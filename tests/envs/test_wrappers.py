@@ -244,6 +244,10 @@ def test_random_start_steps_varies_the_start_and_repeats_with_the_seed():
     fixed = wrappers.RandomStartSteps(CountingEnv(), max_steps=10, start_action=2)
     fixed.reset(seed=3)
     assert set(fixed.unwrapped.actions) <= {2}
+    by_policy = wrappers.RandomStartSteps(CountingEnv(), max_steps=10, start_action=lambda obs: int(obs[0]) % 3)
+    by_policy.reset(seed=4)
+    assert len(by_policy.unwrapped.actions) > 2
+    assert by_policy.unwrapped.actions == [t % 3 for t in range(len(by_policy.unwrapped.actions))]
 
 
 def test_random_start_steps_resets_an_episode_that_ends_during_the_start():

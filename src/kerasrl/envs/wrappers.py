@@ -135,18 +135,19 @@ class ApiCheck(gym.Wrapper):
 
 
 class RandomStartSteps(gym.Wrapper):
-    """keras-rl's `nb_max_start_steps`: after each reset, a random number of steps in
-    [0, max_steps) taken by `start_action` (a random action when None), so that episodes start
-    from varied states. The count and the random actions come from the env's own `np_random`, so
-    a seeded reset gives the same start. An episode that ends during the start steps is reset
-    again (keras-rl warns and carries on from there too)."""
+    """keras-rl's `nb_max_start_steps` and `start_step_policy`: after each reset, a random number
+    of steps in [0, max_steps) taken by `start_action` (an action, a callable from the observation
+    to an action, or None: a uniform random action), so that episodes start from varied states.
+    The count and the random actions come from the env's own `np_random`, so a seeded reset gives
+    the same start. An episode that ends during the start steps is reset again (keras-rl warns
+    and carries on from there too)."""
 
     def __init__(self, env: gym.Env, max_steps: int, start_action=None):
         super().__init__(env)
         if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
             raise ValueError(f"RandomStartSteps: max_steps must be an int of at least 1, got "
                              f"{max_steps!r}.")
-        if start_action is not None and not env.action_space.contains(start_action):
+        if start_action is not None and not callable(start_action) and not env.action_space.contains(start_action):
             raise ValueError(f"RandomStartSteps: start_action {start_action!r} is not in the env's "
                              f"action space {env.action_space}.")
         self.max_steps = int(max_steps)
@@ -158,6 +159,8 @@ class RandomStartSteps(gym.Wrapper):
             action = self.start_action
             if action is None:
                 action = _sample(self.action_space, self.np_random)
+            elif callable(action):
+                action = action(obs)
             obs, _, terminated, truncated, info = self.env.step(action)
             if terminated or truncated:
                 obs, info = self.env.reset()
