@@ -102,8 +102,8 @@ def test_learns_box_actions_through_the_tanh_actor():
     # The best action is 1.5 * x in [-2, 2]: 2 * tanh(w x + b) comes close; the zero action
     # scores -7.5 per 10-step episode.
     agent = kerasrl.CEM(lambda: TargetEnv(), seed=0, **FAST)
-    agent.fit(3000, progress=False)
-    assert agent.evaluate(episodes=8)["mean_return"] > -0.5
+    agent.fit(1200, progress=False)  # measured: -0.023 (6 iterations)
+    assert agent.evaluate(episodes=8)["mean_return"] > -0.1
     assert isinstance(agent.policy, kerasrl.DeterministicActorPolicy)
 
 
@@ -132,13 +132,13 @@ def test_a_subclassed_model_without_training_argument_is_searched():
 @pytest.mark.slow_on_other_backends
 def test_checkpoint_resume_is_exact(tmp_path):
     straight = kerasrl.CEM(identity_env, seed=3, **FAST)
-    straight.fit(1000, progress=False)
+    straight.fit(800, progress=False)
     first = kerasrl.CEM(identity_env, seed=3, **FAST)
-    first.fit(1000, stop_at=452, progress=False)  # mid-iteration, envs mid-episode
+    first.fit(800, stop_at=452, progress=False)  # mid-iteration, envs mid-episode
     assert first._candidates is not None and (first.loop.episode_lengths > 0).any()
     first.save(tmp_path / "ckpt")
     resumed = kerasrl.CEM.load(tmp_path / "ckpt", env=identity_env)
-    resumed.fit(1000, progress=False)
+    resumed.fit(800, progress=False)
     for name in ("mean", "std", "best_weights"):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(straight, name), err_msg=name)
     assert resumed.best_score == straight.best_score
@@ -195,7 +195,7 @@ def same_seed_run(out_dir: Path) -> None:
              outputs=agent.policy.distribution(observations))
 
 
-@pytest.mark.slow  # three processes, one per backend: about 40 s (the fast tier is full)
+@pytest.mark.slow  # three processes, one per backend, TensorFlow's import among them
 @pytest.mark.cross_backend
 def test_same_seed_gives_the_same_run_on_every_backend(tmp_path):
     from backend_processes import BACKENDS, run_under_backend

@@ -118,12 +118,14 @@ class CEM(Agent):
     def _build(self, model) -> None:
         cfg, obs_space = self.config, self.observation_space
         self._check_spaces()
-        if self.discrete:
-            default = lambda: default_network(obs_space, self.n_outputs, cfg.hidden_sizes)  # noqa: E731
-            what = "logits (batch, n_actions)"
-        else:
-            default = lambda: actor_network(obs_space, self.n_outputs, cfg.hidden_sizes)  # noqa: E731
-            what = "actions in [-1, 1] (batch, action_dim)"
+        # Logits (a linear layer by default), or a tanh actor's actions in [-1, 1].
+        network = default_network if self.discrete else actor_network
+        what = ("logits (batch, n_actions)" if self.discrete
+                else "actions in [-1, 1] (batch, action_dim)")
+
+        def default():
+            return network(obs_space, self.n_outputs, cfg.hidden_sizes)
+
         self._model = build_model(model, obs_space, self.n_outputs, action_space=self.action_space,
                                   default=default, role=f"policy model (it outputs {what})",
                                   seed=self.weights_seed, stream="policy")
@@ -191,9 +193,9 @@ class CEM(Agent):
         """Each env's action from its candidate's weights (the mean's for an env without one)."""
         if self._search_params is None:
             jobs = self._env_jobs
-            rows = np.where((jobs >= 0)[:, None],
-                            self._candidates[np.maximum(jobs, 0) // self.config.episodes_per_candidate],
-                            self.mean)  # (n_envs, D)
+            candidate = np.maximum(jobs, 0) // self.config.episodes_per_candidate
+            # (n_envs, D): each env's candidate, the mean where it has none
+            rows = np.where((jobs >= 0)[:, None], self._candidates[candidate], self.mean)
             with self._acting_scope():
                 self._search_params = backend.to_tensors(self.unflatten(rows))
         with backend.inference(), self._acting_scope():
