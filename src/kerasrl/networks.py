@@ -61,18 +61,45 @@ def nature_cnn(input_shape, n_outputs, name="nature_cnn", scale=None):
     """
     inputs = keras.Input(shape=tuple(input_shape), name="observation")
     x = layers.Rescaling(scale)(inputs) if scale is not None else inputs
-    # Small boards (e.g. Snake) cannot take the Atari strides: fall back to 3x3, stride 1.
-    if min(input_shape[:2]) >= 36:
-        x = layers.Conv2D(32, 8, strides=4, activation="relu")(x)
-        x = layers.Conv2D(64, 4, strides=2, activation="relu")(x)
-        x = layers.Conv2D(64, 3, strides=1, activation="relu")(x)
-    else:
-        x = layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-        x = layers.Conv2D(64, 3, padding="same", activation="relu")(x)
-    x = layers.Flatten()(x)
-    x = layers.Dense(512 if min(input_shape[:2]) >= 36 else 256, activation="relu")(x)
-    outputs = layers.Dense(n_outputs, name="output")(x)
+    outputs = layers.Dense(n_outputs, name="output")(nature_features(x))
     return keras.Model(inputs, outputs, name=name)
+
+
+def nature_features(x, kernel_initializer="glorot_uniform"):
+    """The Nature CNN's torso on images x (B, H, W, C), already scaled: conv 32 8x8 stride 4, 64
+    4x4 stride 2, 64 3x3 stride 1, Dense(512), ReLU throughout -> (B, 512). Small boards (sides
+    under 36, e.g. Snake) cannot take the Atari strides: 3x3 stride-1 convolutions (32, 64) and
+    Dense(256) instead."""
+    init = dict(kernel_initializer=kernel_initializer)
+    if min(x.shape[1:3]) >= 36:
+        x = layers.Conv2D(32, 8, strides=4, activation="relu", **init)(x)
+        x = layers.Conv2D(64, 4, strides=2, activation="relu", **init)(x)
+        x = layers.Conv2D(64, 3, strides=1, activation="relu", **init)(x)
+        units = 512
+    else:
+        x = layers.Conv2D(32, 3, padding="same", activation="relu", **init)(x)
+        x = layers.Conv2D(64, 3, padding="same", activation="relu", **init)(x)
+        units = 256
+    x = layers.Flatten()(x)
+    return layers.Dense(units, activation="relu", **init)(x)
+
+
+def image_input_scale(observation_space: gym.Space):
+    """Inputs (B, H, W, C) of an image space as the CNN reads them: uint8 scaled by 1/255 inside
+    the model, so that saved and exported policies take raw frames."""
+    def scale(inputs):
+        if observation_space.dtype == np.uint8:
+            return layers.Rescaling(1.0 / 255.0, name="scale")(inputs)
+        return inputs
+    return scale
+
+
+def nature_cnn_torso(observation_space: gym.Space, name="nature_cnn_torso"):
+    """A model from images (uint8 scaled inside) to the Nature CNN's 512 features (e.g. the torso
+    of a dueling Q-network)."""
+    inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
+    features = nature_features(image_input_scale(observation_space)(inputs))
+    return keras.Model(inputs, features, name=name)
 
 
 @keras.saving.register_keras_serializable(package="kerasrl")

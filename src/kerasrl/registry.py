@@ -118,6 +118,12 @@ ENV_IDS: dict[str, dict[str, Any]] = {
     # CartPole-v1 with the velocities hidden (SB3-contrib's CartPoleNoVel-v1): needs memory.
     "kerasrl/CartPoleNoVel-v1": dict(entry_point="kerasrl.envs.partial:CartPoleNoVelocity",
                                      max_episode_steps=500, reward_threshold=475.0),
+    # Atari games preprocessed as SB3's AtariWrapper + 4-frame stack (kerasrl.envs.atari, needs
+    # kerasrl[atari]); training preprocessing, `training=False` for evaluation's.
+    **{f"kerasrl/{game}-v5": dict(entry_point="kerasrl.envs.atari:make_atari_env",
+                                  kwargs={"env_id": f"ALE/{game}-v5"}, disable_env_checker=True)
+       for game in ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "Qbert", "BeamRider",
+                    "Enduro", "Asteroids", "MsPacman")},
 }
 """Gymnasium id -> the keywords of `gymnasium.register` (registered by `import kerasrl`)."""
 
@@ -288,6 +294,37 @@ PRESETS: dict[str, Preset] = {
         eval_env_kwargs={"max_steps_without_fruit": 100},
     ),
 }
+
+
+# RL Baselines3 Zoo's `atari:` entries (hyperparams/dqn.yml, ppo.yml; the zoo's AtariWrapper +
+# 4-frame stack is kerasrl/<Game>-v5), for any game; evaluation on the evaluation preprocessing.
+ATARI_DQN = dict(buffer_size=100_000, learning_rate=1e-4, batch_size=32, learning_starts=100_000,
+                 target_update_interval=1000, train_freq=4, gradient_steps=1,
+                 exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                 gamma=0.99, loss="huber", max_grad_norm=10.0, n_envs=1)
+ATARI_PPO = dict(n_envs=8, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4,
+                 lr_schedule="linear", clip_range=0.1, clip_range_schedule="linear", vf_coef=0.5,
+                 ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5,
+                 shared_network=True)
+ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: no-op starts, frame "
+              "skip 4 with max-pooling, 84x84 gray, 4 frames, episodic life and clipped rewards in "
+              "training; the Nature CNN). Evaluated on whole games with sticky actions (0.25). Not "
+              "trained to the end here: 10M frames need a GPU or days of CPU (docs/atari.md)")
+for _game in ("Pong", "Breakout"):
+    PRESETS[f"{_game.lower()}-dqn"] = Preset(
+        "dqn", f"kerasrl/{_game}-v5", 10_000_000, ATARI_DQN,
+        f"DQN on {_game} with the RL Baselines3 Zoo Atari hyperparameters (100k replay stored "
+        f"frame by frame, lr 1e-4, 100k random steps, target sync every 1000 steps, epsilon "
+        f"1.0 -> 0.01 over the first 1M steps, one Adam step of 32 every 4 steps, Huber loss, "
+        f"10M steps). " + ATARI_NOTE,
+        eval_env_kwargs={"training": False})
+    PRESETS[f"{_game.lower()}-ppo"] = Preset(
+        "ppo", f"kerasrl/{_game}-v5", 10_000_000, ATARI_PPO,
+        f"PPO on {_game} with the RL Baselines3 Zoo Atari hyperparameters (8 envs x 128 steps, 4 "
+        f"epochs of minibatches of 256, lr 2.5e-4 and clip range 0.1 both decaying linearly, "
+        f"entropy 0.01, value 0.5, one Nature CNN shared by the policy and value heads as SB3's "
+        f"CnnPolicy, 10M steps). " + ATARI_NOTE,
+        eval_env_kwargs={"training": False})
 
 
 # -- lookups -----------------------------------------------------------------------------------------

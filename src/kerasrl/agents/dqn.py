@@ -23,7 +23,8 @@ from kerasrl.buffers.frame_stack import stacked_frames
 from kerasrl.config import DQNConfig
 from kerasrl.exploration import Boltzmann, EpsilonGreedy
 from kerasrl.losses import q_learning_target
-from kerasrl.networks import adapt_model, dueling, is_image_space, mlp_torso
+from kerasrl.networks import (adapt_model, dueling, is_image_space, mlp_torso,
+                              nature_cnn_torso)
 from kerasrl.policies import random_actions
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import structure_of
@@ -69,8 +70,7 @@ class DQN(QAgentMixin, Agent):
         shape = self.observation_space.shape
         if torso is None:
             if is_image_space(self.observation_space):
-                raise ValueError("dueling=True on image observations needs a torso: pass model= "
-                                 "(a Keras model from observations to features).")
+                return dueling(nature_cnn_torso(self.observation_space), shape, self.n_actions)
             torso = mlp_torso(shape, self.config.hidden_sizes,
                               observation_space=self.observation_space)
         else:

@@ -39,7 +39,8 @@ from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_
                             gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
 from kerasrl.masks import masked_logits
 from kerasrl.networks import (adapt_model, build_model, check_drivable, dummy_observation,
-                               encode_leaves, stateless_apply)
+                               encode_leaves, image_input_scale, is_image_space, nature_features,
+                               stateless_apply)
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
                               normalize_observations, sample_categorical, sample_gaussian)
@@ -52,7 +53,8 @@ METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fr
 
 def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64),
                      activation="tanh", ortho_init=True, head="policy", shared=False):
-    """SB3's default MLP: hidden layers with orthogonal init (gain sqrt 2), a linear head.
+    """SB3's default MLP: hidden layers with orthogonal init (gain sqrt 2), a linear head; on
+    image observations (`is_image_space`) SB3's CnnPolicy: the Nature CNN instead of the layers.
 
     `head="policy"`: (B, n_outputs) logits or means, head init gain 0.01; `head="value"`: (B, 1),
     gain 1. `shared=True`: one torso and both heads, outputs `[policy, value]`.
@@ -64,6 +66,11 @@ def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=
     x = keras.layers.Flatten()(inputs) if len(observation_space.shape) > 1 else inputs
     if isinstance(observation_space, FlatObservations):  # a Dict or Tuple observation
         x = encode_leaves(inputs, observation_space)
+    elif is_image_space(observation_space):
+        # SB3's CnnPolicy: the Nature CNN (uint8 scaled inside), orthogonal gain sqrt 2, and the
+        # heads on its 512 features (no hidden layers after it).
+        x = nature_features(image_input_scale(observation_space)(inputs), init(math.sqrt(2)))
+        hidden_sizes = ()
     for i, size in enumerate(hidden_sizes):
         x = keras.layers.Dense(size, activation=activation, kernel_initializer=init(math.sqrt(2)),
                                name=f"hidden_{i}")(x)

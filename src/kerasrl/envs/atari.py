@@ -27,14 +27,11 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from kerasrl import registry
+
 NOOP, FIRE = 0, 1
 STICKY_ACTION_PROBABILITY = 0.25
 """ALE v5's repeat_action_probability (Machado et al. 2018), used for evaluation."""
-GAMES = ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "Qbert", "BeamRider", "Enduro",
-         "Asteroids", "MsPacman")
-"""Games registered as `kerasrl/<Game>-v5` (any ALE id works with `make_atari_env`)."""
-
-
 def _require(module: str):
     try:
         return __import__(module)
@@ -80,13 +77,12 @@ def make_atari_env(env_id: str = "ALE/Breakout-v5", *, training: bool = True,
 
 
 def register_atari_envs() -> None:
-    """Register `kerasrl/<Game>-v5` for each of GAMES (training preprocessing; pass
-    `training=False` to `gymnasium.make` for evaluation). Nothing is imported until one is made."""
-    for game in GAMES:
-        env_id = f"kerasrl/{game}-v5"
-        if env_id not in gym.registry:
-            gym.register(env_id, entry_point="kerasrl.envs.atari:make_atari_env",
-                         kwargs={"env_id": f"ALE/{game}-v5"}, disable_env_checker=True)
+    """Registers kerasrl/<Game>-v5 (ids in `kerasrl.registry.ENV_IDS`: training preprocessing;
+    `gymnasium.make(id, training=False)` for evaluation's); safe to call twice. Nothing is
+    imported until one is made."""
+    for env_id, keywords in registry.ENV_IDS.items():
+        if keywords["entry_point"].startswith(__name__ + ":") and env_id not in gym.registry:
+            gym.register(id=env_id, **keywords)
 
 
 class NoopStarts(gym.Wrapper):

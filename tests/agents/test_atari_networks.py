@@ -1,0 +1,87 @@
+"""The Nature CNN (Mnih et al. 2015) is every agent's default on Atari-sized frames, uint8 in and
+scaled by 1/255 inside the model."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl.backend.layers import walk_layers
+
+NATURE = [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
+
+
+class Frames(gym.Env):
+    """(84, 84, 4) uint8 observations, four actions: the shapes of kerasrl.envs.atari's games."""
+
+    observation_space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._frames(), {}
+
+    def step(self, action):
+        return self._frames(), 0.0, False, False, {}
+
+    def _frames(self):
+        return self.np_random.integers(0, 256, (84, 84, 4), dtype=np.uint8)
+
+
+def nature_layers(model):
+    layers = list(walk_layers(model))
+    convs = [(l.filters, l.kernel_size, l.strides) for l in layers
+             if isinstance(l, keras.layers.Conv2D)]
+    dense = [l.units for l in layers if isinstance(l, keras.layers.Dense)]
+    scales = [l.scale for l in layers if isinstance(l, keras.layers.Rescaling)]
+    return convs, dense, scales
+
+
+def assert_nature(model, heads):
+    convs, dense, scales = nature_layers(model)
+    assert sorted(convs) == sorted(NATURE)  # a nested torso is walked in another order
+    assert dense[0] == 512 and sorted(dense[1:]) == sorted(heads)
+    assert scales == [pytest.approx(1 / 255)]
+
+
+def test_default_builders_are_the_nature_cnn():
+    # What every agent builds without model= (the agents are built on Frames in the slow tests
+    # below: 10-70 s each on this CPU, most of it compiling).
+    from kerasrl.agents.ppo import actor_critic_mlp
+    from kerasrl.networks import default_network
+
+    space = Frames.observation_space
+    assert_nature(default_network(space, 4), [4])  # DQN, SARSA, CEM
+    assert_nature(actor_critic_mlp(space, 4, shared=True), [4, 1])  # PPO, A2C
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, heads", [
+    (lambda: kerasrl.DQN(Frames, seed=0), [4]),
+    (lambda: kerasrl.DQN(Frames, seed=0, dueling=True), [1, 4]),
+    (lambda: kerasrl.SARSA(Frames, seed=0), [4]),
+])
+def test_value_agents_default_to_the_nature_cnn(make, heads):
+    assert_nature(make().model, heads)
+
+
+@pytest.mark.slow
+def test_ppo_policy_and_value_default_to_the_nature_cnn():
+    separate = kerasrl.PPO(Frames, seed=0, n_steps=8, batch_size=8)
+    assert_nature(separate.actor, [4])
+    assert_nature(separate.critic, [1])
+    shared = kerasrl.PPO(Frames, seed=0, n_steps=8, batch_size=8, shared_network=True)
+    assert_nature(shared.actor, [4, 1])
+
+
+@pytest.mark.slow
+def test_the_policy_takes_raw_frames():
+    agent = kerasrl.DQN(Frames, seed=0)
+    frames = np.stack([Frames().observation_space.sample() for _ in range(2)])  # uint8
+    q = agent.policy.q_values(frames)
+    np.testing.assert_allclose(q, np.asarray(agent.model(frames.astype(np.float32))), rtol=1e-5)
+    unscaled = np.asarray(agent.model(frames.astype(np.float32) / 255.0))
+    assert not np.allclose(q, unscaled)  # the model scales: a scaled input is read differently
