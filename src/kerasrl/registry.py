@@ -325,6 +325,7 @@ for _game in ("Pong", "Breakout"):
         f"entropy 0.01, value 0.5, one Nature CNN shared by the policy and value heads as SB3's "
         f"CnnPolicy, 10M steps). " + ATARI_NOTE,
         eval_env_kwargs={"training": False})
+del _game
 
 
 # -- lookups -----------------------------------------------------------------------------------------
