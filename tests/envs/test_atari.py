@@ -62,6 +62,16 @@ def test_pong_evaluation_equals_sb3_without_sticky_randomness():
     run_both("ALE/Pong-v5", training=False, steps=300, seed=1)
 
 
+def test_a_seeded_reset_starts_the_same_game():
+    env = make_atari_env("ALE/Breakout-v5", training=True)
+    first, _ = env.reset(seed=5)
+    for _ in range(3):
+        env.step(1)
+    again, _ = env.reset(seed=5)  # mid-game: episodic life would go on with the old game
+    np.testing.assert_array_equal(first, again)
+    env.close()
+
+
 def test_registered_ids_and_training_flag():
     env = gym.make("kerasrl/Breakout-v5")
     assert env.observation_space.shape == (84, 84, 4)
@@ -71,3 +81,26 @@ def test_registered_ids_and_training_flag():
     evaluation = gym.make("kerasrl/Breakout-v5", training=False)
     assert evaluation.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
     evaluation.close()
+
+
+@pytest.mark.slow  # about a minute: the Nature CNN compiled, a few updates on Breakout
+def test_dqn_on_breakout_stores_frames_once_and_resumes_exactly(tmp_path):
+    from kerasrl.buffers import FrameStackReplayBuffer
+
+    settings = dict(buffer_size=300, learning_starts=64, batch_size=8, train_freq=16,
+                    target_update_interval=64, seed=0)
+    agent = kerasrl.DQN("kerasrl/Breakout-v5", **settings)
+    assert type(agent.buffer) is FrameStackReplayBuffer
+    agent.fit(200, progress=False)
+    path = agent.save(tmp_path / "breakout")
+    with pytest.warns(UserWarning, match="could not be restored.*NOT exact"):  # the emulator
+        resumed = kerasrl.DQN.load(path)
+    assert type(resumed.buffer) is FrameStackReplayBuffer
+    for key, value in agent.buffer.state_dict().items():
+        np.testing.assert_array_equal(value, resumed.buffer.state_dict()[key], err_msg=key)
+    batch = resumed.buffer.sample(8, np.random.default_rng(0))
+    assert batch["observations"].shape == (1, 8, 84, 84, 4)
+    # The resumed run goes on from a new game, its buffer from where it was.
+    resumed.fit(300, progress=False)
+    assert len(resumed.buffer) == 300
+    assert resumed.buffer.sample(8, np.random.default_rng(0))["next_observations"].max() > 0

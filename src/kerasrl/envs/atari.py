@@ -17,7 +17,9 @@ action set (`full_action_space=False`).
 
 Where this differs from SB3: when a game ends in the first frame of a 4-frame step, SB3's
 MaxAndSkipEnv returns the maximum of two frames of the previous step (its buffer is not written);
-here the maximum of the frames seen in this step. Only such final observations differ.
+here the maximum of the frames seen in this step. Only such final observations differ. And a
+seeded `reset(seed=...)` always starts a new game (SB3's EpisodicLifeEnv goes on with the current
+one unless its last life was lost, so the same seed gave different first observations).
 
 Requires `pip install kerasrl[atari]` (ale-py, which bundles the ROMs, and OpenCV).
 """
@@ -140,7 +142,9 @@ class EpisodicLife(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
-        if self.game_over:
+        # A seeded reset asks for a new game (SB3's EpisodicLifeEnv goes on with the old one when
+        # the last life was not lost, so that reset(seed=0) twice gave different games).
+        if self.game_over or kwargs.get("seed") is not None:
             obs, info = self.env.reset(**kwargs)
         else:
             obs, _, terminated, truncated, info = self.env.step(NOOP)
