@@ -47,15 +47,19 @@ def assert_nature(model, heads):
     assert scales == [pytest.approx(1 / 255)]
 
 
-def test_default_builders_are_the_nature_cnn():
-    # What every agent builds without model= (the agents are built on Frames in the slow tests
-    # below: 10-70 s each on this CPU, most of it compiling).
+@pytest.mark.slow  # 24 s on JAX here: compiling the initializers of 1.7M weights
+def test_ppos_default_is_the_nature_cnn():
+    # PPO's and A2C's default without model=.
     from kerasrl.agents.ppo import actor_critic_mlp
+
+    assert_nature(actor_critic_mlp(Frames.observation_space, 4, shared=True), [4, 1])
+
+
+@pytest.mark.slow
+def test_the_value_agents_default_is_the_nature_cnn():
     from kerasrl.networks import default_network
 
-    space = Frames.observation_space
-    assert_nature(default_network(space, 4), [4])  # DQN, SARSA, CEM
-    assert_nature(actor_critic_mlp(space, 4, shared=True), [4, 1])  # PPO, A2C
+    assert_nature(default_network(Frames.observation_space, 4), [4])  # DQN, SARSA, CEM
 
 
 @pytest.mark.slow
