@@ -23,6 +23,10 @@ REFERENCES = {
     # The minatar package's MinAtar/*-v1 (not a dependency): tests/envs/test_ops_minatar.py.
     **{f"kerasrl/OpsMinAtar-{game}-v1": f"MinAtar/{game}-v1"
        for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders")},
+    # ALE's games, preprocessed (kerasrl.envs.atari): render() is ale-py's own, passed through.
+    **{f"kerasrl/{game}-v5": f"ALE/{game}-v5"
+       for game in ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "Qbert", "BeamRider",
+                    "Enduro", "Asteroids", "MsPacman")},
 }
 OPS_IDS = sorted(env_id for env_id in REFERENCES if env_id != "kerasrl/Snake-v0" and "MinAtar" not in env_id)
 
