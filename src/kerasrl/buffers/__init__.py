@@ -6,4 +6,5 @@ from kerasrl.buffers.prioritized import PrioritizedReplayBuffer, SumTree
 from kerasrl.buffers.replay import ReplayBuffer
 from kerasrl.buffers.rollout import RolloutBuffer
 
-__all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer", "PrioritizedReplayBuffer", "ReplayBuffer", "RolloutBuffer", "SumTree"]
+__all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer", "PrioritizedReplayBuffer",
+           "ReplayBuffer", "RolloutBuffer", "SumTree"]

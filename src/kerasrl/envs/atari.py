@@ -1,7 +1,7 @@
 """Atari 2600 games through ale-py, preprocessed the standard way (Mnih et al. 2015, Machado et
 al. 2018), frame for frame as Stable-Baselines3's `AtariWrapper` + `VecFrameStack`.
 
-    env = make_atari_env("ALE/Breakout-v5", training=True)    # or gymnasium.make("kerasrl/Breakout-v5")
+    env = make_atari_env("ALE/Breakout-v5", training=True)   # gymnasium.make("kerasrl/Breakout-v5")
     obs, info = env.reset(seed=0)                              # (84, 84, 4) uint8, channels last
 
 One agent step is 4 emulator frames (the action repeated, rewards summed), the observation the
