@@ -641,6 +641,8 @@ def cmd_evaluate(args) -> int:
 
     if args.episodes < 1:
         raise ValueError("--episodes must be at least 1.")
+    from kerasrl.policies import episode_actor
+
     policy, path = load_policy_source(args.source, args.model_factory)
     if policy is None:
         raise ValueError(f"{path} is a model file: evaluate a run, checkpoint or policy folder.")
@@ -658,8 +660,9 @@ def cmd_evaluate(args) -> int:
         for episode in range(args.episodes):
             obs, _ = env.reset(seed=args.seed + episode)
             total, steps, done = 0.0, 0, False
+            act = episode_actor(policy)  # a recurrent policy's state carried through the episode
             while not done:
-                action = env_action(policy.predict(np.asarray(obs, np.float32)), env.action_space)
+                action = env_action(act(np.asarray(obs, np.float32)), env.action_space)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total, steps, done = total + float(reward), steps + 1, terminated or truncated
             returns.append(total)

@@ -877,3 +877,18 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         outputs = [actions, out] if include_values else [actions]
         return keras.Model(model_inputs, outputs + list(new_states),
                            name="recurrent_actor_critic_policy")
+
+
+def episode_actor(policy: Policy):
+    """`act(observation) -> action` for one episode of one env, deterministic: `policy.predict`,
+    or for a recurrent policy `predict` with its state carried from call to call (make a new
+    actor for each episode: it starts from the initial state)."""
+    if not getattr(policy, "recurrent", False):
+        return policy.predict
+    state = [None]
+
+    def act(observation):
+        action, state[0] = policy.predict(observation, state=state[0])
+        return action
+
+    return act

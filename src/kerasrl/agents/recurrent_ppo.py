@@ -11,7 +11,7 @@ The loop, per rollout (what differs from PPO):
         a truncated episode bootstraps from V(true final observation) at the state it reached
     GAE as PPO (kerasrl.returns)
     n_epochs passes over the rollout in minibatches of whole env sequences (batch_size // n_steps
-        envs): each sequence is replayed from its stored start state, step by step (keras.ops.scan),
+        envs): each sequence is replayed from its stored start state, step by step (unrolled),
         zeroing the state where an episode started, exactly as during the rollout; so at the first
         epoch the replay's log-probabilities and values are the rollout's. PPO's loss on the
         replayed outputs, one Adam step per minibatch, all in PPO's one compiled call.
@@ -128,18 +128,19 @@ class RecurrentPPO(PPO):
 
     def _batch_outputs(self, params, non_trainable, batch):
         """Each sequence (E, T) replayed from its start state: (policy (E * T, n_outputs), values
-        (E * T,)), env-major as `_minibatch` flattens the rest of the batch."""
-        def one_step(states, step_inputs):
-            observations, starts = step_inputs
-            policy, values, new_states, _ = self._step(params, non_trainable, observations,
-                                                       states, starts, True)
-            return new_states, (policy, values)
+        (E * T,)), env-major as `_minibatch` flattens the rest of the batch.
 
-        time_major = (ops.swapaxes(batch["observations"], 0, 1),
-                      ops.transpose(batch["episode_starts"]))
-        _, (policy, values) = ops.scan(one_step, list(batch["states"]), time_major)
-        policy = ops.reshape(ops.swapaxes(policy, 0, 1), (-1, policy.shape[-1]))  # (T, E, A)
-        return policy, ops.reshape(ops.transpose(values), (-1,)), non_trainable
+        The T steps are unrolled in the compiled graph (T is static): keras.ops.scan would keep
+        the graph small, but its TensorFlow form mixes up a list carry and tuple outputs."""
+        observations, starts = batch["observations"], batch["episode_starts"]
+        states, policies, values = list(batch["states"]), [], []
+        for t in range(observations.shape[1]):
+            policy, value, states, _ = self._step(params, non_trainable, observations[:, t],
+                                                  states, starts[:, t], True)
+            policies.append(policy)
+            values.append(value)
+        policy = ops.reshape(ops.stack(policies, axis=1), (-1, policies[0].shape[-1]))
+        return policy, ops.reshape(ops.stack(values, axis=1), (-1,)), non_trainable
 
     # -- acting --------------------------------------------------------------------------------
     def _evaluate_step(self, observations, states, starts):

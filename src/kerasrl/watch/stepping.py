@@ -100,15 +100,18 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
         raise ValueError(f"max_steps must be at least 1, got {max_steps}.")
     if episodes is not None and episodes < 1:
         raise ValueError(f"episodes must be at least 1 (or None: forever), got {episodes}.")
+    from kerasrl.policies import episode_actor
+
     for episode in (itertools.count(first_episode) if episodes is None
                     else range(first_episode, first_episode + episodes)):
         observation, info = env.reset(seed=seed + episode)
         episode_return, steps = 0.0, 0
+        act = episode_actor(policy)  # a recurrent policy's state carried through the episode
         yield Step(episode, 0, observation, 0.0, 0.0, None, None, dict(info), None)
         while True:
             obs = np.asarray(observation, dtype=np.float32)
             values = policy_outputs(policy, obs) if outputs else None
-            action = env_action(policy.predict(obs), env.action_space)
+            action = env_action(act(obs), env.action_space)
             observation, reward, terminated, truncated, info = env.step(action)
             episode_return += float(reward)
             steps += 1
