@@ -131,3 +131,30 @@ def test_agents_draw_users_models_from_the_seed_unless_told_to_keep_them():
         np.testing.assert_array_equal(x, y)
     with pytest.raises(ValueError, match="initial_weights must be 'seed' or 'keep'"):
         kerasrl.DQN("CartPole-v1", initial_weights="numpy")
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: kerasrl.DQN("CartPole-v1", seed=3, dueling=True).model, id="dqn-dueling",
+                 marks=pytest.mark.slow),
+    pytest.param(lambda: kerasrl.PPO("Pendulum-v1", seed=3).model, id="ppo"),
+    pytest.param(lambda: kerasrl.SAC("Pendulum-v1", seed=3).model, id="sac", marks=pytest.mark.slow),
+    pytest.param(lambda: kerasrl.networks.build_model(
+        None, gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), 6,
+        default=lambda: kerasrl.networks.nature_cnn((84, 84, 4), 6, scale=1 / 255), seed=3),
+        id="nature-cnn", marks=pytest.mark.slow),
+])
+def test_default_networks_skip_the_backend_draw_and_get_the_same_weights(make, monkeypatch):
+    """Keras's draw of kerasrl's own networks is skipped (it is drawn again from the seed): the
+    weights are the ones a full backend draw then a numpy redraw gives, and none is left at zero."""
+    import contextlib
+
+    from kerasrl import networks
+
+    skipped = [w.copy() for w in make().get_weights()]
+    monkeypatch.setattr(networks, "backend_draws_skipped", contextlib.nullcontext)
+    drawn = make().get_weights()
+    assert len(skipped) == len(drawn)
+    for a, b in zip(skipped, drawn):
+        np.testing.assert_array_equal(a, b)
+    kernels = [w for w in skipped if w.ndim >= 2]
+    assert kernels and all(np.any(k != 0) for k in kernels)

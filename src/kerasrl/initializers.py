@@ -14,7 +14,9 @@ backend's draw, with one warning naming the layer.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import types
 import warnings
 import zlib
 
@@ -31,6 +33,50 @@ _DETERMINISTIC = tuple(getattr(keras.initializers, name) for name in
 _INITIALIZER_ATTRIBUTE = {"recurrent_kernel": "recurrent_initializer",
                           "depthwise_kernel": "depthwise_initializer",
                           "pointwise_kernel": "pointwise_initializer"}
+
+
+@contextlib.contextmanager
+def backend_draws_skipped():
+    """Within: Keras's random initializers give zeros instead of drawing.
+
+    For kerasrl's own networks, whose every weight `seed_initial_weights` draws again from the
+    seed with numpy right after they are built, the backend's draw is thrown away; on JAX it also
+    compiles one random program per weight shape, which made building a Nature CNN take 12 s on
+    one core. Only for networks whose initializers are all reproduced (`WeightDraws.kept` empty):
+    a kept variable would stay zero. Keras's module layout is private: where it is not found,
+    the backend draws as before (slower, same result).
+    """
+    try:
+        from keras.src.initializers import random_initializers as module
+    except ImportError:
+        module = None
+    if module is None or not hasattr(module, "random") or not hasattr(module, "Orthogonal"):
+        yield
+        return
+    from keras import ops
+
+    def zeros(shape, *args, dtype=None, **kwargs):
+        return ops.zeros(shape, dtype=dtype or "float32")
+
+    original_random, original_orthogonal = module.random, module.Orthogonal.__call__
+    module.random = _ZeroDraws(original_random, zeros)
+    module.Orthogonal.__call__ = lambda self, shape, dtype=None: zeros(shape, dtype=dtype)
+    try:
+        yield
+    finally:
+        module.random, module.Orthogonal.__call__ = original_random, original_orthogonal
+
+
+class _ZeroDraws(types.ModuleType):
+    """The backend's random module, with uniform, normal and truncated_normal giving zeros."""
+
+    def __init__(self, module, zeros):
+        super().__init__(module.__name__)
+        self._module = module
+        self.uniform = self.normal = self.truncated_normal = zeros
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
 
 
 class InitializationWarning(UserWarning):

@@ -7,6 +7,7 @@ owns that one copy: every environment and every actor reads the same weights.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ from keras import layers
 
 from kerasrl import backend, registry
 from kerasrl.backend.layers import walk_layers
-from kerasrl.initializers import seed_initial_weights
+from kerasrl.initializers import backend_draws_skipped, seed_initial_weights
 from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
 from kerasrl.spaces import FlatObservations, structure_of
 
@@ -365,7 +366,9 @@ def build_model(
     """
     user_model = model is not None
     if model is None:
-        model = default() if default is not None else default_network(observation_space, n_outputs)
+        # Its weights are all drawn again from the seed below: Keras's own draw is skipped.
+        with backend_draws_skipped() if seed is not None else contextlib.nullcontext():
+            model = default() if default is not None else default_network(observation_space, n_outputs)
     elif not isinstance(model, keras.Model):
         if not callable(model):
             raise TypeError(
