@@ -1,6 +1,6 @@
 """Run in a subprocess with KERAS_BACKEND set: one backend's side of the continuous parity test.
 
-    python tests/continuous_parity_worker.py OUT_DIR CASE [CASE ...]     (CASE: td3, sac, ddpg)
+    python tests/continuous_parity_worker.py OUT_DIR CASE [CASE ...]     (CASE: td3, sac, ddpg, naf)
 
 Initial weights, batches and every noise the losses read come from numpy with fixed seeds, so the
 three backends see the same numbers. 200 gradient steps: 100 rounds of one step, then 25 rounds
@@ -18,7 +18,7 @@ from kerasrl import backend
 
 from parity_worker import init_weights
 
-CLASSES = {"td3": "TD3", "sac": "SAC", "ddpg": "DDPG"}
+CLASSES = {"td3": "TD3", "sac": "SAC", "ddpg": "DDPG", "naf": "NAF"}
 ROUNDS = [1] * 100 + [4] * 25  # gradient steps per round: 200 in all
 BATCH = 32
 
@@ -40,7 +40,7 @@ def batches(rng, n_steps):
 def run(case: str, out_dir: str) -> None:
     agent = getattr(kerasrl, CLASSES[case])("Pendulum-v1", seed=0, hidden_sizes=(32, 32),
                                             learning_starts=0, buffer_size=100)
-    for i, model in enumerate([agent.actor, *agent.critics]):
+    for i, model in enumerate([agent.actor, *agent.critics]):  # NAF's critics: V and L
         init_weights(model, seed=10 + i)
     agent.learner.reset_from_models()
     rng = np.random.default_rng(1)

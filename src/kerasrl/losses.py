@@ -326,7 +326,7 @@ def naf_lower_triangular(l_flat, action_dim: int):
     lower = ops.reshape(ops.take(padded, off_diagonal.reshape(-1), axis=1),
                         (-1, action_dim, action_dim))
     diag = ops.exp(ops.take(l_flat, diagonal, axis=1))  # (B, D)
-    return lower + diag[:, :, None] * np.eye(action_dim, dtype="float32")
+    return lower + diag[:, :, None] * ops.eye(action_dim, dtype=l_flat.dtype)
 
 
 def naf_advantage(l_flat, mu, actions):

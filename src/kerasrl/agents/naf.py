@@ -88,8 +88,8 @@ class NAF(ContinuousAgent):
             values = learner.apply("value", params, state, obs, training=True)
             l_flat = learner.apply("l", params, state, obs, training=True)
             advantages = naf_advantage(l_flat, mu, batch["actions"])
-            return (naf_loss(values, advantages, targets),
-                    ops.mean(ops.reshape(values, (-1,)) + advantages))
+            mean_q = ops.mean(ops.reshape(values, (-1,)) + advantages)  # logged, not learned
+            return naf_loss(values, advantages, targets), ops.stop_gradient(mean_q)
 
         state, loss, mean_q = learner.descend(state, "naf", objective, learning_rate)
         state = learner.soft_update(state, cfg.tau)
