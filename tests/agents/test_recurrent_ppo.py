@@ -170,7 +170,7 @@ def test_saved_policy_and_onnx_export_act_as_the_agent_over_whole_episodes(train
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.slow_on_other_backends
+@pytest.mark.slow  # three agents and a checkpoint round trip
 def test_checkpoint_mid_rollout_resumes_exactly(tmp_path):
     make = lambda: RecurrentPPO(ENV, seed=3, normalize_observations=True, **TINY)
     whole = make()
