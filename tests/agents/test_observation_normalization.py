@@ -5,6 +5,7 @@ policy and in a resumed checkpoint. Exact resume of training with it: test_naf.p
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
@@ -43,9 +44,9 @@ def test_statistics_are_those_of_the_observations_acted_on(agent):
 
 def test_acting_and_learning_see_the_same_normalization(agent):
     observations = np.random.default_rng(0).normal(0.0, 3.0, (8, 3)).astype(np.float32)
-    expected = np.asarray(agent.actor(by_hand(agent, observations)))
+    expected = keras.ops.convert_to_numpy(agent.actor(by_hand(agent, observations)))
     np.testing.assert_allclose(agent.actor_outputs(observations), expected, atol=1e-5)
-    raw = np.asarray(agent.actor(observations))
+    raw = keras.ops.convert_to_numpy(agent.actor(observations))
     assert np.abs(raw - expected).max() > 1e-3
     # The buffer holds raw observations; a sampled batch is normalized with today's statistics.
     twin = np.random.default_rng()

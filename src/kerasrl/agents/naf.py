@@ -50,7 +50,7 @@ class NAF(ContinuousAgent):
     config_class = NAFConfig
     algorithm = "naf"
     policy_class = DeterministicActorPolicy
-    loss_names = ("q_loss", "mean_q")
+    loss_names = ("q_loss", "q_value")
 
     def __init__(self, env, *, model=None, value_model=None, l_model=None, config=None,
                  **hyperparameters):
@@ -93,4 +93,4 @@ class NAF(ContinuousAgent):
 
         state, loss, mean_q = learner.descend(state, "naf", objective, learning_rate)
         state = learner.soft_update(state, cfg.tau)
-        return {**state, "step": state["step"] + 1}, {"q_loss": loss, "mean_q": mean_q}
+        return {**state, "step": state["step"] + 1}, {"q_loss": loss, "q_value": mean_q}
