@@ -10,8 +10,9 @@ from kerasrl.envs.testing import ChainEnv, IdentityEnv
 
 pytestmark = pytest.mark.backend
 
+# Epsilon-greedy with 2 gradient steps a round: the settings these tests' margins were measured with.
 FAST = dict(n_envs=4, n_steps=8, learning_rate=1e-3, loss="mse", target_update_interval=100,
-            exploration_fraction=0.3, gamma=0.9)
+            exploration_fraction=0.3, gamma=0.9, exploration="epsilon_greedy", gradient_steps=2)
 
 
 @pytest.mark.slow_on_other_backends
@@ -40,8 +41,8 @@ def test_sarsa_bootstraps_from_the_action_taken_next():
     # 0.051 of the true one with it; with a constant rate, 3 seeds of 8 were 0.11 to 0.18 off.
     agent = kerasrl.SARSA(lambda: ChainEnv(3, bail_reward=0.0), seed=0, n_envs=8, n_steps=4,
                           learning_rate=3e-3, lr_schedule="linear", loss="mse", gamma=0.9,
-                          target_update_interval=64, exploration_initial_eps=1.0,
-                          exploration_final_eps=1.0)
+                          target_update_interval=64, exploration="epsilon_greedy",
+                          exploration_initial_eps=1.0, exploration_final_eps=1.0, gradient_steps=2)
     agent.fit(12_000, progress=False)
     q = agent.policy.q_values(np.eye(3, dtype=np.float32))
     # Random policy from the middle state: walking pays 1 at once, bailing pays 0. The value of

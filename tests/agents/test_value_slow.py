@@ -45,11 +45,15 @@ def test_double_dueling_n_step_prioritized_dqn_solves_cartpole():
     assert max(means) >= 475, means
 
 
-# With their defaults (docs/agents.md): measured on JAX, seeds 0-2, SARSA reached 450 on 2 seeds
-# and Expected SARSA on 1; neither holds it to the end of the run (the docs say what to do instead).
-@pytest.mark.parametrize("agent_class, seeds_reaching", [(kerasrl.SARSA, 2),
-                                                         (kerasrl.ExpectedSARSA, 1)])
-def test_sarsa_defaults_reach_450_within_100k_steps(agent_class, seeds_reaching):
-    runs = [evaluations_until(agent_class("CartPole-v1", seed=seed), 100_000, 450)
-            for seed in range(3)]
-    assert sum(max(means) >= 450 for means in runs) >= seeds_reaching, runs
+# The protocol (docs/agents.md): `fit(100_000)` with the defaults, then 20 greedy
+# episodes. Measured (benchmarks/sarsa_defaults.py, which also evaluates on the way, on separate
+# envs): on JAX 5 of seeds 0-4 end at 450 or more for both (lowest 477 and 495); TensorFlow and
+# PyTorch in docs/agents.md. The rule is the issue's: at least 4 of the 5.
+@pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
+def test_sarsa_defaults_end_solved_for_4_of_5_seeds(agent_class):
+    finals = []
+    for seed in range(5):
+        agent = agent_class("CartPole-v1", seed=seed)
+        agent.fit(100_000, progress=False)
+        finals.append(agent.evaluate(episodes=20)["mean_return"])
+    assert sum(final >= 450 for final in finals) >= 4, finals

@@ -2,11 +2,12 @@
 Q-network: on-policy TD control.
 
 The loop, per training round:
-    for n_steps vector steps: act epsilon-greedily, step the n_envs envs, and pick the next
-        action a' at each resulting state from the same policy (it is the action taken next)
+    for n_steps vector steps: act with the behaviour policy (Boltzmann, or epsilon-greedy), step
+        the n_envs envs, and pick the next action a' at each resulting state from the same
+        policy (it is the action taken next)
     learn from these n_steps * n_envs transitions, with any due target sync first:
         SARSA          target r + gamma * Q_target(s', a')
-        Expected SARSA target r + gamma * sum_a pi(a|s') Q_target(s', a), pi epsilon-greedy
+        Expected SARSA target r + gamma * sum_a pi(a|s') Q_target(s', a), pi the behaviour policy
     then drop them: the next round learns only from what the next policy does.
 
 A terminated transition does not bootstrap; a truncated one does, from its true final observation
@@ -51,10 +52,11 @@ def expected_target(next_q_target, next_q_online, batch):
 class SARSA(QAgentMixin, Agent):
     """On-policy Deep SARSA for discrete actions; `expected=True` for Expected SARSA.
 
-    The defaults learn CartPole-v1 (8 envs x 4 steps per round, MSE, Adam 1e-3 decaying to 0), but
-    Deep SARSA does not hold what it learns: its final policy can be far worse than its best
-    (docs/agents.md gives the figures). Keep the best policy (`fit(callback=SaveBest(path))`,
-    `kerasrl train --save-best`), or use `kerasrl.DQN` for a policy that stays solved.
+    The defaults learn CartPole-v1 and keep it on every backend: Boltzmann exploration at
+    temperature 1 (under epsilon-greedy, Deep SARSA chatters and does not hold what it learns),
+    8 envs x 4 steps per round with 4 gradient steps, MSE, Adam 1e-3 decaying to 0
+    (docs/agents.md gives the figures). The temperature is in units of Q: scale it with the
+    rewards.
 
     Args:
         env: a Gymnasium id, a `gymnasium.Env`, or a callable returning one.
