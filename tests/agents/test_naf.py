@@ -78,11 +78,11 @@ def test_policy_is_mu_alone_and_loads_alone(trained, tmp_path):
     agent, _ = trained
     assert isinstance(agent.policy, kerasrl.DeterministicActorPolicy)
     assert list(agent.policy.models()) == ["model"] and agent.policy.model is agent.actor
-    check_policy_saves_loads_and_exports(agent, tmp_path)
+    check_policy_saves_loads_and_exports(agent, tmp_path, formats=())  # export: TD3's class
 
 
-@pytest.mark.slow_on_other_backends
-def test_resume_is_exact(tmp_path):
+@pytest.mark.slow  # CI time; the statistics' round trip through a checkpoint is fast-tier
+def test_resume_is_exact(tmp_path):  # (tests/agents/test_observation_normalization.py)
     check_exact_resume(kerasrl.NAF, tmp_path, action_noise="ornstein_uhlenbeck",
                        normalize_observations=True)
 

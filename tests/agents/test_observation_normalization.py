@@ -78,7 +78,7 @@ def test_saved_loaded_and_resumed_policies_act_as_the_agent(agent, tmp_path):
     np.testing.assert_array_equal(resumed.predict(observations), actions)
 
 
-@pytest.mark.slow_on_other_backends
+@pytest.mark.slow  # CI time: the first ONNX export of a process costs ~15 s
 def test_export_normalizes_inside_the_graph(tmp_path):
     """The continuous policies' one export path (DDPG's, TD3's and NAF's class; SAC's shares it)."""
     from kerasrl.export import compare_export
