@@ -64,7 +64,7 @@ def test_learns_identity_env_to_the_optimum():
     assert agent.evaluate(episodes=10)["mean_return"] == 20.0
 
 
-@pytest.mark.slow_on_other_backends
+@pytest.mark.slow  # the fast tier resumes PPO, whose rollout state this is
 def test_state_dict_resumes_exactly_and_the_saved_policy_acts_the_same(tmp_path):
     """Paused inside a rollout (Pendulum: Gaussian actions, observation and reward statistics):
     the resumed run is the whole run; the saved policy loads and acts as the agent's."""

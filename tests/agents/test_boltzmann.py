@@ -76,7 +76,8 @@ def test_a_bad_temperature_is_refused_where_it_is_given():
 
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
-@pytest.mark.parametrize("algorithm", ["DQN", "ExpectedSARSA"])  # SARSA acts as Expected SARSA
+# SARSA acts as Expected SARSA does; DQN's fit runs in the slow tier.
+@pytest.mark.parametrize("algorithm", [pytest.param("DQN", marks=pytest.mark.slow), "ExpectedSARSA"])
 def test_value_agents_explore_with_the_temperature_schedule(algorithm, tmp_path):
     from kerasrl.agents.q_learner import exploration_rate
 
