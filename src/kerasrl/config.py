@@ -108,7 +108,8 @@ class QConfig(CommonConfig):
     tau: float = hp(1.0, "Target sync: 1.0 copies the online weights (hard); below 1, Polyak averaging.")
     exploration_initial_eps: float = hp(1.0, "Epsilon at the first step.")
     exploration_final_eps: float = hp(0.05, "Epsilon after exploration_fraction of the steps.")
-    exploration_fraction: float = hp(0.1, "Fraction of total steps over which epsilon falls linearly.")
+    exploration_fraction: float = hp(0.1, "Fraction of total steps over which epsilon (or the Boltzmann "
+                                          "temperature) moves linearly to its final value.")
     loss: str = hp("huber", "'huber' (smooth L1) or 'mse' on the TD error.")
     exploration: str = hp("epsilon_greedy", "'epsilon_greedy' or 'boltzmann': sample actions from "
                                             "softmax(Q / temperature) (keras-rl's BoltzmannQPolicy).")
