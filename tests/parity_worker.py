@@ -116,7 +116,7 @@ def run_actions():
     exploration may replace it) and whether exploration kept it."""
     import gymnasium as gym
 
-    import kerasrl.agents.dqn as dqn_module
+    import kerasrl.agents.q_learner as acting_module  # where the value agents draw epsilon-greedy actions
 
     taken, greedy, kept = [], [], []
 
@@ -140,7 +140,7 @@ def run_actions():
         greedy.append(np.array(actions).reshape(-1)[0])
         return actions
 
-    explore = dqn_module.epsilon_greedy
+    explore = acting_module.epsilon_greedy
 
     def record_kept(greedy_actions, n_actions, epsilon, rng, masks=None):
         # The same draw as epsilon_greedy's first one, on a copy of the generator.
@@ -150,11 +150,11 @@ def run_actions():
         return explore(greedy_actions, n_actions, epsilon, rng, masks)
 
     agent._act_greedy = record_greedy
-    dqn_module.epsilon_greedy = record_kept
+    acting_module.epsilon_greedy = record_kept
     try:
         agent.fit(1000, progress=False)
     finally:
-        dqn_module.epsilon_greedy = explore
+        acting_module.epsilon_greedy = explore
     return {"actions": np.array(taken), "greedy": np.array(greedy, np.int64),
             "kept": np.array(kept), "losses": agent.history.losses}
 

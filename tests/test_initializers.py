@@ -158,3 +158,22 @@ def test_default_networks_skip_the_backend_draw_and_get_the_same_weights(make, m
         np.testing.assert_array_equal(a, b)
     kernels = [w for w in skipped if w.ndim >= 2]
     assert kernels and all(np.any(k != 0) for k in kernels)
+
+
+@pytest.mark.parametrize("agent_class", [kerasrl.TD3, kerasrl.NAF])
+def test_continuous_agents_draw_every_network_from_the_seed(agent_class):
+    """The actor and each critic (NAF: mu, V and L) from the seed with numpy, each its own stream:
+    the same weights on every backend."""
+    from kerasrl.initializers import WeightDraws
+
+    agent = agent_class("Pendulum-v1", seed=5)
+    streams = ["actor"] + ([f"critic_{i}" for i in range(len(agent.critics))]
+                           if agent_class is kerasrl.TD3 else ["value", "l"])
+    firsts = []
+    for model, stream in zip([agent.actor, *agent.critics], streams):
+        plan = WeightDraws(model)
+        assert not plan.kept
+        for variable, value in zip(plan.drawn, plan.values(5, stream)):
+            np.testing.assert_array_equal(np.asarray(variable), value.astype(np.float32))
+        firsts.append(np.asarray(plan.drawn[0]).ravel()[:8])
+    assert all(np.any(a != b) for i, a in enumerate(firsts) for b in firsts[i + 1:] if a.shape == b.shape)

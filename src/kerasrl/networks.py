@@ -654,13 +654,16 @@ def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(
 
 
 def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, *,
-                 default: Callable[[], keras.Model], role: str = "critic") -> keras.Model:
+                 default: Callable[[], keras.Model], role: str = "critic",
+                 seed: int | None = None, stream: str | None = None) -> keras.Model:
     """A built critic that maps [observations (B, *obs_shape), actions (B, action_dim)] float32 to
     (B, 1): `critic` is a Keras model, a callable `(observation_space, action_space) ->
-    keras.Model`, or None for `default()`. Checked here, when the agent is made."""
+    keras.Model`, or None for `default()`. Checked here, when the agent is made; with a `seed`,
+    its initial weights drawn from it with numpy as `build_model`'s."""
     user_critic = critic is not None
     if critic is None:
-        critic = default()
+        with backend_draws_skipped() if seed is not None else contextlib.nullcontext():
+            critic = default()
     elif not isinstance(critic, keras.Model):
         if not callable(critic):
             raise TypeError(f"{role} must be a keras.Model, a callable (observation_space, "
@@ -692,6 +695,8 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
                          f"layer Dense(1).")
     if not critic.trainable_variables:
         raise ValueError(f"The {role} ({type(critic).__name__}) has no trainable weights.")
+    if seed is not None:
+        seed_initial_weights(critic, seed, stream or role)
     critic._kerasrl_owned = True
     return critic
 
@@ -702,7 +707,7 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
 def recurrent_actor_critic(observation_space: gym.Space, n_outputs: int, units: int = 256,
                            cell: str = "lstm", hidden_sizes: Sequence[int] = (64, 64),
                            activation: str = "tanh", ortho_init: bool = True,
-                           shared: bool = False) -> keras.Model:
+                           shared: bool = False, cell_init: str = "keras") -> keras.Model:
     """SB3-contrib's MlpLstmPolicy as one Keras model that takes one step:
     `[observation (B, *obs_shape), *states (B, units)] -> [policy (B, n_outputs), value (B, 1),
     *new states (B, units)]`.
@@ -712,9 +717,17 @@ def recurrent_actor_critic(observation_space: gym.Space, n_outputs: int, units: 
     1 value, as `kerasrl.agents.ppo.actor_critic_mlp`). `shared=False` (SB3-contrib's default,
     enable_critic_lstm): the value has its own cell, so the states are the policy cell's then the
     value cell's; `shared=True`: one cell feeds both heads.
+
+    `cell_init` is how the cells start (SB3's `ortho_init` never touches them): "keras" (Keras's
+    defaults: Glorot input kernel, orthogonal recurrent kernel, zero bias with the LSTM's forget
+    gate at 1) or "torch" (PyTorch's nn.LSTM / nn.GRU defaults, so SB3-contrib's: every weight and
+    bias uniform in +-1/sqrt(units), forget gate not set apart; one LSTM bias where PyTorch adds
+    two).
     """
     if cell not in ("lstm", "gru"):
         raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}.")
+    if cell_init not in ("keras", "torch"):
+        raise ValueError(f"cell_init must be 'keras' or 'torch', got {cell_init!r}.")
     if isinstance(observation_space, FlatObservations):
         raise ValueError("recurrent_actor_critic takes Box observations; flatten a Dict or Tuple "
                          "observation first (gymnasium.wrappers.FlattenObservation).")
@@ -730,9 +743,16 @@ def recurrent_actor_critic(observation_space: gym.Space, n_outputs: int, units: 
     states = [keras.Input(shape=(units,), name=f"{head}_{kind}") for head in heads
               for kind in ("h", "c")[:n_states]]
     outputs, new_states = {}, []
+    cell_options = {}
+    if cell_init == "torch":
+        bound = 1.0 / np.sqrt(units)
+        cell_options = {f"{part}_initializer": keras.initializers.RandomUniform(-bound, bound)
+                        for part in ("kernel", "recurrent", "bias")}
+        if cell == "lstm":
+            cell_options["unit_forget_bias"] = False
     for i, head in enumerate(heads):
         make_cell = layers.LSTMCell if cell == "lstm" else layers.GRUCell
-        out, new = make_cell(units, name=f"{head}_{cell}")(
+        out, new = make_cell(units, name=f"{head}_{cell}", **cell_options)(
             features, states[i * n_states:(i + 1) * n_states])
         new_states += list(new) if isinstance(new, (list, tuple)) else [new]
         outputs[head] = out

@@ -1,7 +1,8 @@
-"""TD3, SAC and DDPG to the issue's thresholds (slow tier), on every backend: Pendulum-v1 mean
-return >= -200 over 20 evaluation episodes within the RL-Zoo budget (the presets: 20,000 steps for
-TD3 and SAC, 50,000 for DDPG), on at least 2 of 3 seeds; and the mountaincar-td3 preset solving
-MountainCarContinuous-v0 (mean return >= 90) on at least 2 of 3 seeds."""
+"""TD3, SAC, DDPG and NAF to the issues' thresholds (slow tier), on every backend: Pendulum-v1 mean
+return >= -200 over 20 evaluation episodes within the presets' budgets (RL Zoo's: 20,000 steps for
+TD3 and SAC, 50,000 for DDPG; keras-rl's naf_pendulum.py: 50,000 for NAF), on at least 2 of 3
+seeds; and the mountaincar-td3 preset solving MountainCarContinuous-v0 (mean return >= 90) on at
+least 2 of 3 seeds."""
 
 from __future__ import annotations
 
@@ -13,32 +14,33 @@ from kerasrl.presets import PRESETS
 pytestmark = [pytest.mark.slow, pytest.mark.backend]
 
 CLASSES = {"pendulum-td3": kerasrl.TD3, "pendulum-sac": kerasrl.SAC,
-           "pendulum-ddpg": kerasrl.DDPG}
+           "pendulum-ddpg": kerasrl.DDPG, "pendulum-naf": kerasrl.NAF}
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
-def test_pendulum_within_the_zoo_budget_on_2_of_3_seeds(name):
+def preset_returns_until(name: str, agent_class, threshold: float, seeds=range(3), needed=2):
+    """Train the preset `name` from each seed in turn, evaluating 20 episodes after each run;
+    stop once `needed` runs reached `threshold`. Returns the evaluation means."""
     preset = PRESETS[name]
     returns = []
-    for seed in range(3):
-        agent = CLASSES[name](preset.env, **{**preset.config, "seed": seed})
+    for seed in seeds:
+        agent = agent_class(preset.env, **{**preset.config, "seed": seed})
         agent.fit(preset.total_steps, progress=False)
         returns.append(agent.evaluate(episodes=20)["mean_return"])
         agent.close()
-        if sum(r >= -200 for r in returns) >= 2:
+        if sum(r >= threshold for r in returns) >= needed:
             break
+    return returns
+
+
+# NAF: measured -119, -142 and -147 at 50k steps (JAX seeds 0-2), -127 and -121 (TensorFlow and
+# PyTorch, seed 0); docs/continuous.md.
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_pendulum_within_the_preset_budget_on_2_of_3_seeds(name):
+    returns = preset_returns_until(name, CLASSES[name], -200)
     assert sum(r >= -200 for r in returns) >= 2, returns
 
 
 def test_mountaincar_td3_solves_on_2_of_3_seeds():
     """MountainCarContinuous-v0 is solved at a 20-episode mean return of 90 (docs/continuous.md)."""
-    preset = PRESETS["mountaincar-td3"]
-    returns = []
-    for seed in range(3):
-        agent = kerasrl.TD3(preset.env, **{**preset.config, "seed": seed})
-        agent.fit(preset.total_steps, progress=False)
-        returns.append(agent.evaluate(episodes=20)["mean_return"])
-        agent.close()
-        if sum(r >= 90 for r in returns) >= 2:
-            break
+    returns = preset_returns_until("mountaincar-td3", kerasrl.TD3, 90)
     assert sum(r >= 90 for r in returns) >= 2, returns

@@ -82,7 +82,7 @@ class ContinuousAgent(Agent):
             model, self.observation_space, self._actor_outputs(), action_space=self.action_space,
             default=lambda: actor_network(self.observation_space, self._actor_outputs(),
                                           cfg.hidden_sizes, self.actor_activation),
-            role="actor")
+            role="actor", seed=self.weights_seed)
         self.critics = self._build_critics()
         self.learner = self._make_learner()
         self._act = forward_fn(self.actor)
@@ -122,7 +122,8 @@ class ContinuousAgent(Agent):
         return build_critic(
             spec, self.observation_space, self.action_space, role=f"critic {i}",
             default=lambda: critic_network(self.observation_space, self.action_dim,
-                                           self.config.hidden_sizes, name=f"critic_{i}"))
+                                           self.config.hidden_sizes, name=f"critic_{i}"),
+            seed=self.weights_seed, stream=f"critic_{i}")
 
     def _adam(self) -> Adam:
         return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm)

@@ -65,11 +65,13 @@ class NAF(ContinuousAgent):
         n_l = d * (d + 1) // 2
         self.value_model = build_model(
             self._value_spec, space, 1, action_space=self.action_space, role="value model (V)",
-            default=lambda: actor_network(space, 1, cfg.hidden_sizes, None, name="value"))
+            default=lambda: actor_network(space, 1, cfg.hidden_sizes, None, name="value"),
+            seed=self.weights_seed, stream="value")
         self.l_model = build_model(
             self._l_spec, space, n_l, action_space=self.action_space,
             role=f"L model (the {n_l} entries of a lower-triangular {d}x{d} matrix)",
-            default=lambda: actor_network(space, n_l, cfg.hidden_sizes, None, name="l"))
+            default=lambda: actor_network(space, n_l, cfg.hidden_sizes, None, name="l"),
+            seed=self.weights_seed, stream="l")
         return [self.value_model, self.l_model]
 
     def _make_learner(self) -> Learner:
