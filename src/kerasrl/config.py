@@ -385,6 +385,7 @@ class RecurrentPPOConfig(PPOConfig):
     recurrent_cell: str = hp("lstm", "Default network: 'lstm' or 'gru' cells.")
     recurrent_units: int = hp(256, "Default network: units of each recurrent cell (SB3-contrib's lstm_hidden_size).")
     shared_recurrent: bool = hp(False, "Default network: one recurrent cell for policy and value (False: one each, as SB3-contrib's enable_critic_lstm).")
+    recurrent_init: str = hp("keras", "Default network: initial weights of the recurrent cells: 'keras' (Glorot input kernel, orthogonal recurrent kernel, LSTM forget-gate bias 1) or 'torch' (every weight and bias uniform in +-1/sqrt(units), as PyTorch's nn.LSTM in SB3-contrib's MlpLstmPolicy).")
 
     def __post_init__(self):
         super().__post_init__()
@@ -394,6 +395,8 @@ class RecurrentPPOConfig(PPOConfig):
         check(self.recurrent_cell in ("lstm", "gru"), "recurrent_cell", self.recurrent_cell,
               "'lstm' or 'gru'")
         check(self.recurrent_units >= 1, "recurrent_units", self.recurrent_units, "at least 1")
+        check(self.recurrent_init in ("keras", "torch"), "recurrent_init", self.recurrent_init,
+              "'keras' or 'torch'")
 
 
 @dataclass(frozen=True, kw_only=True)

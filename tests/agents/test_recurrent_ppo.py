@@ -12,7 +12,9 @@ import pytest
 import kerasrl
 from kerasrl import backend
 from kerasrl.agents.recurrent_ppo import RecurrentPPO
+from kerasrl.config import RecurrentPPOConfig
 from kerasrl.losses import categorical_log_prob
+from kerasrl.networks import recurrent_actor_critic
 from kerasrl.policies import episode_actor
 
 pytestmark = pytest.mark.backend
@@ -202,6 +204,24 @@ def test_a_model_outside_the_contract_is_refused_naming_it():
         RecurrentPPO(ENV, model=no_state_out, **TINY)
     with pytest.raises(ValueError, match="batch_size must be a multiple of n_steps"):
         RecurrentPPO(ENV, **{**TINY, "batch_size": 48})
+
+
+def test_recurrent_init_torch_starts_the_cells_as_pytorch_does():
+    """SB3-contrib's LSTMs keep PyTorch's init (its ortho_init touches Linear layers only):
+    every weight and bias uniform in +-1/sqrt(units), no forget-gate bias of 1."""
+    units = TINY["recurrent_units"]  # TINY's shapes: nothing new to compile
+    bound = 1.0 / np.sqrt(units)
+    agent = RecurrentPPO(ENV, seed=0, check_env=False, recurrent_init="torch", **TINY)
+    for head in ("policy", "value"):
+        kernel, recurrent, bias = agent.actor.get_layer(f"{head}_lstm").get_weights()
+        for weight in (kernel, recurrent, bias):
+            assert bound >= np.abs(weight).max() > 0.8 * bound
+            assert abs(weight.mean()) < 0.2 * bound
+    keras_cells = recurrent_actor_critic(gym.spaces.Box(-1, 1, (2,)), 2, units)
+    _, _, keras_bias = keras_cells.get_layer("policy_lstm").get_weights()
+    np.testing.assert_array_equal(keras_bias[units:2 * units], 1.0)  # Keras: forget gate at 1
+    with pytest.raises(ValueError, match="recurrent_init"):
+        RecurrentPPOConfig(recurrent_init="pytorch")
 
 
 def test_cartpole_without_velocities_observes_position_and_angle():

@@ -70,7 +70,8 @@ class RecurrentPPO(PPO):
         if model is None:
             model = recurrent_actor_critic(obs_space, self.n_outputs, cfg.recurrent_units,
                                            cfg.recurrent_cell, cfg.hidden_sizes, cfg.activation,
-                                           cfg.ortho_init, shared=cfg.shared_recurrent)
+                                           cfg.ortho_init, shared=cfg.shared_recurrent,
+                                           cell_init=cfg.recurrent_init)
         elif not isinstance(model, keras.Model) and callable(model):
             model = model(structure_of(obs_space), self.action_space)
         if getattr(model, "_kerasrl_owned", False):
