@@ -178,7 +178,7 @@ class SARSAConfig(QConfig):
     The defaults learn CartPole-v1 and keep it on every backend (docs/agents.md): Boltzmann
     exploration at temperature 1 (a policy that changes smoothly with Q: under epsilon-greedy the
     greedy action flips with every small change of Q and SARSA chatters, never holding what it
-    learned), batches of 32 transitions (8 envs x 4 steps) with 4 gradient steps each, MSE (Huber
+    learned), batches of 32 transitions (8 envs x 4 steps) with 8 gradient steps each, MSE (Huber
     on small on-policy batches regresses to the median and diverges), Adam at 1e-3 decaying
     linearly to 0 (so that a policy that has learned settles instead of drifting), a 128x128 MLP.
     The temperature is in units of Q, that is of the rewards: scale it with them.
@@ -200,7 +200,7 @@ class SARSAConfig(QConfig):
     lr_schedule: str = hp("linear", "'constant' or 'linear' (to 0 at the end of fit).")
     loss: str = hp("mse", "'mse' or 'huber' (Huber regresses small on-policy batches to the median).")
     hidden_sizes: tuple[int, ...] = hp((128, 128), "Hidden layers of the default MLP (ignored with model=).")
-    gradient_steps: int = hp(4, "Gradient steps on each round's transitions (fused into one compiled call).")
+    gradient_steps: int = hp(8, "Gradient steps on each round's transitions (fused into one compiled call).")
     learning_starts: int = hp(0, "Env steps (over all envs) collected before the first update.")
     target_update_interval: int = hp(1_000, "Env steps between target syncs (counted over all envs).")
     exploration_fraction: float = hp(0.2, "Fraction of total steps over which epsilon (or the "

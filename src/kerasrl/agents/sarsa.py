@@ -54,7 +54,7 @@ class SARSA(QAgentMixin, Agent):
 
     The defaults learn CartPole-v1 and keep it on every backend: Boltzmann exploration at
     temperature 1 (under epsilon-greedy, Deep SARSA chatters and does not hold what it learns),
-    8 envs x 4 steps per round with 4 gradient steps, MSE, Adam 1e-3 decaying to 0
+    8 envs x 4 steps per round with 8 gradient steps, MSE, Adam 1e-3 decaying to 0
     (docs/agents.md gives the figures). The temperature is in units of Q: scale it with the
     rewards.
 
