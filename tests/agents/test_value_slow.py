@@ -47,8 +47,8 @@ def test_double_dueling_n_step_prioritized_dqn_solves_cartpole():
 
 # The protocol (docs/agents.md): `fit(100_000)` with the defaults, then 20 greedy
 # episodes. Measured (benchmarks/sarsa_defaults.py, which also evaluates on the way, on separate
-# envs): JAX and TensorFlow, 5 of seeds 0-4 at 450 or more for both (lowest 490), PyTorch in
-# docs/agents.md; with 4 gradient steps a round, 33 of 35 runs. The rule is the issue's: at least
+# envs): on JAX, TensorFlow and PyTorch all of seeds 0-4 at 450 or more for both (lowest 480);
+# with 4 gradient steps a round, 33 of 35 runs. The rule is the issue's: at least
 # 4 of the 5.
 @pytest.mark.parametrize("agent_class", [kerasrl.SARSA, kerasrl.ExpectedSARSA])
 def test_sarsa_defaults_end_solved_for_4_of_5_seeds(agent_class):
