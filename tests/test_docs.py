@@ -23,6 +23,7 @@ every command in a fresh process, as a user types them (`python3 run.py slow` do
 
 A block that cannot run here is skipped only by a visible marker in the markdown just above it,
 `<!-- skip: next "the reason" -->` (Sybil's skip directive); the reason is shown by pytest -ra.
+A document too slow for the fast tier runs whole in the slow tier (`SLOW_DOCUMENTS`, with why).
 
 The examples of a document share state, so they run as one test each in document order; select a
 single one with -k only together with the ones before it.
@@ -253,9 +254,22 @@ PARSERS = [CodeBlockParser(language="python", evaluator=evaluate_python), Comman
            SkipParser()]
 
 
+# Documents whose blocks run in the slow tier only (`python3 run.py slow`), each with the reason:
+# the fast tier's budget (CONTRIBUTING.md) cannot hold them; what they show is also tested there.
+SLOW_DOCUMENTS = {
+    "docs/atari.md": "builds Nature-CNN agents on Atari frames and trains them (about 50 s); the "
+                     "fast tier checks the env and the frame buffer (tests/envs/test_atari.py, "
+                     "tests/buffers/test_frame_stack.py)",
+    "docs/recurrent.md": "compiles unrolled LSTM sequence replays for a preset run and an example "
+                         "(about 140 s); the fast tier checks the replay, the state resets and the "
+                         "exports (tests/agents/test_recurrent_ppo.py)",
+}
+
+
 def _items():
     """One test per code block, in document order; a skip directive goes with the block after it."""
     for path in DOCUMENTS:
+        marks = [pytest.mark.slow] if str(path.relative_to(ROOT)) in SLOW_DOCUMENTS else []
         document = Document.parse(str(path), *PARSERS)
         pending = []
         for example in document.examples():
@@ -263,7 +277,7 @@ def _items():
             if not isinstance(example.region.evaluator, Skipper):
                 kind = "python" if example.region.evaluator is evaluate_python else "commands"
                 name = f"{path.relative_to(ROOT)}:{example.line}:{kind}"
-                yield pytest.param(path, pending, id=name)
+                yield pytest.param(path, pending, id=name, marks=marks)
                 pending = []
 
 

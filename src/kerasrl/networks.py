@@ -785,7 +785,7 @@ def check_recurrent_model(model, observation_space: gym.Space, n_outputs: int,
                 f"(batch, {', '.join(map(str, observation_space.shape))}), state_1 (batch, size_1), "
                 f"...] and outputs [policy (batch, {n_outputs}), value (batch, 1), new state_1 "
                 f"(batch, size_1), ...], e.g. h, c = keras.layers.LSTMCell(units)(x, [h, c]); see "
-                f"kerasrl.networks.recurrent_actor_critic and docs/ppo.md (Recurrent policies).")
+                f"kerasrl.networks.recurrent_actor_critic and docs/recurrent.md.")
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
         raise ValueError(f"{contract} Got {type(model).__name__}, which is not a functional "
                          f"keras.Model with declared inputs.")
