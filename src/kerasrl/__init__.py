@@ -16,41 +16,23 @@ import importlib
 
 from kerasrl import backend as backend  # settles KERAS_BACKEND before anything imports Keras
 from kerasrl import envs as envs  # registers kerasrl/Snake-v0 with Gymnasium
+from kerasrl import registry
 
 __version__ = "0.1.0"
 
-# Public name -> module that defines it, imported on first access (PEP 562).
+# Public name -> module that defines it, imported on first access (PEP 562): every registered
+# agent and config (kerasrl.registry.ALGORITHMS), then the rest of the public API.
 _LAZY = {
-    "DQN": "kerasrl.agents.dqn",
+    **registry.public_names(),
     "Agent": "kerasrl.agents.base",
-    "DQNConfig": "kerasrl.config",
-    "PPO": "kerasrl.agents.ppo",
-    "PPOConfig": "kerasrl.config",
-    "RecurrentPPO": "kerasrl.agents.recurrent_ppo",
-    "RecurrentPPOConfig": "kerasrl.config",
     "RecurrentActorCriticPolicy": "kerasrl.policies",
-    "A2C": "kerasrl.agents.a2c",
-    "A2CConfig": "kerasrl.config",
     "ActorCriticPolicy": "kerasrl.policies",
-    "SARSA": "kerasrl.agents.sarsa",
-    "ExpectedSARSA": "kerasrl.agents.sarsa",
-    "SARSAConfig": "kerasrl.config",
-    "TD3": "kerasrl.agents.td3",
-    "TD3Config": "kerasrl.config",
-    "SAC": "kerasrl.agents.sac",
-    "SACConfig": "kerasrl.config",
-    "DDPG": "kerasrl.agents.ddpg",
-    "DDPGConfig": "kerasrl.config",
-    "CEM": "kerasrl.agents.cem",
-    "CEMConfig": "kerasrl.config",
-    "NAF": "kerasrl.agents.naf",
-    "NAFConfig": "kerasrl.config",
     "DeterministicActorPolicy": "kerasrl.policies",
     "SquashedGaussianPolicy": "kerasrl.policies",
     "History": "kerasrl.logger",
     "QPolicy": "kerasrl.policies",
     "Policy": "kerasrl.policies",
-    "load_policy": "kerasrl.checkpoint",
+    "load_policy": "kerasrl.policy_io",
     "check_env": "kerasrl.envs.checker",
     "EnvCheckError": "kerasrl.envs.checker",
     "networks": "kerasrl.networks",

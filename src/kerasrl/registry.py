@@ -4,7 +4,8 @@ model builders and presets.
 This module imports nothing from kerasrl: each entry names its class as "module:attribute" and is
 imported only when it is looked up (`agent_class("dqn")`). So any module can read the registry
 without an import cycle, and a checkpoint or policy folder can name its class before the class's
-module is loaded. Adding an algorithm adds one line to `AGENTS` and one to `CONFIGS`.
+module is loaded. Adding an algorithm adds one line to `ALGORITHMS`; the other tables of
+algorithms, and the public names of `kerasrl` and `kerasrl.agents`, are read from it.
 """
 
 from __future__ import annotations
@@ -13,39 +14,57 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-AGENTS: dict[str, str] = {
-    "dqn": "kerasrl.agents.dqn:DQN",
-    "sarsa": "kerasrl.agents.sarsa:SARSA",
-    "expected_sarsa": "kerasrl.agents.sarsa:ExpectedSARSA",
-    "ppo": "kerasrl.agents.ppo:PPO",
-    "recurrent_ppo": "kerasrl.agents.recurrent_ppo:RecurrentPPO",
-    "a2c": "kerasrl.agents.a2c:A2C",
-    "ddpg": "kerasrl.agents.ddpg:DDPG",
-    "td3": "kerasrl.agents.td3:TD3",
-    "sac": "kerasrl.agents.sac:SAC",
-    "cem": "kerasrl.agents.cem:CEM",
-    "naf": "kerasrl.agents.naf:NAF",
-}
-"""Algorithm name (each agent's `algorithm`, as saved in checkpoints) -> agent class."""
+@dataclass(frozen=True)
+class Algorithm:
+    """One algorithm's registration: every other table of algorithms (`AGENTS`, `CONFIGS`,
+    `CLI_ALGORITHMS`, the public names of `kerasrl` and `kerasrl.agents`) is read from these."""
 
-CONFIGS: dict[str, str] = {
-    "dqn": "kerasrl.config:DQNConfig",
-    "sarsa": "kerasrl.config:SARSAConfig",
-    "expected_sarsa": "kerasrl.config:SARSAConfig",
-    "ppo": "kerasrl.config:PPOConfig",
-    "recurrent_ppo": "kerasrl.config:RecurrentPPOConfig",
-    "a2c": "kerasrl.config:A2CConfig",
-    "ddpg": "kerasrl.config:DDPGConfig",
-    "td3": "kerasrl.config:TD3Config",
-    "sac": "kerasrl.config:SACConfig",
-    "cem": "kerasrl.config:CEMConfig",
-    "naf": "kerasrl.config:NAFConfig",
+    agent: str
+    """The agent class, "module:Class" (its `algorithm` is the key it is registered under)."""
+    config: str
+    """Its config dataclass, "module:Class" (the agent's `config_class`)."""
+    cli: bool = True
+    """Offered by `kerasrl train`."""
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "dqn": Algorithm("kerasrl.agents.dqn:DQN", "kerasrl.config:DQNConfig"),
+    "sarsa": Algorithm("kerasrl.agents.sarsa:SARSA", "kerasrl.config:SARSAConfig", cli=False),
+    "expected_sarsa": Algorithm("kerasrl.agents.sarsa:ExpectedSARSA", "kerasrl.config:SARSAConfig",
+                                cli=False),
+    "ppo": Algorithm("kerasrl.agents.ppo:PPO", "kerasrl.config:PPOConfig"),
+    "recurrent_ppo": Algorithm("kerasrl.agents.recurrent_ppo:RecurrentPPO",
+                               "kerasrl.config:RecurrentPPOConfig"),
+    "a2c": Algorithm("kerasrl.agents.a2c:A2C", "kerasrl.config:A2CConfig"),
+    "td3": Algorithm("kerasrl.agents.td3:TD3", "kerasrl.config:TD3Config"),
+    "sac": Algorithm("kerasrl.agents.sac:SAC", "kerasrl.config:SACConfig"),
+    "ddpg": Algorithm("kerasrl.agents.ddpg:DDPG", "kerasrl.config:DDPGConfig"),
+    "naf": Algorithm("kerasrl.agents.naf:NAF", "kerasrl.config:NAFConfig"),
+    "cem": Algorithm("kerasrl.agents.cem:CEM", "kerasrl.config:CEMConfig"),
 }
+"""Algorithm name (each agent's `algorithm`, as saved in checkpoints) -> its registration. Adding
+an algorithm is one line here."""
+
+AGENTS: dict[str, str] = {name: a.agent for name, a in ALGORITHMS.items()}
+"""Algorithm name -> agent class."""
+
+CONFIGS: dict[str, str] = {name: a.config for name, a in ALGORITHMS.items()}
 """Algorithm name -> its config dataclass (the agent's `config_class`), without importing Keras."""
 
-CLI_ALGORITHMS: tuple[str, ...] = ("dqn", "ppo", "recurrent_ppo", "a2c", "td3", "sac", "ddpg", "naf",
-                                   "cem")
+CLI_ALGORITHMS: tuple[str, ...] = tuple(name for name, a in ALGORITHMS.items() if a.cli)
 """The algorithms `kerasrl train` offers."""
+
+
+def public_names() -> dict[str, str]:
+    """Every registered agent and config class by its own name -> the module that defines it:
+    what `kerasrl` and `kerasrl.agents` export."""
+    names = {}
+    for a in ALGORITHMS.values():
+        for entry in (a.agent, a.config):
+            module, _, attribute = entry.partition(":")
+            names[attribute] = module
+    return names
+
 
 POLICIES: dict[str, str] = {
     "q": "kerasrl.policies:QPolicy",

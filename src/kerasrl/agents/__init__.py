@@ -1,12 +1,20 @@
-"""Agents: one algorithm per file."""
+"""Agents: one algorithm per file, each imported on first access (the names are read from
+kerasrl.registry.ALGORITHMS)."""
 
-from kerasrl.agents.a2c import A2C
-from kerasrl.agents.base import Agent
-from kerasrl.agents.ddpg import DDPG
-from kerasrl.agents.dqn import DQN
-from kerasrl.agents.ppo import PPO
-from kerasrl.agents.sac import SAC
-from kerasrl.agents.sarsa import SARSA, ExpectedSARSA
-from kerasrl.agents.td3 import TD3
+import importlib
 
-__all__ = ["A2C", "DDPG", "DQN", "PPO", "SAC", "SARSA", "TD3", "Agent", "ExpectedSARSA"]
+from kerasrl import registry
+
+_LAZY = {name: module for name, module in registry.public_names().items()
+         if module.startswith("kerasrl.agents.")}
+_LAZY["Agent"] = "kerasrl.agents.base"
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kerasrl.agents' has no attribute {name!r}")
