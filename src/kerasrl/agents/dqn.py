@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
+from kerasrl.agents.q_learner import QAgentMixin, exploration_rate, q_learner_for
 from kerasrl.buffers import (FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer,
                              PrioritizedReplayBuffer, ReplayBuffer)
 from kerasrl.buffers.frame_stack import stacked_frames
@@ -42,6 +42,16 @@ def max_q_target(next_q_target, next_q_online, batch):
                              next_masks=batch.get("next_action_masks"))
 
 
+def dqn_target(config: DQNConfig):
+    """(the TD target function, whether it needs the online network's next Q-values) of `config`."""
+    return (double_q_target, True) if config.double_q else (max_q_target, False)
+
+
+def dqn_learner(model: keras.Model, config: DQNConfig):
+    """DQN's learner on the Q-network `model`: the agent's, and the compiled loop's."""
+    return q_learner_for(model, config, *dqn_target(config))
+
+
 class DQN(QAgentMixin, Agent):
     """Deep Q-learning for discrete actions.
 
@@ -61,8 +71,7 @@ class DQN(QAgentMixin, Agent):
         self._require_discrete_actions()
         if cfg.dueling:
             model = self._dueling_model(model)
-        self._build_q_learner(model, double_q_target if cfg.double_q else max_q_target,
-                              needs_online_next=cfg.double_q)
+        self._build_q_learner(model, *dqn_target(cfg))
         self.buffer = self._make_buffer()
 
     def _dueling_model(self, torso):

@@ -122,20 +122,50 @@ class Learner:
 
     def _initial_state(self) -> dict:
         params = {name: variable_values(m.trainable_variables) for name, m in self.models.items()}
-        params.update({name: [v.copy() for v in vs] for name, vs in self.parameters.items()})
         states = {name: variable_values(m.non_trainable_variables) for name, m in self.models.items()}
+        return backend.to_tensors(self.fresh_state(params, states))
+
+    def fresh_state(self, params: dict, non_trainable: dict, copies: int | None = None) -> dict:
+        """A training state (numpy) that starts from the given weights of the models ({name:
+        [arrays]}, every model): targets equal to them, optimizers at their start, step 0. With
+        `copies`, every given array has a leading axis of that many independent copies (a
+        compiled loop's seeds) and so has every array of the state.
+        """
+        def first(arrays):
+            return arrays if copies is None else [a[0] for a in arrays]
+
+        def stacked(arrays):
+            return arrays if copies is None else [np.stack([a] * copies) for a in arrays]
+
+        params = {name: [np.array(w) for w in params[name]] for name in self.models}
+        params.update({name: stacked([v.copy() for v in vs]) for name, vs in self.parameters.items()})
+        states = {name: [np.array(w) for w in non_trainable[name]] for name in self.models}
         state = {
-            "params": backend.to_tensors(params),
-            "non_trainable": backend.to_tensors(states),
-            "target_params": backend.to_tensors({n: [w.copy() for w in params[n]]
-                                                 for n in self.targets}),
-            "target_non_trainable": backend.to_tensors({n: [s.copy() for s in states[n]]
-                                                        for n in self.targets}),
-            "step": backend.to_tensors(np.zeros((), np.int32)),
+            "params": params,
+            "non_trainable": states,
+            "target_params": {n: [w.copy() for w in params[n]] for n in self.targets},
+            "target_non_trainable": {n: [s.copy() for s in states[n]] for n in self.targets},
+            "step": np.zeros(() if copies is None else (copies,), np.int32),
+            "opt": {},
         }
-        state["opt"] = {group: adam.init(self._group(state["params"], names))
-                        for group, (adam, names) in self.optimizers.items()}
+        for group, (adam, names) in self.optimizers.items():
+            start = backend.to_numpy(adam.init(backend.to_tensors(
+                first(self._group(params, names)))))
+            state["opt"][group] = start if copies is None else tree.map_structure(
+                lambda x: np.stack([x] * copies), start)
         return state
+
+    def load_state(self, state: dict) -> None:
+        """Continue from `state` (numpy or tensors, this learner's layout: what another loop of
+        the same algorithm left, e.g. a compiled loop), placed on this learner's device."""
+        try:
+            tree.assert_same_structure(state, self.state)
+        except (TypeError, ValueError):
+            raise ValueError(f"{type(self).__name__}.load_state: the state's layout differs from "
+                             "this learner's; give it a state of the same algorithm and "
+                             "models.") from None
+        with self.on_device():
+            self.state = backend.to_tensors(backend.to_numpy(state))
 
     # -- inside a compiled step ---------------------------------------------------------------
     @staticmethod
@@ -262,6 +292,13 @@ class Learner:
     def parameter(self, name: str) -> list[np.ndarray]:
         """A plain parameter's current value (numpy copies), e.g. SAC's log alpha."""
         return [np.array(v) for v in backend.to_numpy(self.state["params"][name])]
+
+    def weights(self, name: str, state: dict | None = None) -> list[np.ndarray]:
+        """The online weights of model `name` (trainable, then non-trainable) in `state` (default:
+        this learner's own), as numpy."""
+        state = self.state if state is None else state
+        return [np.array(w) for w in backend.to_numpy(
+            list(state["params"][name]) + list(state["non_trainable"][name]))]
 
     def target_weights(self, name: str) -> list[np.ndarray]:
         """The target weights of model `name` (trainable, then non-trainable), as numpy."""

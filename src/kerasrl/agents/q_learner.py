@@ -19,15 +19,18 @@ from keras import tree
 from kerasrl import backend
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner
 from kerasrl.backend.layers import convolutions
-from kerasrl.losses import select, td_loss
+from kerasrl.heads import ValueHead, head_spec
 from kerasrl.masks import masked_argmax
-from kerasrl.networks import build_model, default_network, stateless_apply
+from kerasrl.networks import build_model, stateless_apply
 from kerasrl.optim import Adam
 from kerasrl.policies import QPolicy, boltzmann, epsilon_greedy, forward_fn, greedy_fn
 from kerasrl.schedules import linear_schedule
 
 # target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,); with an
 # env's action masks the batch holds "next_action_masks" (B, A) bool, the allowed actions of s'.
+# With a value head other than DQN's (kerasrl.heads), the first two are the target and online
+# networks' raw outputs (B, *output_shape) and the targets have whatever shape (B, ...) the
+# head's loss reads (QR-DQN: (B, N) quantiles).
 TargetFn = Callable[..., object]
 
 # XLA on the CPU runs a convolution inside a loop body about 10x slower than outside one, while an
@@ -63,18 +66,25 @@ class QLearner(Learner):
         loss: "huber" or "mse".
         needs_online_next: compute the online network's next-state Q-values for `target_fn`
             (Double DQN, Expected SARSA's behaviour policy).
+        head: the value head (`kerasrl.heads.ValueHead`): how outputs become action values, what
+            a taken action selects of them, and the loss with its priorities. None: DQN's, with
+            `loss`.
     """
 
     def __init__(self, model: keras.Model, *, optimizer: Adam, target_fn: TargetFn,
-                 loss: str = "huber", needs_online_next: bool = False):
+                 loss: str = "huber", needs_online_next: bool = False,
+                 head: ValueHead | None = None):
         super().__init__({"q": model}, targets=("q",), optimizers={"q": (optimizer, ("q",))})
         self.model = model
         self.optimizer = optimizer
         self.target_fn = target_fn
         self.loss = loss
         self.needs_online_next = needs_online_next
-        self._forward = forward_fn(model)
-        self._greedy = greedy_fn(model)
+        self.head = ValueHead(loss) if head is None else head
+        # DQN's head passes no transform: its compiled acting is exactly what it was without heads.
+        action_values = None if head_spec(self.head) is None else self.head.action_values
+        self._forward = forward_fn(model, action_values)
+        self._greedy = greedy_fn(model, action_values)
         # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
         # was): one compilation, where a second costs more than the sync's few ops ever do.
         self._train_round = backend.compile(self._train_rounds, donate_state=True)
@@ -97,11 +107,13 @@ class QLearner(Learner):
             targets = self._targets(state, batch)
 
         def td_objective(params):
-            """The TD loss of the online weights in training mode (batch norm, dropout active)."""
-            q, non_trainable = stateless_apply(self.model, params["q"], state["non_trainable"]["q"],
-                                               batch["observations"], True)
-            loss, td_errors = td_loss(select(q, batch["actions"]), targets, batch["weights"],
-                                      self.loss)
+            """The head's loss of the online weights in training mode (batch norm, dropout
+            active), and its priorities (DQN: the TD errors)."""
+            outputs, non_trainable = stateless_apply(self.model, params["q"],
+                                                     state["non_trainable"]["q"],
+                                                     batch["observations"], True)
+            loss, td_errors = self.head.loss(self.head.at_actions(outputs, batch["actions"]),
+                                             targets, batch["weights"])
             return loss, ({"q": non_trainable}, td_errors)
 
         state, loss, td_errors = self.descend(state, "q", td_objective, learning_rate,
@@ -109,13 +121,14 @@ class QLearner(Learner):
         return {**state, "step": state["step"] + 1}, loss, td_errors
 
     def _round_targets(self, state, batches):
-        """The TD targets of every step of a round (G, B) from one forward pass over all G * B
+        """The TD targets of every step of a round (G, B, ...) from one forward pass over all G * B
         next observations: the target weights do not change within a round, and one large matrix
         product runs faster than G small ones."""
         n_steps, batch_size = batches["actions"].shape
         flat = tree.map_structure(
             lambda x: ops.reshape(x, (n_steps * batch_size, *x.shape[2:])), batches)
-        return ops.reshape(self._targets(state, flat), (n_steps, batch_size))
+        targets = self._targets(state, flat)
+        return ops.reshape(targets, (n_steps, batch_size, *targets.shape[1:]))
 
     def _train_rounds(self, state, batches, learning_rate, target_tau=None):
         """Sync the target by `target_tau` (1: copy, 0 or None: no sync), then one gradient step per
@@ -148,13 +161,34 @@ class QLearner(Learner):
             unroll=n_steps if self.unrolled else 1)
         return state, loss_sum / n_steps, all_td
 
+    # -- what a compiled loop runs inside its own compiled call ---------------------------------
+    def round(self, state, batches, learning_rate, target_tau=None):
+        """One training round as a pure function of `state` (this learner's layout) and tensor
+        `batches` (G, B, ...): what `train` runs, for loops that compile it into their own call
+        (kerasrl.compiled). Returns (state, mean loss, TD errors (G, B)). Run a round of G steps
+        as the parts `round_parts(G)` gives, the target sync with the first, to get `train`'s
+        numbers bit for bit."""
+        return self._train_rounds(state, batches, learning_rate, target_tau)
+
+    def round_parts(self, n_steps: int) -> list[tuple[int, int]]:
+        """(start, stop) of the gradient steps of each call a round of `n_steps` is run as: one
+        call, or calls of UNROLLED_STEPS_PER_CALL fully unrolled steps (see the module's notes)."""
+        per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
+        return [(start, min(start + per_call, n_steps)) for start in range(0, n_steps, per_call)]
+
+    def greedy(self, state, observations):
+        """Greedy actions (B,) int32 of the online weights in `state` for float32 `observations`,
+        in inference mode: acting inside a compiled loop."""
+        q = self.head.action_values(self.apply("q", state["params"], state, observations))
+        return ops.cast(ops.argmax(q, axis=-1), "int32")
+
     # -- host side ----------------------------------------------------------------------------
     def train(self, batches: dict[str, np.ndarray], learning_rate: float, target_tau: float):
         """Run one round on numpy `batches` (G, B, ...). Returns (mean loss, TD errors (G, B))."""
         learning_rate = np.float32(learning_rate)
         n_steps = len(batches["actions"])
-        per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
-        if n_steps <= per_call:  # one call (every round of a per-step setting): no splitting
+        parts = self.round_parts(n_steps)
+        if len(parts) == 1:  # one call (every round of a per-step setting): no splitting
             with self.on_device():
                 self.state, loss, td_errors = self._train_round(
                     self.state, backend.feed(batches), learning_rate, np.float32(target_tau))
@@ -162,26 +196,27 @@ class QLearner(Learner):
             return float(loss), td_errors
         losses, td_errors = [], []
         with self.on_device():
-            for start in range(0, n_steps, per_call):
-                chunk = backend.feed({k: v[start:start + per_call] for k, v in batches.items()})
+            for start, stop in parts:
+                chunk = backend.feed({k: v[start:stop] for k, v in batches.items()})
                 tau = target_tau if start == 0 else 0.0
                 self.state, loss, td = self._train_round(self.state, chunk, learning_rate,
                                                          np.float32(tau))
                 losses.append(loss)
                 td_errors.append(td)
         losses, td_errors = backend.to_numpy((losses, td_errors))
-        weights = [min(per_call, n_steps - s) for s in range(0, n_steps, per_call)]
+        weights = [stop - start for start, stop in parts]
         return float(np.average(losses, weights=weights)), np.concatenate(td_errors)
 
     def q_values(self, observations: np.ndarray) -> np.ndarray:
-        """Online Q-values (B, A) for float32 observations, in inference mode."""
+        """Online action values (B, A) (the head's) for float32 observations, in inference mode."""
         with backend.inference(), self.acting_scope():
             params, non_trainable = self.acting_weights()
             q = self._forward(params["q"], non_trainable["q"], backend.feed(observations))
         return np.asarray(backend.to_numpy(q))
 
     def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
-        """Argmax of the online Q-values (B,) for float32 observations: acting, once per env step."""
+        """Argmax of the online action values (B,) for float32 observations: acting, once per env
+        step."""
         with backend.inference(), self.acting_scope():
             params, non_trainable = self.acting_weights()
             actions = self._greedy(params["q"], non_trainable["q"], backend.feed(observations))
@@ -191,6 +226,16 @@ class QLearner(Learner):
         """Restore from `arrays()` output; checkpoints of kerasrl 0.1's own Q-learner layout (one
         model's lists directly under each section, no "q" level) are read too."""
         super().load_arrays(_with_model_level(arrays, "q"))
+
+
+def q_learner_for(model: keras.Model, config, target_fn: TargetFn,
+                  needs_online_next: bool, head: ValueHead | None = None) -> QLearner:
+    """The QLearner a value agent's `config` makes on `model` (Adam and the loss as configured,
+    `head` its value head, None: DQN's): the agent's and its compiled loop's alike."""
+    return QLearner(model, optimizer=Adam(epsilon=config.adam_epsilon,
+                                          max_grad_norm=config.max_grad_norm),
+                    target_fn=target_fn, loss=config.loss, needs_online_next=needs_online_next,
+                    head=head)
 
 
 STATE_SECTIONS = ("params", "non_trainable", "target_params", "target_non_trainable", "opt")
@@ -238,18 +283,20 @@ class QAgentMixin:
         self.n_actions = int(self.action_space.n)
         self._mask_sizes = (self.n_actions,)
 
-    def _build_q_learner(self, model, target_fn, needs_online_next: bool) -> None:
-        """Build the Q-network (the user's, or the default) and its learner, and zero the counters."""
+    def _build_q_learner(self, model, target_fn, needs_online_next: bool,
+                         head: ValueHead | None = None) -> None:
+        """Build the value network (the user's, or the head's default) and its learner, and zero
+        the counters. `head`: the value head (None: DQN's, with the config's loss)."""
         cfg = self.config
         self._require_discrete_actions()
+        head = ValueHead(cfg.loss) if head is None else head
         self.q_network = build_model(
-            model, self.observation_space, self.n_actions, action_space=self.action_space,
-            default=lambda: default_network(self.observation_space, self.n_actions, cfg.hidden_sizes),
+            model, self.observation_space, head.output_shape(self.n_actions),
+            action_space=self.action_space,
+            default=lambda: head.network(self.observation_space, self.n_actions, cfg.hidden_sizes),
             role="Q-network", seed=self.weights_seed,
         )
-        self.learner = QLearner(
-            self.q_network, optimizer=Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm),
-            target_fn=target_fn, loss=cfg.loss, needs_online_next=needs_online_next)
+        self.learner = q_learner_for(self.q_network, cfg, target_fn, needs_online_next, head)
         self.n_updates = 0
         self._vector_steps = 0
         self._pending_syncs = 0  # target syncs due since the last training round
@@ -318,6 +365,7 @@ class QAgentMixin:
     def policy(self) -> QPolicy:
         """The greedy policy on the Q-network (inference only; see `Agent.policy`)."""
         if getattr(self, "_q_policy", None) is None:
-            self._q_policy = QPolicy(self.q_network, self.observation_space, self.action_space)
+            self._q_policy = QPolicy(self.q_network, self.observation_space, self.action_space,
+                                     value_head=self.learner.head)
         self._q_policy.action_masks = self.loop.action_masks is not None
         return self._q_policy

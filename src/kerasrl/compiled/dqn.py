@@ -1,7 +1,11 @@
 """DQN with the whole loop compiled: env step, acting, replay write, target sync and Adam steps.
 
 The same algorithm and hyperparameters as `kerasrl.agents.dqn` (a `DQNConfig`), on an ops
-environment (`kerasrl.envs.ops`), with the loop's state held as tensors. One round is
+environment (`kerasrl.envs.ops`), with the loop's state held as tensors. The algorithm is not
+copied here: acting, the exploration schedule, TD targets and the training round are the agent's
+own `QLearner`'s (`greedy`, `round`), run on the learner's state layout (the runner state's
+"learner" entry is exactly `agent.learner.state`); tests/test_one_definition.py checks a round
+through both loops bit for bit. One round is
 `train_freq` vector steps (act epsilon-greedily, step every env, write the transitions), then,
 once more than `learning_starts` env steps are in, any due target sync and `gradient_steps` Adam
 steps on uniformly sampled batches, as the Python loop does. A call runs `rounds_per_call` rounds
@@ -65,6 +69,7 @@ class CompiledDQN(CompiledLoop):
 
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, model=None, **fields):
+        from kerasrl.agents.dqn import dqn_learner
         from kerasrl.initializers import WeightDraws
         from kerasrl.networks import build_model, default_network
 
@@ -84,23 +89,24 @@ class CompiledDQN(CompiledLoop):
         model = build_model(model, obs_space, int(space.n), action_space=space,
                             default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
                             role="Q-network", seed=seeds[0])
-        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, model)
+        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds,
+                        dqn_learner(model, config))
         # Every seed's weights drawn with numpy alone (the model is not touched per seed).
         draws = WeightDraws(model)
         self._start(self._initial_states(
             draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
             draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")))
 
-    def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], model) -> None:
-        from kerasrl.optim import Adam
-
+    def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], learner) -> None:
         check_ops_env(env, env_params, config.n_envs)
         self.config = cfg = config
         self.env, self.env_params = env, env_params
         self.n_actions = int(env.action_space.n)
         self.seeds = seeds
-        self.model = model
-        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        # The agent's QLearner (or one made as the agent makes it): its round, targets and acting
+        # are what this loop runs, on its state layout, so both loops run one definition.
+        self.learner = learner
+        self.model = learner.models["q"]
         self.n_envs = cfg.n_envs
         self.capacity = max(1, -(-cfg.buffer_size // cfg.n_envs))  # vector steps held, as ReplayBuffer
         self.sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as the agent
@@ -120,13 +126,10 @@ class CompiledDQN(CompiledLoop):
                   "next_obs": np.zeros((size, *obs_shape), np.float32),
                   "actions": np.zeros(size, np.int32), "rewards": np.zeros(size, np.float32),
                   "terminated": np.zeros(size, np.float32), "truncated": np.zeros(size, np.float32)}
-        opt = backend.to_numpy(self.optimizer.init(backend.to_tensors([w[0] for w in weights])))
         return {
             "env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
             "buffer": repeat(buffer, n_seeds),
-            "params": weights, "non_trainable": non_trainable,
-            "target_params": [w.copy() for w in weights], "target_non_trainable": [w.copy() for w in non_trainable],
-            "opt": repeat(opt, n_seeds),
+            "learner": self.learner.fresh_state({"q": weights}, {"q": non_trainable}, copies=n_seeds),
             "explore_rng": explore_rng, "action_rng": action_rng, "sample_rng": sample_rng,
             "vector_steps": np.zeros(n_seeds, np.int32), "pending_syncs": np.zeros(n_seeds, np.int32),
         }
@@ -135,9 +138,10 @@ class CompiledDQN(CompiledLoop):
     def _epsilon(self, timesteps, total_steps):
         from keras import ops
 
+        from kerasrl.agents.q_learner import exploration_rate
+
         cfg = self.config
-        eps = linear_schedule(cfg.exploration_initial_eps, cfg.exploration_final_eps,
-                              ops.cast(timesteps, "float32") / max(1.0, cfg.exploration_fraction * total_steps))
+        eps = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
         if cfg.random_warmup:
             eps = ops.where(timesteps < cfg.learning_starts, 1.0, eps)
         return eps
@@ -157,12 +161,9 @@ class CompiledDQN(CompiledLoop):
         rows to write, the transitions and the episodes that ended (`episode_update`)."""
         from keras import ops
 
-        from kerasrl.networks import stateless_apply
-
         n = self.n_envs
         timesteps = state["vector_steps"] * n
-        q, _ = stateless_apply(self.model, state["params"], state["non_trainable"], state["obs"], False)
-        greedy = ops.cast(ops.argmax(q, axis=-1), "int32")
+        greedy = self.learner.greedy(state["learner"], state["obs"])
         explore_rng, u = uniform01(state["explore_rng"])
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
         actions = ops.where(u < self._epsilon(timesteps, total_steps), random_action, greedy)
@@ -179,44 +180,52 @@ class CompiledDQN(CompiledLoop):
                      pending_syncs=state["pending_syncs"] + ops.cast(vector_steps % self.sync_every == 0, "int32"))
         return state, rows, transition, ended
 
-    def _loss(self, params, non_trainable, batch, targets):
-        from kerasrl.losses import select, td_loss
-        from kerasrl.networks import stateless_apply
-
-        q, non_trainable = stateless_apply(self.model, params, non_trainable, batch["obs"], True)
-        loss, _ = td_loss(select(q, batch["actions"]), targets, 1.0, self.config.loss)
-        return loss, non_trainable
-
-    def _gradient_step(self, state, learning_rate):
+    def _sample(self, state, n_steps: int):
+        """`n_steps` uniform batches (n_steps, batch_size, ...) of the replay rows written so far,
+        as the learner takes them (ReplayBuffer.sample's keys), and the advanced sample stream."""
         from keras import ops
-
-        from kerasrl.losses import q_learning_target
-        from kerasrl.networks import stateless_apply
 
         cfg = self.config
         size = ops.minimum(state["vector_steps"], self.capacity) * self.n_envs
-        sample_rng, rows = random_ints(state["sample_rng"], size)
-        batch = {key: ops.take(value, rows, axis=0) for key, value in state["buffer"].items()}
-        next_q, _ = stateless_apply(self.model, state["target_params"], state["target_non_trainable"],
-                                    batch["next_obs"], False)
-        next_online = None
-        if cfg.double_q:
-            next_online, _ = stateless_apply(self.model, state["params"], state["non_trainable"], batch["next_obs"],
-                                             False)
-        discounts = cfg.gamma * (1.0 - batch["terminated"])
-        targets = q_learning_target(next_q, batch["rewards"], discounts, next_online)
-        (loss, non_trainable), grads = backend.value_and_grad(self._loss)(
-            state["params"], state["non_trainable"], batch, targets)
-        params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
-        return dict(state, params=params, non_trainable=non_trainable, opt=opt, sample_rng=sample_rng), loss
+
+        def draw(i, carry):
+            rng, rows = carry
+            rng, drawn = random_ints(rng, size)
+            return rng, ops.slice_update(rows, (i, 0), ops.expand_dims(drawn, 0))
+
+        sample_rng, rows = backend.fori_loop(
+            0, n_steps, draw, (state["sample_rng"], ops.zeros((n_steps, cfg.batch_size), "int32")))
+        buffer = state["buffer"]
+        batches = {"observations": ops.take(buffer["obs"], rows, axis=0),
+                   "next_observations": ops.take(buffer["next_obs"], rows, axis=0),
+                   "actions": ops.take(buffer["actions"], rows, axis=0),
+                   "rewards": ops.take(buffer["rewards"], rows, axis=0),
+                   "discounts": ops.where(ops.take(buffer["terminated"], rows, axis=0) > 0, 0.0, cfg.gamma),
+                   "weights": ops.ones((n_steps, cfg.batch_size), "float32")}
+        return sample_rng, batches
+
+    def _train(self, state, learning_rate, target_tau):
+        """One training round of the learner (its own `round`, in the parts its Python loop runs
+        it as) on batches sampled here. Returns (state, sum of the steps' losses)."""
+        from keras import ops
+        from keras import tree
+
+        n_steps = self.config.gradient_steps
+        sample_rng, batches = self._piece(("sample", n_steps), lambda s: self._sample(s, n_steps))(state)
+        learner, loss_sum = state["learner"], ops.zeros((), "float32")
+        for start, stop in self.learner.round_parts(n_steps):
+            part = tree.map_structure(lambda x: x[start:stop], batches)
+            tau = target_tau if start == 0 else ops.zeros((), "float32")
+            learner, loss, _ = self._piece(("round", stop - start), self.learner.round)(
+                learner, part, learning_rate, tau)
+            loss_sum = loss_sum + loss * (stop - start)
+        return dict(state, learner=learner, sample_rng=sample_rng), loss_sum
 
     def _round(self, state, metrics, total_steps, env_steps=None, train_after=True):
         """`train_freq` vector steps then the training part; or `env_steps` of them, and the
         training part only if `train_after` (a part of a round: `CompiledLoop._run`)."""
         from keras import ops
         from keras import tree
-
-        from kerasrl.optim import copy_state, polyak
 
         cfg = self.config
 
@@ -229,26 +238,15 @@ class CompiledDQN(CompiledLoop):
             return state, metrics
         timesteps = state["vector_steps"] * self.n_envs
         train = timesteps > cfg.learning_starts
+        # The pending syncs as one Polyak step (QAgentMixin._take_target_tau, in float32 here).
         k = ops.cast(state["pending_syncs"], "float32")
         tau = ops.where(k > 0, 1.0 - ops.power(1.0 - cfg.tau, k), 0.0)
-        trained = dict(state, target_params=polyak(state["params"], state["target_params"], tau),
-                       target_non_trainable=copy_state(state["non_trainable"], state["target_non_trainable"], tau),
-                       pending_syncs=ops.zeros_like(state["pending_syncs"]))
         learning_rate = ops.convert_to_tensor(cfg.learning_rate, "float32")
         if cfg.lr_schedule == "linear":
             learning_rate = cfg.learning_rate * linear_schedule(1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
-
-        gradient_step = self._piece("gradient", self._gradient_step)
-
-        def grad_body(i, carry):
-            state, loss_sum = carry
-            state, loss = gradient_step(state, learning_rate)
-            return state, loss_sum + loss
-
-        trained, loss_sum = backend.fori_loop(0, cfg.gradient_steps, grad_body,
-                                              (trained, ops.zeros((), "float32")))
-        keep = ("params", "non_trainable", "target_params", "target_non_trainable", "opt", "sample_rng",
-                "pending_syncs")
+        trained, loss_sum = self._train(state, learning_rate, tau)
+        trained["pending_syncs"] = ops.zeros_like(state["pending_syncs"])
+        keep = ("learner", "sample_rng", "pending_syncs")
         for key in keep:
             state[key] = tree.map_structure(lambda new, old: ops.where(train, new, old), trained[key], state[key])
         metrics = dict(metrics, loss_sum=metrics["loss_sum"] + ops.where(train, loss_sum, 0.0),
@@ -280,7 +278,7 @@ class CompiledDQN(CompiledLoop):
         """The loop of `agent` (a `kerasrl.DQN` on an ops env): its config, its Q-network (the
         same Keras model, not a copy), its games' env and params. Its state comes from the agent
         at each call of `state_from_agent` and goes back with `state_to_agent`."""
-        return cls._on_agent(agent, agent.learner.models["q"])
+        return cls._on_agent(agent, agent.learner)
 
     def round_phase(self, agent) -> int:
         """Vector steps `agent` has taken into its current round (0: it stands at a round's start)."""
@@ -300,7 +298,6 @@ class CompiledDQN(CompiledLoop):
 
         cfg, n = self.config, self.n_envs
         buffer, size = agent.buffer, self.capacity * self.n_envs
-        learner = backend.to_numpy(agent.learner.state)
         streams = agent.loop.compiled_streams
         if streams is None:
             # The streams of `_initial_states` but the env's (the agent's games are seeded already).
@@ -309,10 +306,7 @@ class CompiledDQN(CompiledLoop):
             **games_from_agent(agent),
             "buffer": {key: np.asarray(getattr(buffer, name), dtype).reshape(size, *getattr(buffer, name).shape[2:])
                        for name, key, dtype in self.BUFFER_FIELDS},
-            "params": learner["params"]["q"], "non_trainable": learner["non_trainable"]["q"],
-            "target_params": learner["target_params"]["q"],
-            "target_non_trainable": learner["target_non_trainable"]["q"],
-            "opt": learner["opt"]["q"],
+            "learner": backend.to_numpy(agent.learner.state),
             **{key: np.asarray(value, np.int32) for key, value in streams.items()},
             **{key: np.int32(value) for key, value in agent.loop_counters().items()},
         }
@@ -323,11 +317,7 @@ class CompiledDQN(CompiledLoop):
         from kerasrl.compiled.engine import games_to_agent
 
         s = backend.to_numpy(state)
-        learner = backend.to_numpy(agent.learner.state)
-        for key in ("params", "non_trainable", "target_params", "target_non_trainable"):
-            learner[key] = dict(learner[key], q=[np.array(w) for w in s[key]])
-        learner["opt"] = dict(learner["opt"], q=s["opt"])
-        agent.learner.state = backend.to_tensors(learner)
+        agent.learner.load_state(s["learner"])
         games_to_agent(s, agent)
         loop, buffer = agent.loop, agent.buffer
         shape = buffer.rewards.shape
@@ -343,21 +333,22 @@ class CompiledDQN(CompiledLoop):
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""
-        state = self.seed_state(index)
-        return [np.array(w) for w in state["params"] + state["non_trainable"]]
+        return self.learner.weights("q", self.seed_state(index)["learner"])
 
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the greedy policy of seed `index` over `n_episodes` games
         (one episode each, run together in one compiled call)."""
-        return greedy_returns(self.env, self.env_params, self.model, self.weights(index), n_episodes, seed,
-                              max_steps, cache=self._calls)
+        return greedy_returns(self.env, self.env_params, self.model, self.seed_state(index)["learner"], n_episodes,
+                              seed, max_steps, cache=self._calls, act=self.learner.greedy)
 
 
 def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_steps: int | None = None,
-                   cache: dict | None = None):
+                   cache: dict | None = None, act=None):
     """Returns of one episode in each of `n_episodes` games, acting by argmax of `model` with
-    `weights`; the episode must end within `max_steps` (default: the env's time limit). `cache`
-    keeps the compiled evaluation between calls (one per number of games and step limit)."""
+    `weights` (a list, trainable then non-trainable), or by `act(weights, observations)` with
+    `weights` any tree of arrays (a learner's state); the episode must end within `max_steps`
+    (default: the env's time limit). `cache` keeps the compiled evaluation between calls (one per
+    number of games and step limit)."""
     from keras import ops
 
     from kerasrl.envs.ops.base import make_rng
@@ -366,7 +357,12 @@ def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_
     limit = max_steps or params.max_steps
     if limit is None:
         raise ValueError(f"{env.name} has no time limit: give max_steps= to evaluate.")
-    n_trainable = len(model.trainable_variables)
+    if act is None:
+        n_trainable = len(model.trainable_variables)
+
+        def act(weights, observations):
+            out, _ = stateless_apply(model, weights[:n_trainable], weights[n_trainable:], observations, False)
+            return ops.cast(ops.argmax(out, axis=-1), "int32")
 
     def run(weights, rng):
         obs, state = env.reset(rng, params)
@@ -375,8 +371,7 @@ def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_
 
         def body(i, carry):
             obs, state, returns, running = carry
-            out, _ = stateless_apply(model, weights[:n_trainable], weights[n_trainable:], obs, False)
-            actions = ops.cast(ops.argmax(out, axis=-1), "int32")
+            actions = act(weights, obs)
             obs, state, reward, terminated, truncated, _ = env.step(state, actions, params)
             returns = returns + ops.where(running, reward, 0.0)
             running = ops.logical_and(running, ops.logical_not(ops.logical_or(terminated, truncated)))
@@ -386,7 +381,7 @@ def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_
         return returns, running
 
     cache = {} if cache is None else cache
-    key = ("greedy_returns", n_episodes, limit)
+    key = ("greedy_returns", n_episodes, limit, act)
     if key not in cache:
         cache[key] = backend.compile(run)
     returns, running = backend.to_numpy(cache[key](backend.to_tensors(weights),

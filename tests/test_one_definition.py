@@ -1,0 +1,59 @@
+"""Each algorithm is written once: the compiled loop runs the agent's own learner, so one training
+round from the same state and batches gives the same state through either loop (issue 26)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kerasrl import backend
+from kerasrl.compiled import CompiledDQN
+
+SMALL_DQN = dict(learning_starts=32, train_freq=4, gradient_steps=3, batch_size=16, buffer_size=256,
+                 target_update_interval=8, tau=0.5, hidden_sizes=(16,))
+
+
+def _leaves(tree, prefix=""):
+    if isinstance(tree, dict):
+        for key in sorted(tree):
+            yield from _leaves(tree[key], f"{prefix}/{key}")
+    elif isinstance(tree, (list, tuple)):
+        for i, item in enumerate(tree):
+            yield from _leaves(item, f"{prefix}/{i}")
+    else:
+        yield prefix, np.asarray(tree)
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+@pytest.mark.parametrize("double_q", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_dqn_round_is_the_same_through_the_compiled_loop_and_the_learners_train(double_q):
+    loop = CompiledDQN("CartPole", seeds=0, double_q=double_q, **SMALL_DQN)
+    loop.fit(64, rounds_per_call=4)  # a filled buffer and trained weights, not the initial ones
+    state = backend.to_tensors(loop.seed_state(0))
+    learning_rate, tau = np.float32(1e-3), np.float32(0.75)
+
+    # The compiled loop's training part (its sampling, then the learner's round)...
+    train = backend.compile(lambda s: loop._train(s, learning_rate, tau))
+    compiled_state, loss_sum = backend.to_numpy(train(state))
+    # ... and the Python loop's: `QLearner.train` on the same batches, as numpy.
+    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
+    learner = loop.learner
+    learner.load_state(backend.to_numpy(state["learner"]))
+    loss, _ = learner.train(batches, learning_rate, tau)
+
+    exact = backend.NAME == "jax"
+    python_state = backend.to_numpy(learner.state)
+    compared = 0
+    for (path, a), (_, b) in zip(_leaves(compiled_state["learner"]), _leaves(python_state)):
+        if exact:
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+        compared += 1
+    assert compared == len(list(_leaves(python_state))) > 10
+    np.testing.assert_allclose(float(loss_sum) / 3, loss, rtol=1e-6)
+    # The round moved the weights and the target (so equality is not of two untouched states).
+    before = dict(_leaves(loop.seed_state(0)["learner"]))
+    assert not np.array_equal(before["/params/q/0"], python_state["params"]["q"][0])
+    assert not np.array_equal(before["/target_params/q/0"], python_state["target_params"]["q"][0])
