@@ -196,3 +196,42 @@ def test_presets_name_registered_algorithms_and_models():
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(KeyError, match="known: .*dqn"):
         registry.agent_class("a3c")
+
+
+def _reads_of_private_agent_attributes(path: Path) -> list[str]:
+    """`agent._x`, `agents[i]._x`, `x.learner._x` and `getattr(agent, "_x")` in one file: an
+    engine or tool reaching into an agent (dunder names aside)."""
+    def agent_like(node) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        if isinstance(node, ast.Name):
+            return "agent" in node.id.lower()
+        return isinstance(node, ast.Attribute) and node.attr in ("agent", "learner")
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and private(node.attr) and agent_like(node.value):
+            found.append(f"{path.name}:{node.lineno} .{node.attr}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
+              and agent_like(node.args[0]) and isinstance(node.args[1], ast.Constant)
+              and isinstance(node.args[1].value, str) and private(node.args[1].value)):
+            found.append(f"{path.name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
+    return found
+
+
+def test_nothing_outside_the_agents_reads_an_underscored_agent_attribute(tmp_path):
+    """Engines (compiled, Ray, many seeds), the CLI and tools use agents' public methods only
+    (docs/architecture.md); the agents' own modules (kerasrl/agents/) may use their own."""
+    outside = {name: path for name, path in kerasrl_modules().items()
+               if not name.startswith("kerasrl.agents")}
+    found = [hit for path in outside.values() for hit in _reads_of_private_agent_attributes(path)]
+    assert not found, f"private agent attributes read outside kerasrl/agents/: {found}"
+    # The check sees each form it looks for.
+    planted = tmp_path / "planted.py"
+    planted.write_text("agent._learn()\nagents[0]._x = 1\nself.agent.learner._state\n"
+                       "getattr(agent, '_pending', 0)\nagent.__class__\nloop._vmap\n")
+    assert len(_reads_of_private_agent_attributes(planted)) == 4

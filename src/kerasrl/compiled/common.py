@@ -287,15 +287,20 @@ class CompiledLoop:
                        episodes=episodes["done_count"])
         return state, metrics
 
-    def _compiled(self, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None):
+    def compiled_call(self, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None,
+                      vmap: bool | None = None):
+        """The compiled call `state -> (state, metrics)` of `rounds` rounds (or a part of one, see
+        `_run`), over one runner state, or with `vmap` over a stack of them (default: as this
+        loop's seeds are held). Made once per argument set."""
         import keras
 
-        key = (rounds, total_steps, partial, self._vmap)
+        vmap = self._vmap if vmap is None else vmap
+        key = (rounds, total_steps, partial, vmap)
         if key not in self._calls:
             run = lambda state: self._run(state, rounds, total_steps, partial)  # noqa: E731
             if not backend.COMPILED_LOOPS:
                 self._calls[key] = run  # a Python loop over compiled pieces (see `_piece`)
-            elif self._vmap:
+            elif vmap:
                 many = lambda state: keras.ops.vectorized_map(run, state)  # noqa: E731
                 self._calls[key] = backend.compile(many)
             else:
@@ -318,7 +323,7 @@ class CompiledLoop:
         done = self.num_timesteps // per_round  # resumes after `load`
         while done < n_rounds:
             rounds = min(rounds_per_call, n_rounds - done)
-            call = self._compiled(rounds, total_steps)
+            call = self.compiled_call(rounds, total_steps)
             if self._seed_states is not None:
                 results = [call(s) for s in self._seed_states]
                 self._seed_states = [r[0] for r in results]

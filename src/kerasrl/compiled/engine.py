@@ -180,9 +180,7 @@ class CompiledEngine:
 
     def _compiled(self, rounds: int, total_steps: int, partial, together: bool):
         """The loop's compiled call, for one runner state or for a stack of them (vmapped)."""
-        loop = self.loop
-        loop._vmap = together
-        return loop._compiled(rounds, total_steps, partial)
+        return self.loop.compiled_call(rounds, total_steps, partial, vmap=together)
 
     def _book(self, agent, start: int, metrics: dict, total_steps: int, logger) -> bool:
         """Record one call's episodes, losses and scalars; True if an episode ended."""
