@@ -348,7 +348,7 @@ def dummy_observation(observation_space: gym.Space, batch_size: int = 1) -> np.n
 def build_model(
     model: keras.Model | Callable | None,
     observation_space: gym.Space,
-    n_outputs: int,
+    n_outputs: int | tuple[int, ...],
     *,
     action_space: gym.Space | None = None,
     default: Callable[[], keras.Model] | None = None,
@@ -356,7 +356,8 @@ def build_model(
     seed: int | None = None,
     stream: str | None = None,
 ) -> keras.Model:
-    """Return a built Keras model that maps (B, *obs_shape) float32 to (B, n_outputs).
+    """Return a built Keras model that maps (B, *obs_shape) float32 to (B, n_outputs), or to
+    (B, *n_outputs) for a tuple (a distributional value head's (A, N)).
 
     `model` is a Keras model, a callable `(observation_space, action_space) -> keras.Model`, or
     None for `default()`. The model is called once on a dummy batch so that its weights exist, and
@@ -398,11 +399,14 @@ def build_model(
             f"(float32): {type(error).__name__}: {error}"
         ) from error
     shape = tuple(out.shape)
-    if shape != (2, n_outputs):
+    expected = (int(n_outputs),) if np.ndim(n_outputs) == 0 else tuple(int(n) for n in n_outputs)
+    if shape != (2, *expected):
+        last = (f"Dense({expected[0]})" if len(expected) == 1 else
+                f"Dense({int(np.prod(expected))}) followed by Reshape({expected})")
         raise ValueError(
-            f"The {role} must output (batch, {n_outputs}) for this environment, "
-            f"but it outputs {shape} for a batch of 2 observations of shape "
-            f"{tuple(observation_space.shape)}. Make its last layer Dense({n_outputs})."
+            f"The {role} must output (batch, {', '.join(map(str, expected))}) for this "
+            f"environment, but it outputs {shape} for a batch of 2 observations of shape "
+            f"{tuple(observation_space.shape)}. Make its last layer {last}."
         )
     if not model.trainable_variables:
         raise ValueError(f"The {role} ({type(model).__name__}) has no trainable weights.")

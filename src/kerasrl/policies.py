@@ -13,14 +13,16 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.checkpoint import save_policy
 from kerasrl.export import export_policy
+from kerasrl.heads import ValueHead, head_from_spec, head_spec
 from kerasrl.losses import categorical_segments
 from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
 from kerasrl.networks import recurrent_state_sizes, stateless_apply
 from kerasrl.spaces import FlatObservations, categorical_sizes, flatten, split_segments
 
 
-def forward_fn(model: keras.Model):
-    """A compiled `f(params, non_trainable, obs) -> outputs` in inference mode.
+def forward_fn(model: keras.Model, transform=None):
+    """A compiled `f(params, non_trainable, obs) -> outputs` in inference mode, or
+    `transform(outputs)` (a value head's `action_values`) when given.
 
     Acting and TD targets use this; one compiled function per model serves the agent (with its
     learner state) and the policy (with the model's own variables).
@@ -28,18 +30,20 @@ def forward_fn(model: keras.Model):
 
     def forward(params, non_trainable, observations):
         outputs, _ = stateless_apply(model, params, non_trainable, observations, False)
-        return outputs
+        return outputs if transform is None else transform(outputs)
 
     return backend.compile(forward)
 
 
-def greedy_fn(model: keras.Model):
-    """A compiled `f(params, non_trainable, obs) -> argmax of the outputs` (int32), in inference
-    mode: acting from Q-values in one call, without moving the Q-values out."""
+def greedy_fn(model: keras.Model, action_values=None):
+    """A compiled `f(params, non_trainable, obs) -> argmax of the action values` (int32), in
+    inference mode: acting in one call, without moving the values out. `action_values(outputs)`
+    is the value head's (None: the outputs are the Q-values)."""
 
     def greedy(params, non_trainable, observations):
         outputs, _ = stateless_apply(model, params, non_trainable, observations, False)
-        return keras.ops.cast(keras.ops.argmax(outputs, axis=-1), "int32")
+        q = outputs if action_values is None else action_values(outputs)
+        return keras.ops.cast(keras.ops.argmax(q, axis=-1), "int32")
 
     return backend.compile(greedy)
 
@@ -104,25 +108,33 @@ class Policy:
 
 
 class QPolicy(Policy):
-    """Greedy (or epsilon-greedy) actions from a Q-network.
+    """Greedy (or epsilon-greedy) actions from a value network.
 
     Args:
-        model: a built Keras model mapping (B, *obs_shape) float32 to (B, n_actions).
+        model: a built Keras model mapping (B, *obs_shape) float32 to (B, *output_shape) of its
+            value head: (B, n_actions) Q-values for DQN.
         observation_space, action_space: of one environment (the action space is Discrete).
+        value_head: a `kerasrl.heads.ValueHead` (or what `head_spec` records of one, as a saved
+            policy's config holds it): how outputs become action values. None: DQN's.
     """
 
     policy_type = "q"
 
     def __init__(self, model: keras.Model, observation_space: gym.Space, action_space: gym.Space,
-                 action_masks: bool = False):
+                 action_masks: bool = False, value_head: ValueHead | dict | None = None):
         self.model = model
         self.observation_space = observation_space
         self.action_space = action_space
         self.action_masks = bool(action_masks)
-        self._forward = forward_fn(model)
+        self.value_head = (value_head if isinstance(value_head, ValueHead)
+                           else head_from_spec(value_head))
+        self._forward = forward_fn(model, None if head_spec(self.value_head) is None
+                                   else self.value_head.action_values)
 
     def get_config(self) -> dict:
-        return {"action_masks": True} if self.action_masks else {}
+        config = {"action_masks": True} if self.action_masks else {}
+        spec = head_spec(self.value_head)
+        return config if spec is None else {**config, "value_head": spec}
 
     def _batch(self, observations) -> tuple[np.ndarray, bool]:
         if isinstance(self.observation_space, FlatObservations):  # a dict / tuple observation
@@ -139,7 +151,8 @@ class QPolicy(Policy):
         return obs, single
 
     def q_values(self, observations) -> np.ndarray:
-        """Q-values, (B, n_actions) for a batch, (n_actions,) for one observation."""
+        """Action values (the value head's), (B, n_actions) for a batch, (n_actions,) for one
+        observation."""
         obs, single = self._batch(observations)
         with backend.inference():
             q = self._forward(
@@ -183,13 +196,14 @@ class QPolicy(Policy):
 
     def inference_model(self, include_values: bool = False, action_mask: bool = False
                         ) -> keras.Model:
-        """Observations -> greedy actions (argmax of Q) [, Q-values], in inference mode.
+        """Observations -> greedy actions (argmax of the action values) [, action values], in
+        inference mode.
 
         `action_mask=True`: a second input "action_mask" (B, n_actions) float32, 1 = allowed; the
         argmax is over the allowed actions (the Q-values output stays unmasked).
         """
         inputs, flat = observation_inputs(self.observation_space)
-        q = self.model(flat, training=False)
+        q = self.value_head.action_values(self.model(flat, training=False))
         mask = mask_input(q.shape[-1]) if action_mask else None
         actions = exportable_argmax(q if mask is None else exportable_mask(q, mask))
         model_inputs = with_mask(inputs, mask)
