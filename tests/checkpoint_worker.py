@@ -205,7 +205,7 @@ def second(out: Path) -> None:
 
 
 def crash(run_dir: Path) -> None:
-    from kerasrl.checkpoint import list_checkpoints
+    from kerasrl.runfiles import list_checkpoints
 
     checkpoints = run_dir / "checkpoints"
     if list_checkpoints(checkpoints):

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import kerasrl
-from kerasrl.checkpoint import (CheckpointError, list_checkpoints, read_manifest, verify_files,
-                                write_manifest)
+from kerasrl.checkpoint import CheckpointError
+from kerasrl.files import read_manifest, verify_files, write_manifest
+from kerasrl.runfiles import list_checkpoints
 
 WORKER = Path(__file__).with_name("checkpoint_worker.py")
 ROUNDS = 3  # each round is a fresh process (about 20 s): three kills, two resumes

@@ -112,7 +112,7 @@ def test_a_checkpoint_saved_with_n_step_loads_silently(tmp_path):
     import warnings
 
     import kerasrl
-    from kerasrl.checkpoint import read_manifest, write_manifest
+    from kerasrl.files import read_manifest, write_manifest
 
     agent = kerasrl.DQN("CartPole-v1", seed=0, n_step_return=2, learning_starts=8, batch_size=4,
                         buffer_size=64, hidden_sizes=(8,))

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 import kerasrl
-from kerasrl import checkpoint, runfiles
-from kerasrl.checkpoint import list_checkpoints
+from kerasrl import checkpoint, files, runfiles
+from kerasrl.runfiles import list_checkpoints
 from kerasrl.runfiles import LOCK_NAME, RunLock, RunLockedError, WriteError
 
 CAUSES = {errno.ENOSPC: ("No space left on device", "free space"),
@@ -131,7 +131,7 @@ def test_a_read_only_folder_refuses_save_policy_and_export(tmp_path, monkeypatch
         def read_only(*args, **kwargs):
             raise OSError(code, os.strerror(code))
 
-        monkeypatch.setattr(checkpoint.tempfile, "mkdtemp", read_only)
+        monkeypatch.setattr(files.tempfile, "mkdtemp", read_only)
         monkeypatch.setattr(keras.Model, "export", read_only)
     try:
         for what, write, path in (

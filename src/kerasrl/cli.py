@@ -253,7 +253,9 @@ def save_final_checkpoint(agent, out: Path, keep_last: int | None) -> Path:
     """The run's last checkpoint, `RUN/checkpoints/ckpt-<step>` (unless --checkpoint-every just
     wrote it): what `evaluate`, `export`, `play`, `train --resume`, `kerasrl.load_policy` and
     `Agent.load` read from a run folder."""
-    from kerasrl.checkpoint import MANIFEST, checkpoint_path, prune_checkpoints, save_checkpoint
+    from kerasrl.checkpoint import save_checkpoint
+    from kerasrl.files import checkpoint_path, prune_checkpoints
+    from kerasrl.runfiles import MANIFEST
 
     directory = out / "checkpoints"
     path = checkpoint_path(directory, agent.num_timesteps)
@@ -332,7 +334,7 @@ def cmd_play(args) -> int:
     env = make_render_env(env_id, env_kwargs if args.env is None else {}, ("ansi", "rgb_array"),
                           "`kerasrl play` shows games in the terminal")
     if policy is None:  # a .keras file: a Q-network for this env
-        from kerasrl.checkpoint import load_keras_model
+        from kerasrl.policy_io import load_keras_model
         from kerasrl.policies import QPolicy
 
         policy = QPolicy(load_keras_model(path), env.observation_space, env.action_space)
@@ -391,7 +393,7 @@ def cmd_watch(args) -> int:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
     env = watch.make_watch_env(env_id, env_kwargs)
     if policy is None:  # a .keras file: a Q-network for this env
-        from kerasrl.checkpoint import load_keras_model
+        from kerasrl.policy_io import load_keras_model
         from kerasrl.policies import QPolicy
 
         policy = QPolicy(load_keras_model(path), env.observation_space, env.action_space)
@@ -592,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _resume_training(args) -> int:
     """`train --resume RUN_DIR`: continue from the newest checkpoint to the run's total_steps."""
     import kerasrl
-    from kerasrl.checkpoint import find_checkpoint, read_json
+    from kerasrl.files import find_checkpoint, read_json
 
     run = Path(args.resume)
     if run.is_dir():  # held before the checkpoint is read: another training may be writing it
@@ -620,7 +622,7 @@ def _resume_training(args) -> int:
 def _saved_env(path: Path) -> tuple[str | None, dict]:
     """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
     (e.g. Snake's step limit without a fruit), from a run folder's config.json or a manifest."""
-    from kerasrl.checkpoint import CheckpointError, find_checkpoint, read_json, read_manifest
+    from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
 
     path = Path(path)
     for folder in (path, path.parent, path.parent.parent):  # a run, its checkpoint or best/

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.checkpoint import save_policy
+from kerasrl.policy_io import save_policy
 from kerasrl.export import export_policy
 from kerasrl.heads import ValueHead, head_from_spec, head_spec
 from kerasrl.losses import categorical_segments

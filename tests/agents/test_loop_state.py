@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 import kerasrl
-from kerasrl.checkpoint import read_manifest, write_manifest
+from kerasrl.files import read_manifest, write_manifest
 
 
 def _agent():

@@ -18,9 +18,9 @@ import keras
 import numpy as np
 
 from kerasrl import backend, devices, registry
-from kerasrl.checkpoint import (checkpoint_path, find_checkpoint, load_checkpoint,
-                                prune_checkpoints, save_checkpoint, serialization_problem,
-                                weights_only_note)
+from kerasrl.checkpoint import load_checkpoint, save_checkpoint
+from kerasrl.files import checkpoint_path, find_checkpoint, prune_checkpoints
+from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env

@@ -70,7 +70,8 @@ class RunFollower:
 
     def source(self) -> Path | None:
         """Where the newest policy is now (None before the run's first checkpoint)."""
-        from kerasrl.checkpoint import MANIFEST, CheckpointError, find_checkpoint
+        from kerasrl.files import CheckpointError, find_checkpoint
+        from kerasrl.runfiles import MANIFEST
 
         if (self.run_dir / "best" / MANIFEST).is_file():
             return self.run_dir / "best"
@@ -80,7 +81,7 @@ class RunFollower:
             return None
 
     def _version(self, where: Path) -> tuple[str, bytes]:
-        from kerasrl.checkpoint import MANIFEST
+        from kerasrl.runfiles import MANIFEST
 
         # best/ keeps its name as it improves; its manifest holds the checksums of its files.
         return str(where), (where / MANIFEST).read_bytes()
@@ -88,7 +89,7 @@ class RunFollower:
     def newer(self):
         """(policy, where it came from) when the run has written a policy since the last call
         (the first call loads the current one); None otherwise."""
-        from kerasrl.checkpoint import load_policy
+        from kerasrl.policy_io import load_policy
 
         where = self.source()
         if where is None:

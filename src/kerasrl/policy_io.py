@@ -1,0 +1,217 @@
+"""Policies on disk: the folder `Policy.save` writes and `kerasrl.load_policy` reads, and the models
+in it (checkpoints hold the same files, so `load_policy` reads a checkpoint too).
+
+A policy folder is:
+
+    manifest.json        format "kerasrl-policy", versions, and the size and sha256 of every file
+    policy.json          the policy's type, observation and action spaces (kerasrl.space_json), its
+                         config, and for each model its file format and class
+    <name>.keras         each model whole (Keras serialization, loaded with safe_mode=True), or
+    <name>.weights.h5    its weights only, when Keras could not load the whole model back (a
+                         Lambda layer, an unregistered class); loading it then needs model_factory=
+
+Only a policy's public interface is used: `models()`, `policy_type`, `get_config()`, the spaces,
+and the class's `from_saved`.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from kerasrl import backend, registry
+from kerasrl.files import (POLICY_FORMAT, CheckpointError, atomic_folder, find_checkpoint,
+                           read_json, read_manifest, verify_files, write_json, write_manifest)
+from kerasrl.networks import adapt_model, dummy_observation
+from kerasrl.runfiles import MANIFEST
+from kerasrl.space_json import space_from_json, space_to_json
+from kerasrl.spaces import structure_of
+
+def load_keras_model(path: Path):
+    """A `.keras` file, loaded with safe_mode=True (no Lambda, no unregistered classes)."""
+    try:
+        return keras.saving.load_model(path, safe_mode=True, compile=False)
+    except Exception as error:  # Keras raises TypeError/ValueError/... for refused content
+        message = str(error)
+        hint = ""
+        if "safe_mode" in message or "Lambda" in message or "lambda" in message:
+            hint = (" The model holds a Lambda layer (arbitrary Python code), which kerasrl "
+                    "never loads. Replace it by a registered layer class.")
+        elif "locate" in message or "registered" in message or "Unknown" in message:
+            hint = (" The model names a class Keras does not know: import the module that "
+                    "defines it (decorated with @keras.saving.register_keras_serializable) "
+                    "before loading.")
+        raise CheckpointError(f"Keras refused to load {path}: {type(error).__name__}: "
+                              f"{message.strip()[:800]}{hint}") from None
+
+
+
+def serialization_problem(model) -> str | None:
+    """Why a saved copy of `model` could not be loaded back safely, or None if it can.
+
+    kerasrl loads `.keras` files with safe_mode=True: no Lambda layers, and every class that is not
+    Keras's own must be registered with Keras and have a JSON-ready get_config().
+    """
+    from kerasrl.backend.layers import walk_layers
+
+    for layer in walk_layers(model, include_self=True):
+        cls = type(layer)
+        if isinstance(layer, keras.layers.Lambda):
+            return (f"layer {layer.name!r} is a Lambda layer, whose Python code kerasrl never "
+                    f"loads (safe_mode=True); write it as a layer class decorated with "
+                    f"@keras.saving.register_keras_serializable()")
+        if cls.__module__.split(".")[0] == "keras":
+            continue
+        name = keras.saving.get_registered_name(cls)
+        if keras.saving.get_registered_object(name) is not cls:
+            return (f"{cls.__module__}.{cls.__qualname__} (layer or model {layer.name!r}) is not "
+                    f"registered with Keras; decorate the class with "
+                    f"@keras.saving.register_keras_serializable(package=\"your_package\") (and "
+                    f"import its module before loading)")
+        try:
+            with backend.unused_frameworks_hidden():  # Keras's serialization would import TF
+                config = layer.get_config()
+                json.dumps(config, default=_keras_json_default)
+        except (NotImplementedError, TypeError) as error:
+            return (f"{cls.__qualname__} (layer or model {layer.name!r}) has no usable "
+                    f"get_config() ({type(error).__name__}: {error}); define get_config() "
+                    f"returning its constructor arguments as JSON data")
+    return None
+
+
+def weights_only_note(model, problem: str) -> str:
+    """What a user reads when `model` is saved as weights only: why, and how to load it."""
+    cls = type(model)
+    return (f"{cls.__module__}.{cls.__qualname__} will be saved as weights only ({problem}). "
+            f"Loading needs the model: kerasrl.load_policy(path, model_factory=f) or "
+            f"Agent.load(path, model_factory=f), with f(observation_space, action_space) -> a new "
+            f"{cls.__qualname__}.")
+
+
+def save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, str]:
+    """Write each model as `<name>.keras`, or as `<name>.weights.h5` when asked or when Keras could
+    not load it back; returns {name: "keras" | "weights"}."""
+    formats = {}
+    with backend.unused_frameworks_hidden():  # Keras's serialization would import TensorFlow
+        for name, model in models.items():
+            problem = None if weights_only else serialization_problem(model)
+            if weights_only or problem is not None:
+                model.save_weights(folder / f"{name}.weights.h5")
+                formats[name] = "weights"
+            else:
+                model.save(folder / f"{name}.keras")
+                formats[name] = "keras"
+    return formats
+
+
+def model_files(header: dict[str, Any]) -> dict[str, str]:
+    """{model name: file name} of a policy.json header (format 1 folders written either way)."""
+    names = list(header.get("models", ["model"]))
+    formats = header.get("model_formats")
+    if not isinstance(formats, dict):  # written before per-model formats: all one way
+        formats = {name: "weights" if header.get("weights_only") else "keras" for name in names}
+    return {name: f"{name}.weights.h5" if formats.get(name) == "weights" else f"{name}.keras"
+            for name in names}
+
+
+def load_models(path: Path, header: dict[str, Any], manifest, observation_space, action_space,
+                 model_factory, what: str) -> dict:
+    """The models of a policy or checkpoint folder: `.keras` files loaded safely, weights files
+    into the models that `model_factory` builds."""
+    files = model_files(header)
+    verify_files(path, manifest, files.values())
+    models = {name: load_keras_model(path / file)
+              for name, file in files.items() if file.endswith(".keras")}
+    weight_names = [name for name, file in files.items() if not file.endswith(".keras")]
+    if weight_names:
+        classes = header.get("model_classes", {})
+        if model_factory is None:
+            described = ", ".join(f"{name} ({classes[name]})" if name in classes else name
+                                  for name in weight_names)
+            raise CheckpointError(
+                f"{path} holds the weights only of {described}: Keras could not save the whole "
+                f"model. Pass model_factory=, a function (observation_space, action_space) -> a "
+                f"new keras.Model of the same architecture (a dict of models by name for "
+                f"{', '.join(files)}), to {what}. To save whole models next time, register the "
+                f"class with @keras.saving.register_keras_serializable().")
+        built = model_factory(structure_of(observation_space), action_space)
+        built = built if isinstance(built, dict) else {"model": built}
+        built = {name: adapt_model(model, observation_space) for name, model in built.items()}
+        for name in weight_names:
+            if name not in built:
+                raise CheckpointError(f"model_factory returned no model named {name!r} (it "
+                                      f"returned {', '.join(built) or 'none'}).")
+            model = built[name]
+            model(dummy_observation(observation_space, batch_size=1), training=False)
+            try:
+                model.load_weights(path / files[name])
+            except ValueError as error:
+                raise CheckpointError(
+                    f"The weights in {path / files[name]} do not fit the model that "
+                    f"model_factory built ({type(model).__name__}): {error}") from None
+            models[name] = model
+    return models
+
+
+def _keras_json_default(value):
+    return keras.saving.serialize_keras_object(value)
+
+
+def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
+    """policy.json: the policy's type, spaces, models (each saved whole or as weights, and its
+    class) and config."""
+    models = policy.models()
+    return {"type": policy.policy_type, "observation_space": space_to_json(policy.observation_space),
+            "action_space": space_to_json(policy.action_space),
+            "models": sorted(models), "model_formats": formats,
+            "weights_only": all(f == "weights" for f in formats.values()),
+            "model_classes": {name: f"{type(m).__module__}.{type(m).__qualname__}"
+                              for name, m in models.items()},
+            "config": policy.get_config(), "backend": backend.NAME}
+
+
+def save_policy(policy, path, *, weights_only: bool = False) -> Path:
+    """Write a policy folder: manifest.json, policy.json, and a .keras (or .weights.h5) per model."""
+    path = Path(path)
+    if not policy.policy_type:
+        raise CheckpointError(f"{type(policy).__name__} has no policy_type: it cannot be saved.")
+    with atomic_folder(path, "policy") as tmp:
+        formats = save_models(policy.models(), tmp, weights_only)
+        write_json(tmp / "policy.json", policy_header(policy, formats))
+        write_manifest(tmp, {"format": POLICY_FORMAT, "backend": backend.NAME})
+    if not weights_only:
+        for name, model in policy.models().items():
+            problem = serialization_problem(model) if formats[name] == "weights" else None
+            if problem is not None:
+                warnings.warn(weights_only_note(model, problem), stacklevel=3)
+    return path
+
+
+def load_policy(path, *, model_factory=None):
+    """The inference-only policy in a policy folder or a checkpoint (no env, agent or optimizer).
+
+    A checkpoint directory or run folder gives its newest checkpoint's policy. A policy saved with
+    weights_only=True needs `model_factory(observation_space, action_space) -> keras.Model` (or a
+    dict of models, by name, for policies with several).
+    """
+    backend.configure_threads()
+    path = Path(path)
+    if not (path / MANIFEST).is_file() and path.is_dir():
+        path = find_checkpoint(path)
+    manifest = read_manifest(path)
+    verify_files(path, manifest, ["policy.json"])
+    header = read_json(path / "policy.json")
+    if header.get("type") not in registry.POLICIES:
+        raise CheckpointError(f"{path / 'policy.json'} names policy type {header.get('type')!r}, "
+                              f"which this kerasrl does not know (known: "
+                              f"{', '.join(sorted(registry.POLICIES))}).")
+    cls = registry.policy_class(header["type"])
+    observation_space = space_from_json(header["observation_space"])
+    action_space = space_from_json(header["action_space"])
+    models = load_models(path, header, manifest, observation_space, action_space, model_factory,
+                          "kerasrl.load_policy")
+    return cls.from_saved(models, observation_space, action_space, header.get("config", {}))
