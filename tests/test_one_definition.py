@@ -57,3 +57,21 @@ def test_a_dqn_round_is_the_same_through_the_compiled_loop_and_the_learners_trai
     before = dict(_leaves(loop.seed_state(0)["learner"]))
     assert not np.array_equal(before["/params/q/0"], python_state["params"]["q"][0])
     assert not np.array_equal(before["/target_params/q/0"], python_state["target_params"]["q"][0])
+
+
+@pytest.mark.slow
+@pytest.mark.backend
+def test_a_dueling_dqn_on_an_ops_env_trains_in_the_compiled_loop_on_the_agents_network(caplog):
+    """Dueling heads are only a network: the compiled loop runs them as the agent builds them."""
+    import logging
+
+    import kerasrl
+
+    agent = kerasrl.DQN("kerasrl/OpsCartPole-v1", seed=0, dueling=True, **dict(SMALL_DQN, tau=1.0))
+    before = agent.learner.weights("q")
+    with caplog.at_level(logging.INFO, logger="kerasrl"):
+        agent.fit(64, progress=False)
+    assert agent.loop.compiled_streams is not None  # the compiled loop ran it
+    assert "advantages" in [layer.name for layer in agent.model.layers]
+    after = agent.learner.weights("q")
+    assert len(after) == len(before) and any(not np.array_equal(a, b) for a, b in zip(after, before))

@@ -52,6 +52,21 @@ def dqn_learner(model: keras.Model, config: DQNConfig):
     return q_learner_for(model, config, *dqn_target(config))
 
 
+def dueling_q_network(torso, observation_space, action_space, config: DQNConfig) -> keras.Model:
+    """The dueling Q-network on the user's `torso` (a model or a builder), or on the default
+    torso (Nature CNN for images, else an MLP of `config.hidden_sizes`)."""
+    shape, n_actions = observation_space.shape, int(action_space.n)
+    if torso is None:
+        if is_image_space(observation_space):
+            return dueling(nature_cnn_torso(observation_space), shape, n_actions)
+        torso = mlp_torso(shape, config.hidden_sizes, observation_space=observation_space)
+    else:
+        if not isinstance(torso, keras.Model):
+            torso = torso(structure_of(observation_space), action_space)
+        torso = adapt_model(torso, observation_space)
+    return dueling(torso, shape, n_actions)
+
+
 class DQN(QAgentMixin, Agent):
     """Deep Q-learning for discrete actions.
 
@@ -70,23 +85,9 @@ class DQN(QAgentMixin, Agent):
         cfg = self.config
         self._require_discrete_actions()
         if cfg.dueling:
-            model = self._dueling_model(model)
+            model = dueling_q_network(model, self.observation_space, self.action_space, cfg)
         self._build_q_learner(model, *dqn_target(cfg))
         self.buffer = self._make_buffer()
-
-    def _dueling_model(self, torso):
-        """The dueling Q-network on the user's torso, or on the default MLP torso."""
-        shape = self.observation_space.shape
-        if torso is None:
-            if is_image_space(self.observation_space):
-                return dueling(nature_cnn_torso(self.observation_space), shape, self.n_actions)
-            torso = mlp_torso(shape, self.config.hidden_sizes,
-                              observation_space=self.observation_space)
-        else:
-            if not isinstance(torso, keras.Model):
-                torso = torso(structure_of(self.observation_space), self.action_space)
-            torso = adapt_model(torso, self.observation_space)
-        return dueling(torso, shape, self.n_actions)
 
     def _make_buffer(self):
         cfg = self.config

@@ -19,7 +19,9 @@ run on every backend up to float rounding.
 Many seeds: `seeds=[0, 1, ...]` trains independent copies (own weights, buffer, envs, random
 streams) in one call, vmapped on JAX; on TensorFlow and PyTorch one after the other.
 
-Not supported here (raises): n-step returns, prioritized replay, dueling heads; use the agent.
+Not supported here (raises): n-step returns, prioritized replay (the replay rows live in the runner
+state; their n-step sums and priority tree are the Python buffers' for now), Boltzmann
+exploration; use the agent.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from kerasrl.schedules import linear_schedule
 
 def unsupported(config: DQNConfig) -> str | None:
     """The first setting of `config` the compiled DQN loop does not run (as `name=value`), or None."""
-    for flag, default in (("n_step_return", 1), ("prioritized_replay", False), ("dueling", False),
+    for flag, default in (("n_step_return", 1), ("prioritized_replay", False),
                           ("exploration", "epsilon_greedy")):
         if getattr(config, flag) != default:
             return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
@@ -69,7 +71,7 @@ class CompiledDQN(CompiledLoop):
 
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, model=None, **fields):
-        from kerasrl.agents.dqn import dqn_learner
+        from kerasrl.agents.dqn import dqn_learner, dueling_q_network
         from kerasrl.initializers import WeightDraws
         from kerasrl.networks import build_model, default_network
 
@@ -86,6 +88,8 @@ class CompiledDQN(CompiledLoop):
             raise ValueError(f"CompiledDQN needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
         obs_space = ops_env.observation_space
         seeds = parse_seeds(seeds)
+        if config.dueling:
+            model = dueling_q_network(model, obs_space, space, config)
         model = build_model(model, obs_space, int(space.n), action_space=space,
                             default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
                             role="Q-network", seed=seeds[0])
