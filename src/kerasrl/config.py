@@ -172,6 +172,34 @@ class DQNConfig(QConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QRDQNConfig(DQNConfig):
+    """QR-DQN (Dabney et al., 2018): DQN learning N quantiles of each action's return.
+
+    The defaults are Stable-Baselines3-contrib's QR-DQN (200 quantiles, Adam at 5e-5 with epsilon
+    0.01 / 32 as in the paper, no gradient clipping, epsilon to 0.01 over the first 0.5%), with
+    DQNConfig's replay size and warm-up.
+    """
+
+    n_quantiles: int = hp(200, "Quantiles of each action's return the network outputs: (A, N).")
+    learning_rate: float = hp(5e-5, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
+    adam_epsilon: float = hp(0.01 / 32, "Epsilon of Adam (the QR-DQN paper's 0.01 / batch size "
+                                         "of 32; scale it with batch_size as SB3-contrib does).")
+    max_grad_norm: float | None = hp(None, "Clip the global gradient norm to this; None: no clipping.")
+    exploration_fraction: float = hp(0.005, "Fraction of total steps over which epsilon moves "
+                                            "linearly to its final value.")
+    exploration_final_eps: float = hp(0.01, "Epsilon after exploration_fraction of the steps.")
+    loss: str = hp("huber", "'huber': the quantile Huber loss (kappa 1); the only choice.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n_quantiles >= 1, "n_quantiles", self.n_quantiles, "at least 1")
+        check(self.loss == "huber", "loss", self.loss,
+              "'huber' (QR-DQN learns by the quantile Huber loss)")
+        check(not self.dueling, "dueling", self.dueling,
+              "False (a dueling head outputs (A,) Q-values; QR-DQN's network outputs (A, N))")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SARSAConfig(QConfig):
     """Deep SARSA and Expected SARSA: on-policy, learning from the transitions just collected.
 

@@ -117,6 +117,35 @@ def td_loss(q_taken, targets, weights, loss="huber"):
     return ops.mean(weights * ELEMENTWISE_LOSSES[loss](td_errors)), td_errors
 
 
+# -- distributional value heads (QR-DQN, C51) ----------------------------------------------------
+# Shapes: B the batch, A the actions, N the quantiles or atoms of one action's return distribution.
+
+def select_action(outputs, actions):
+    """`outputs[i, actions[i]]`: (B, A, N) and (B,) int to (B, N) (a one-hot sum: exact, and the
+    same op on every backend)."""
+    one_hot = ops.one_hot(actions, outputs.shape[1], dtype=outputs.dtype)
+    return ops.sum(outputs * one_hot[:, :, None], axis=1)
+
+
+def quantile_huber_loss(quantiles, target_quantiles, weights, kappa=1.0):
+    """QR-DQN's quantile Huber loss (Dabney et al., 2018), as Stable-Baselines3-contrib sums it.
+
+    `quantiles` (B, N) at the midpoints tau_i = (i + 1/2) / N, `target_quantiles` (B, N') (not
+    differentiated), `weights` (B,) importance-sampling weights. Per sample
+    `sum_i mean_j |tau_i - 1{d_ij < 0}| * huber_kappa(d_ij) / kappa`, d_ij = target_j - quantile_i;
+    the loss is the weighted mean over the batch. Returns `(loss, priorities)`, priorities (B,)
+    the mean |d_ij| of each sample (its TD error in units of the return).
+    """
+    n = quantiles.shape[-1]
+    taus = (ops.arange(n, dtype=quantiles.dtype) + 0.5) / n  # (N,)
+    delta = target_quantiles[:, None, :] - quantiles[:, :, None]  # (B, N, N')
+    below = ops.cast(ops.stop_gradient(delta) < 0, quantiles.dtype)
+    pairwise = ops.abs(taus[None, :, None] - below) * huber(delta, kappa) / kappa
+    per_sample = ops.mean(ops.sum(pairwise, axis=1), axis=-1)  # (B,)
+    priorities = ops.stop_gradient(ops.mean(ops.abs(delta), axis=(1, 2)))
+    return ops.mean(weights * per_sample), priorities
+
+
 # -- PPO (Schulman et al., 2017) ----------------------------------------------------------------
 # Shapes: B is the minibatch, A the number of discrete actions, D the action dimension.
 

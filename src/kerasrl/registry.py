@@ -25,14 +25,20 @@ class Algorithm:
     """Its config dataclass, "module:Class" (the agent's `config_class`)."""
     cli: bool = True
     """Offered by `kerasrl train`."""
+    search_space: str | None = None
+    """Its hyperparameter search space for `kerasrl tune`, "module:function" (an Optuna trial ->
+    config fields), or None where it has none."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "dqn": Algorithm("kerasrl.agents.dqn:DQN", "kerasrl.config:DQNConfig"),
+    "dqn": Algorithm("kerasrl.agents.dqn:DQN", "kerasrl.config:DQNConfig",
+                     search_space="kerasrl.tune:sample_dqn"),
+    "qrdqn": Algorithm("kerasrl.agents.qrdqn:QRDQN", "kerasrl.config:QRDQNConfig"),
     "sarsa": Algorithm("kerasrl.agents.sarsa:SARSA", "kerasrl.config:SARSAConfig", cli=False),
     "expected_sarsa": Algorithm("kerasrl.agents.sarsa:ExpectedSARSA", "kerasrl.config:SARSAConfig",
                                 cli=False),
-    "ppo": Algorithm("kerasrl.agents.ppo:PPO", "kerasrl.config:PPOConfig"),
+    "ppo": Algorithm("kerasrl.agents.ppo:PPO", "kerasrl.config:PPOConfig",
+                     search_space="kerasrl.tune:sample_ppo"),
     "recurrent_ppo": Algorithm("kerasrl.agents.recurrent_ppo:RecurrentPPO",
                                "kerasrl.config:RecurrentPPOConfig"),
     "a2c": Algorithm("kerasrl.agents.a2c:A2C", "kerasrl.config:A2CConfig"),
@@ -53,6 +59,10 @@ CONFIGS: dict[str, str] = {name: a.config for name, a in ALGORITHMS.items()}
 
 CLI_ALGORITHMS: tuple[str, ...] = tuple(name for name, a in ALGORITHMS.items() if a.cli)
 """The algorithms `kerasrl train` offers."""
+
+SEARCH_SPACES: dict[str, str] = {name: a.search_space for name, a in ALGORITHMS.items()
+                                 if a.search_space is not None}
+"""Algorithm name -> its search space for `kerasrl tune` (the algorithms `kerasrl tune` offers)."""
 
 
 def public_names() -> dict[str, str]:
@@ -89,12 +99,16 @@ COMPILED_LOOPS: dict[str, str] = {
 """Algorithm name -> its whole loop compiled, which `fit` runs on a kerasrl.envs.ops env."""
 
 MODEL_BUILDERS: dict[str, str] = {
-    "snake_reference": "kerasrl.networks:snake_reference_network",
-    "snake_small": "kerasrl.networks:snake_small_network",
-    "snake_fast": "kerasrl.networks:snake_fast_network",
-    "snake_egocentric": "kerasrl.networks:snake_egocentric_network",
+    "snake_reference": "kerasrl.envs.snake_networks:snake_reference_network",
+    "snake_small": "kerasrl.envs.snake_networks:snake_small_network",
+    "snake_fast": "kerasrl.envs.snake_networks:snake_fast_network",
+    "snake_egocentric": "kerasrl.envs.snake_networks:snake_egocentric_network",
 }
 """Named model builders, for presets and the CLI: name -> f(observation_space, n_actions)."""
+
+KERAS_LAYER_MODULES: tuple[str, ...] = ("kerasrl.networks", "kerasrl.envs.snake_networks")
+"""The modules whose Keras layers kerasrl registers (`@keras.saving.register_keras_serializable`):
+imported before a saved model is loaded, so that a model holding one of them loads in safe mode."""
 
 OPS_ENVS: dict[str, str] = {
     "CartPole": "kerasrl.envs.ops.cartpole:CartPole",
@@ -178,6 +192,24 @@ PRESETS: dict[str, Preset] = {
              gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
              exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(256, 256)),
         "DQN on CartPole-v1 with the RL Baselines3 Zoo hyperparameters.",
+    ),
+    "cartpole-qrdqn": Preset(
+        "qrdqn", "CartPole-v1", 50_000,
+        dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+             gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+             exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(256, 256),
+             n_quantiles=10, adam_epsilon=0.01 / 64),
+        "QR-DQN on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (qrdqn.yml: 10 "
+        "quantiles, 256-256 MLP; Adam's epsilon 0.01 / batch size as SB3-contrib sets it).",
+    ),
+    "acrobot-qrdqn": Preset(
+        "qrdqn", "Acrobot-v1", 100_000,
+        dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+             gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=4,
+             exploration_fraction=0.12, exploration_final_eps=0.1, hidden_sizes=(256, 256),
+             n_quantiles=25, adam_epsilon=0.01 / 128),
+        "QR-DQN on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (qrdqn.yml: 25 "
+        "quantiles, 256-256 MLP, gradient_steps -1 = 4 per round of 4 steps).",
     ),
     "cartpole-ppo": Preset(
         "ppo", "CartPole-v1", 100_000,

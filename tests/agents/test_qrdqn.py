@@ -1,0 +1,96 @@
+"""QR-DQN: the quantile Huber loss against numpy, the policy saved alone and exported, learning."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import kerasrl
+from kerasrl import losses
+from kerasrl.export import compare_export
+
+pytestmark = pytest.mark.backend
+
+
+def np_quantile_huber(quantiles, targets, weights, kappa=1.0):
+    """The paper's loss written out with loops over the quantile pairs (float64)."""
+    batch, n = quantiles.shape
+    per_sample, priorities = np.zeros(batch), np.zeros(batch)
+    for b in range(batch):
+        total = 0.0
+        for i in range(n):
+            tau = (i + 0.5) / n
+            for j in range(targets.shape[1]):
+                d = float(targets[b, j]) - float(quantiles[b, i])
+                huber = 0.5 * d * d if abs(d) <= kappa else kappa * (abs(d) - 0.5 * kappa)
+                total += abs(tau - (d < 0)) * huber / kappa / targets.shape[1]
+                priorities[b] += abs(d) / (n * targets.shape[1])
+        per_sample[b] = total
+    return float(np.mean(weights * per_sample)), priorities
+
+
+@pytest.mark.parametrize("kappa", [1.0, 0.5])
+def test_quantile_huber_loss_matches_numpy(kappa):
+    rng = np.random.default_rng(0)
+    quantiles = rng.normal(size=(16, 7)).astype(np.float32) * 2
+    targets = rng.normal(size=(16, 5)).astype(np.float32) * 2
+    weights = rng.uniform(0.2, 1.0, size=16).astype(np.float32)
+    loss, priorities = losses.quantile_huber_loss(quantiles, targets, weights, kappa)
+    expected, expected_priorities = np_quantile_huber(quantiles, targets, weights, kappa)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(priorities), expected_priorities,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_select_action_picks_the_taken_actions_distribution():
+    outputs = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    taken = losses.select_action(outputs, np.array([2, 0], np.int32))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(taken), outputs[[0, 1], [2, 0]])
+
+
+def test_quantile_target_takes_the_greedy_actions_quantiles():
+    from kerasrl.agents.qrdqn import quantile_target
+
+    # Action 1 has the larger mean in both rows though not the larger first quantile.
+    next_target = np.array([[[3.0, -1.0], [0.0, 4.0]], [[5.0, -5.0], [1.0, 1.0]]], np.float32)
+    batch = {"rewards": np.array([1.0, 2.0], np.float32),
+             "discounts": np.array([0.5, 0.0], np.float32)}
+    target = keras.ops.convert_to_numpy(quantile_target(next_target, None, batch))
+    np.testing.assert_allclose(target, [[1.0, 3.0], [2.0, 2.0]])
+
+
+def small_agent(**overrides):
+    return kerasrl.QRDQN("CartPole-v1", seed=0, learning_starts=20, buffer_size=100, batch_size=8,
+                         n_quantiles=5, hidden_sizes=(16,), check_env=False, **overrides)
+
+
+def test_policy_saves_loads_alone_and_exports(tmp_path):
+    agent = small_agent(prioritized_replay=True)
+    agent.fit(total_steps=60, progress=False)
+    assert agent.q_network.output_shape == (None, 2, 5)
+    observations = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
+    expected_q = agent.learner.q_values(observations)
+    np.testing.assert_allclose(agent.policy.q_values(observations), expected_q, rtol=1e-6,
+                               atol=1e-6)
+    agent.policy.save(tmp_path / "policy")
+    loaded = kerasrl.load_policy(tmp_path / "policy")
+    assert loaded.get_config()["value_head"] == {
+        "class": "kerasrl.agents.qrdqn:QuantileHead", "config": {"n_quantiles": 5}}
+    np.testing.assert_array_equal(loaded.predict(observations), expected_q.argmax(-1))
+    np.testing.assert_allclose(loaded.q_values(observations), expected_q, rtol=1e-6, atol=1e-6)
+    path = loaded.export(tmp_path / "qrdqn.onnx", include_values=True)
+    figures = compare_export(loaded, path, "onnx", n=200)
+    assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
+
+
+def test_a_model_of_the_wrong_shape_and_dueling_are_refused():
+    def flat_q(observation_space, action_space):
+        inputs = keras.Input((4,))
+        return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+    with pytest.raises(ValueError, match=r"output \(batch, 2, 5\).*Dense\(10\) followed by "
+                                         r"Reshape\(\(2, 5\)\)"):
+        small_agent(model=flat_q)
+    with pytest.raises(ValueError, match="dueling"):
+        small_agent(dueling=True)
