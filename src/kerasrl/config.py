@@ -200,6 +200,34 @@ class QRDQNConfig(DQNConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class C51Config(DQNConfig):
+    """C51 (Bellemare et al., 2017): DQN learning a categorical distribution of each action's
+    return on n_atoms fixed atoms from v_min to v_max.
+
+    v_min and v_max bound the returns the network can represent: set them to the env's (CartPole
+    at gamma 0.99: 0 to 100). The defaults are Tianshou's C51 (51 atoms on [-10, 10]) with Adam's
+    epsilon 0.01 / 32 (the paper's, as Dopamine) and DQNConfig's other defaults.
+    """
+
+    n_atoms: int = hp(51, "Atoms of each action's return distribution: the network outputs (A, n_atoms).")
+    v_min: float = hp(-10.0, "The smallest return the distribution represents (the first atom).")
+    v_max: float = hp(10.0, "The largest return the distribution represents (the last atom).")
+    adam_epsilon: float = hp(0.01 / 32, "Epsilon of Adam (the paper's 0.01 / batch size of 32).")
+    loss: str = hp("huber", "Unused: C51 learns by the cross-entropy to the projected target; "
+                            "leave it at 'huber'.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n_atoms >= 2, "n_atoms", self.n_atoms, "at least 2")
+        check(math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max,
+              "v_max", self.v_max, f"a finite number above v_min={self.v_min}")
+        check(self.loss == "huber", "loss", self.loss,
+              "'huber' (unused: C51 learns by the cross-entropy to the projected target)")
+        check(not self.dueling, "dueling", self.dueling,
+              "False (a dueling head outputs (A,) Q-values; C51's network outputs (A, n_atoms))")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SARSAConfig(QConfig):
     """Deep SARSA and Expected SARSA: on-policy, learning from the transitions just collected.
 

@@ -146,6 +146,31 @@ def quantile_huber_loss(quantiles, target_quantiles, weights, kappa=1.0):
     return ops.mean(weights * per_sample), priorities
 
 
+def categorical_projection(next_probs, rewards, discounts, v_min, v_max):
+    """C51's target distribution (Bellemare et al., 2017): the distribution `next_probs` (B, N) on
+    the support z_i = v_min + i (v_max - v_min) / (N - 1), moved to r + discount * z, clipped to
+    [v_min, v_max], and projected back onto z (each atom's mass split between its two neighbours
+    in proportion to closeness). Returns (B, N), not differentiated.
+
+    Written as Tianshou's C51: m_i = sum_j clip(1 - |Tz_j - z_i| / dz, 0, 1) p_j, no scatter.
+    """
+    n = next_probs.shape[-1]
+    delta_z = (v_max - v_min) / (n - 1)
+    support = v_min + ops.arange(n, dtype=next_probs.dtype) * delta_z  # (N,)
+    moved = ops.clip(rewards[:, None] + discounts[:, None] * support[None, :], v_min, v_max)
+    closeness = ops.clip(1.0 - ops.abs(moved[:, None, :] - support[None, :, None]) / delta_z,
+                         0.0, 1.0)  # (B, N target atoms i, N moved atoms j)
+    return ops.stop_gradient(ops.sum(closeness * next_probs[:, None, :], axis=-1))
+
+
+def categorical_cross_entropy(logits, target_probs, weights):
+    """C51's loss: the weighted mean over the batch of `-sum_i m_i log p_i`, p = softmax(`logits`)
+    (B, N) of the taken actions, m = `target_probs` (B, N). Returns `(loss, priorities)`,
+    priorities (B,) each sample's cross-entropy (as Tianshou's C51 gives its prioritized buffer)."""
+    cross_entropy = -ops.sum(target_probs * ops.log_softmax(logits, axis=-1), axis=-1)
+    return ops.mean(weights * cross_entropy), ops.stop_gradient(cross_entropy)
+
+
 # -- PPO (Schulman et al., 2017) ----------------------------------------------------------------
 # Shapes: B is the minibatch, A the number of discrete actions, D the action dimension.
 

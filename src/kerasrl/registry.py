@@ -34,6 +34,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "dqn": Algorithm("kerasrl.agents.dqn:DQN", "kerasrl.config:DQNConfig",
                      search_space="kerasrl.tune:sample_dqn"),
     "qrdqn": Algorithm("kerasrl.agents.qrdqn:QRDQN", "kerasrl.config:QRDQNConfig"),
+    "c51": Algorithm("kerasrl.agents.c51:C51", "kerasrl.config:C51Config"),
     "sarsa": Algorithm("kerasrl.agents.sarsa:SARSA", "kerasrl.config:SARSAConfig", cli=False),
     "expected_sarsa": Algorithm("kerasrl.agents.sarsa:ExpectedSARSA", "kerasrl.config:SARSAConfig",
                                 cli=False),
@@ -210,6 +211,16 @@ PRESETS: dict[str, Preset] = {
              n_quantiles=25, adam_epsilon=0.01 / 128),
         "QR-DQN on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (qrdqn.yml: 25 "
         "quantiles, 256-256 MLP, gradient_steps -1 = 4 per round of 4 steps).",
+    ),
+    "cartpole-c51": Preset(
+        "c51", "CartPole-v1", 50_000,
+        dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+             gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+             exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(256, 256),
+             n_atoms=51, v_min=0.0, v_max=100.0, adam_epsilon=0.01 / 64),
+        "C51 on CartPole-v1 with cartpole-qrdqn's settings (the RL Baselines3 Zoo's for DQN and "
+        "QR-DQN; the zoo has no C51) and 51 atoms on [0, 100], the returns of CartPole's +1 "
+        "rewards at gamma 0.99.",
     ),
     "cartpole-ppo": Preset(
         "ppo", "CartPole-v1", 100_000,
