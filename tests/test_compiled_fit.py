@@ -133,6 +133,8 @@ ZOO_PPO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
                learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear")
 
 
+@pytest.mark.slow_on_other_backends
+@pytest.mark.backend
 def test_ppo_fit_on_an_ops_env_runs_the_compiled_loop_and_learns():
     """RL-Zoo CartPole settings (10 epochs): 48 rollouts in compiled calls, then 13 vector steps
     of a 49th in the Python loop (a rollout is whole in the compiled loop). Measured on seeds 0-4:
@@ -164,7 +166,7 @@ SNAKE_TINY = dict(learning_starts=32, train_freq=4, gradient_steps=1, batch_size
 def test_auto_takes_the_python_loop_for_keras_convolutions_on_xla_cpu(caplog):
     """Conv2D's weight gradient is ~10x slower inside XLA's CPU loops (CompiledEngine.slower_here):
     "auto" runs such a model in the Python loop and says why; PatchConv2D runs compiled."""
-    from kerasrl.networks import snake_fast_network, snake_small_network
+    from kerasrl.envs.snake_networks import snake_fast_network, snake_small_network
 
     caplog.set_level(logging.INFO, logger="kerasrl")
     conv = kerasrl.DQN("kerasrl/OpsSnake-v0", model=snake_small_network((9, 9, 2)), **SNAKE_TINY)

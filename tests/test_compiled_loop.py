@@ -32,6 +32,12 @@ def test_seeds_trained_together_are_the_seeds_trained_alone_and_resume_exactly(t
     resumed.load(tmp_path / "run.npz")
     resumed.fit(160, rounds_per_call=20)
     assert resumed.num_timesteps == 160 and len(resumed.history) == 1
+    # Resumed exactly: bit for bit the run made in one go (docs/ops_envs.md).
+    straight = CompiledDQN("CartPole", seeds=[3, 4], **TINY_DQN)
+    straight.fit(160, rounds_per_call=20)
+    for index in (0, 1):
+        for a, b in zip(resumed.weights(index), straight.weights(index)):
+            np.testing.assert_array_equal(a, b)
     # The second seed alone, straight through (the first shares the model's own initial weights,
     # so is the easier case).
     alone = CompiledDQN("CartPole", seeds=4, **TINY_DQN)

@@ -38,7 +38,9 @@ def test_masked_losses_agree_within_1e_5(results, case):
     assert np.ptp(main) > 0.01 * np.abs(main).mean()  # learning moved the loss
     for other in BACKENDS[1:]:
         run = runs[other]
-        scale = np.abs(losses).max(axis=0) + 1e-6
+        # Each step against its own loss (not the largest of the run), floored at 1e-3 so that a
+        # loss near zero (PPO's policy loss changes sign) is compared in absolute terms.
+        scale = np.maximum(np.abs(losses), 1e-3)
         worst = float(np.max(np.abs(run["losses"] - losses) / scale))
         assert worst < TOLERANCE, (other, worst)
         for key in (k for k in reference if k.startswith("w")):
