@@ -13,6 +13,10 @@ from kerasrl.export import compare_export
 pytestmark = pytest.mark.backend
 
 
+def tensors(*arrays):
+    return [keras.ops.convert_to_tensor(a) for a in arrays]
+
+
 def np_projection(next_probs, rewards, discounts, v_min, v_max):
     """Bellemare et al.'s Algorithm 1: each moved atom's mass split between the atoms below and
     above it (all of it to one atom where it lands on one), float64."""
@@ -41,7 +45,8 @@ def test_categorical_projection_matches_numpy():
     rewards = np.concatenate([rng.uniform(-8, 8, size=batch - 4), [0.0, 1.0, 12.0, -12.0]])
     rewards = rewards.astype(np.float32)
     discounts = np.where(np.arange(batch) % 3 == 0, 0.0, 0.9).astype(np.float32)
-    projected = losses.categorical_projection(next_probs, rewards, discounts, v_min, v_max)
+    projected = losses.categorical_projection(*tensors(next_probs, rewards, discounts), v_min,
+                                              v_max)
     projected = keras.ops.convert_to_numpy(projected)
     np.testing.assert_allclose(projected, np_projection(next_probs, rewards, discounts, v_min,
                                                         v_max), atol=1e-5)
@@ -53,7 +58,7 @@ def test_categorical_cross_entropy_matches_numpy():
     logits = rng.normal(size=(16, 7)).astype(np.float32)
     targets = rng.dirichlet(np.ones(7), size=16).astype(np.float32)
     weights = rng.uniform(0.2, 1.0, size=16).astype(np.float32)
-    loss, priorities = losses.categorical_cross_entropy(logits, targets, weights)
+    loss, priorities = losses.categorical_cross_entropy(*tensors(logits, targets, weights))
     shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     cross_entropy = -(targets * log_probs).sum(-1)
@@ -68,7 +73,7 @@ def test_action_values_are_the_distributions_means():
     head = CategoricalHead(n_atoms=5, v_min=-2.0, v_max=2.0)
     logits = np.random.default_rng(2).normal(size=(3, 2, 5)).astype(np.float32)
     probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(head.action_values(logits)),
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(head.action_values(*tensors(logits))),
                                probs @ np.linspace(-2.0, 2.0, 5), atol=1e-5)
 
 
@@ -102,3 +107,16 @@ def test_bad_supports_are_refused():
         small_agent(v_max=-1.0)
     with pytest.raises(ValueError, match="n_atoms"):
         small_agent(n_atoms=1)
+
+
+@pytest.mark.slow
+def test_cartpole_preset_learns():
+    """cartpole-c51: 20 greedy episodes after 50k steps. Measured on JAX, seed 0: 291.0 (min
+    272; a random policy scores about 20). Not CartPole's 475: the preset borrows QR-DQN's
+    settings and is not tuned for C51 yet (docs/agents.md)."""
+    from kerasrl.presets import get_preset
+
+    preset = get_preset("cartpole-c51")
+    agent = kerasrl.C51(preset.env, seed=0, **preset.config)
+    agent.fit(preset.total_steps, progress=False)
+    assert agent.evaluate(episodes=20)["mean_return"] >= 250
