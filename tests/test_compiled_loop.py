@@ -146,8 +146,10 @@ def test_dqn_zoo_cartpole_two_of_three_seeds_reach_475():
 
 @pytest.mark.slow
 @pytest.mark.backend
-def test_ppo_zoo_cartpole_reaches_500():
-    agent = CompiledPPO("CartPole", seeds=0, **ZOO_PPO)
+def test_ppo_zoo_cartpole_reaches_475_on_at_least_five_of_six_seeds():
+    """Measured on JAX (this machine): all six seeds at a 20-episode mean of 500 after 100k
+    steps. The bar sits below that ceiling, one seed's slack for other machines' floats."""
+    agent = CompiledPPO("CartPole", seeds=list(range(6)), **ZOO_PPO)
     agent.fit(100_000)
-    score, _ = agent.evaluate(0, n_episodes=10)
-    assert score >= 500, (score, backend.NAME)
+    scores = [agent.evaluate(i, n_episodes=20)[0] for i in range(6)]
+    assert sum(score >= 475 for score in scores) >= 5, (scores, backend.NAME)
