@@ -14,7 +14,7 @@ import json
 import time
 
 import kerasrl
-from kerasrl.cli import parse_assignment
+from kerasrl.cli.common import parse_assignment
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import kerasrl
-from kerasrl.cli import show_info_lines
+from kerasrl.cli.common import show_info_lines
 
 show_info_lines()  # kerasrl's INFO lines on stderr, as the CLI shows them
 out = Path(sys.argv[1])

@@ -6,7 +6,8 @@ import pytest
 
 import kerasrl
 from kerasrl.envs.snake import REFERENCE_MIN_BOARD
-from kerasrl.networks import MODEL_BUILDERS, model_builder, snake_reference_network, snake_small_network
+from kerasrl.envs.snake_networks import snake_reference_network, snake_small_network
+from kerasrl.networks import MODEL_BUILDERS, model_builder
 
 
 def test_reference_network_has_the_reference_size():
@@ -138,7 +139,7 @@ def keras_ops():
 
 @pytest.mark.backend
 def test_snake_fast_policy_saves_and_loads_alone(tmp_path):
-    from kerasrl.networks import snake_fast_network
+    from kerasrl.envs.snake_networks import snake_fast_network
 
     space = gym.make("kerasrl/Snake-v0").observation_space
     policy = kerasrl.QPolicy(snake_fast_network(space), space, gym.spaces.Discrete(3))
@@ -155,7 +156,7 @@ def test_egocentric_view_is_the_same_whichever_way_the_board_is_turned():
     (the same situation, another heading) gives the same view."""
     import keras
 
-    from kerasrl.networks import SnakeEgocentricView
+    from kerasrl.envs.snake_networks import SnakeEgocentricView
 
     board = np.zeros((9, 9, 2), np.float32)
     board[2, 3, 0], board[2, 2, 0], board[3, 2, 0] = 2.0, 1.0, 1.0  # head (2, 3) heading right; neck (2, 2)

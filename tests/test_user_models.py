@@ -209,6 +209,28 @@ def test_wrong_output_names_the_fix():
         kerasrl.DQN("CartPole-v1", model=NoTraining(n_outputs=3), seed=0)
 
 
+def test_an_agent_owns_a_users_model_by_a_record_not_an_attribute_on_it():
+    """Which agent owns a model is recorded in kerasrl.networks, not written onto the user's model:
+    making an agent adds no attribute to it. A second agent, of any kind and in any role, is
+    refused with the fix; a model no agent took is free."""
+    from kerasrl.networks import is_claimed
+
+    model, free = built(NoTraining()), NoTraining()
+    before = set(vars(model))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NoTraining is saved as weights only
+        kerasrl.DQN("CartPole-v1", model=model, seed=0)
+    assert set(vars(model)) == before
+    assert is_claimed(model) and not is_claimed(free)
+    for kwargs, role in (({"model": model}, "policy model"), ({"value_model": model}, "value model")):
+        with pytest.raises(ValueError, match=f"already belongs to another kerasrl agent.*pass a "
+                                             f"new model, or a function that builds one, for the "
+                                             f"{role}"):
+            kerasrl.PPO("CartPole-v1", seed=0, **kwargs)
+    with pytest.raises(ValueError, match="already belongs to another kerasrl agent"):
+        kerasrl.DQN("CartPole-v1", model=model, seed=0)
+
+
 # -- saving a model Keras cannot serialize --------------------------------------------------------
 @pytest.mark.slow_on_other_backends
 def test_unregistered_model_is_reported_when_the_agent_is_made_and_saved_as_weights(tmp_path):

@@ -321,7 +321,7 @@ def test_serves_only_its_own_files(serving):
         assert b"http://" not in body and b"https://" not in body and b"//cdn" not in body
     secret = (package / "watch" / "server.py").read_bytes()[:200]
     for path in ("/static/../server.py", "/static/..%2fserver.py", "/static/%2e%2e%2fserver.py",
-                 "/static/..%2f..%2fcli.py", "/static/%2e%2e/%2e%2e/cli.py", "/../../pyproject.toml",
+                 "/static/..%2f..%2fregistry.py", "/static/%2e%2e/%2e%2e/registry.py", "/../../pyproject.toml",
                  "/static//etc/passwd", "/static/%2fetc%2fpasswd", "/static/..\\server.py",
                  "/static/static", "/static/", "/server.py", "/static/index.html%00.js",
                  "/static/.%2e/.%2e/.%2e/pyproject.toml", "/static/__init__.py"):

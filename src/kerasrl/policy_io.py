@@ -16,6 +16,7 @@ and the class's `from_saved`.
 
 from __future__ import annotations
 
+import importlib
 import json
 import warnings
 from pathlib import Path
@@ -33,6 +34,8 @@ from kerasrl.spaces import structure_of
 
 def load_keras_model(path: Path):
     """A `.keras` file, loaded with safe_mode=True (no Lambda, no unregistered classes)."""
+    for module in registry.KERAS_LAYER_MODULES:  # kerasrl's own layers, registered with Keras
+        importlib.import_module(module)
     try:
         return keras.saving.load_model(path, safe_mode=True, compile=False)
     except Exception as error:  # Keras raises TypeError/ValueError/... for refused content

@@ -80,8 +80,9 @@ def sample_ppo(trial) -> dict[str, Any]:
     }
 
 
-SEARCH_SPACES: dict[str, Callable] = {"dqn": sample_dqn, "ppo": sample_ppo}
-"""algorithm -> function(optuna trial) -> config fields."""
+SEARCH_SPACES: dict[str, Callable] = {name: registry.load(entry)
+                                      for name, entry in registry.SEARCH_SPACES.items()}
+"""algorithm -> function(optuna trial) -> config fields, as registered (registry.ALGORITHMS)."""
 
 DEFAULT_PARAMS = {
     # The library's defaults (DQNConfig) written in the search space's terms, for `baseline=True`.

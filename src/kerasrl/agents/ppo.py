@@ -38,9 +38,9 @@ from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
 from kerasrl.masks import masked_logits
-from kerasrl.networks import (adapt_model, build_model, check_drivable, dummy_observation,
-                               encode_leaves, image_input_scale, is_image_space, nature_features,
-                               stateless_apply)
+from kerasrl.networks import (adapt_model, build_model, check_drivable, check_unclaimed, claim,
+                               dummy_observation, encode_leaves, image_input_scale, is_image_space,
+                               nature_features, stateless_apply)
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
                               normalize_observations, sample_categorical, sample_gaussian)
@@ -154,9 +154,7 @@ class PPO(Agent):
             model = built
         if isinstance(model, keras.Model) and isinstance(obs_space, FlatObservations):
             # A Dict / Tuple observation: the model gets the leaves by name.
-            if getattr(model, "_kerasrl_owned", False):
-                raise ValueError("This Keras model already belongs to another kerasrl agent; "
-                                 "pass a new model, or a function that builds one, as model=.")
+            check_unclaimed(model, "model")
             model = adapt_model(model, obs_space)
         if isinstance(model, keras.Model) and self._two_outputs(model):
             if self._value_model_spec is not None:
@@ -186,9 +184,7 @@ class PPO(Agent):
         return isinstance(out, (list, tuple))
 
     def _check_shared(self, model: keras.Model) -> keras.Model:
-        if getattr(model, "_kerasrl_owned", False):
-            raise ValueError("This Keras model already belongs to another kerasrl agent; pass a "
-                             "new model, or a function that builds one, as model=.")
+        check_unclaimed(model, "model")
         out = model(dummy_observation(self.observation_space, 2), training=False)
         shapes = [tuple(o.shape) for o in out]
         if len(out) != 2 or shapes[0] != (2, self.n_outputs) or shapes[1] not in ((2, 1), (2,)):
@@ -201,8 +197,7 @@ class PPO(Agent):
         check_drivable(model, self.observation_space, "actor-critic model")
         if self.weights_seed is not None:
             seed_initial_weights(model, self.weights_seed, "actor-critic")
-        model._kerasrl_owned = True
-        return model
+        return claim(model, "model")
 
     def _build(self, model) -> None:
         cfg = self.config

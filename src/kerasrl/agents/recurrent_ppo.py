@@ -33,7 +33,8 @@ from kerasrl.buffers.rollout import minibatch_indices
 from kerasrl.config import RecurrentPPOConfig
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.masks import masked_logits
-from kerasrl.networks import check_recurrent_model, recurrent_actor_critic, stateless_apply
+from kerasrl.networks import (check_recurrent_model, check_unclaimed, claim, recurrent_actor_critic,
+                              stateless_apply)
 from kerasrl.policies import RecurrentActorCriticPolicy, categorical_mode
 from kerasrl.spaces import FlatObservations, structure_of
 
@@ -74,14 +75,11 @@ class RecurrentPPO(PPO):
                                            cell_init=cfg.recurrent_init)
         elif not isinstance(model, keras.Model) and callable(model):
             model = model(structure_of(obs_space), self.action_space)
-        if getattr(model, "_kerasrl_owned", False):
-            raise ValueError("This Keras model already belongs to another kerasrl agent; pass a "
-                             "new model, or a function that builds one, as model=.")
+        check_unclaimed(model, "model")
         self.state_sizes = check_recurrent_model(model, obs_space, self.n_outputs)
         if self.weights_seed is not None:
             seed_initial_weights(model, self.weights_seed, "actor-critic")
-        model._kerasrl_owned = True
-        self.actor, self.critic, self.shared = model, None, True
+        self.actor, self.critic, self.shared = claim(model, "model"), None, True
 
     def _build(self, model) -> None:
         super()._build(model)

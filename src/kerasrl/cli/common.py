@@ -1,0 +1,86 @@
+"""What the commands share: `--set name=value`, kerasrl's INFO lines, and a policy read from a run
+folder, checkpoint, policy folder or `.keras` file with the env it was trained on."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import logging
+from pathlib import Path
+
+def parse_assignment(text: str) -> tuple[str, object]:
+    """`name=value` with value read as a Python literal (numbers, tuples, None, True) or a string."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set expects name=value, got {text!r}.")
+    name, raw = text.split("=", 1)
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw
+    return name.strip(), value
+
+
+def show_info_lines() -> None:
+    """kerasrl's INFO lines (e.g. why fit runs the Python loop, not the compiled one) on stderr."""
+    log = logging.getLogger("kerasrl")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("kerasrl: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
+MODEL_FACTORY_HELP = ("for a run whose model was saved as weights only (a class not registered "
+                      "with Keras): a function (observation_space, action_space) -> keras.Model "
+                      "that builds it, e.g. my_models:make_q_network")
+
+
+def load_policy_source(source, model_factory=None, prefer_best: bool = False):
+    """(policy, where it came from) for a run folder, checkpoint, policy folder or `.keras` file.
+
+    A run folder gives its newest checkpoint's policy, or with `prefer_best` its `best/` policy
+    (written by --save-best) when there is one. A `.keras` file is read as a Q-network; its env
+    comes from --env.
+    """
+    import kerasrl
+
+    path = Path(source)
+    if path.suffix == ".keras":
+        if not path.is_file():
+            raise ValueError(f"No such model file: {path}")
+        return None, path
+    if not path.exists():
+        raise ValueError(f"No such run, checkpoint or policy folder: {path}")
+    if prefer_best and (path / "best").is_dir():
+        path = path / "best"
+    factory = import_factory(model_factory) if model_factory else None
+    return kerasrl.load_policy(path, model_factory=factory), path
+
+
+def import_factory(text: str):
+    """`module:function` (from --model-factory) as the function."""
+    import importlib
+
+    module, _, name = text.partition(":")
+    if not module or not name:
+        raise ValueError(f"--model-factory expects module:function, got {text!r}.")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"--model-factory {text!r} could not be imported: {error}") from None
+
+
+def saved_env(path: Path) -> tuple[str | None, dict]:
+    """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
+    (e.g. Snake's step limit without a fruit), from a run folder's config.json or a manifest."""
+    from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
+
+    path = Path(path)
+    for folder in (path, path.parent, path.parent.parent):  # a run, its checkpoint or best/
+        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+        if "eval_env_kwargs" in config and isinstance(config.get("env"), str):  # `train` wrote it
+            return config["env"], dict(config["eval_env_kwargs"] or {})
+    try:
+        return read_manifest(find_checkpoint(path)).get("env"), {}
+    except CheckpointError:
+        return None, {}

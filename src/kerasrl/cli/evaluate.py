@@ -1,0 +1,104 @@
+"""`kerasrl evaluate` and `kerasrl export`: a saved policy evaluated on its env (optionally
+recorded to a video) or exported to ONNX or a TF SavedModel and checked against itself."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from kerasrl import backend
+from kerasrl.cli.common import MODEL_FACTORY_HELP, load_policy_source, saved_env
+from kerasrl.envs import env_action
+
+
+def add_commands(commands) -> None:
+    """The `evaluate` and `export` commands."""
+    p = commands.add_parser("evaluate", help="Evaluate a saved policy or checkpoint (no training state needed).")
+    p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--env", help="Gymnasium id (default: the one saved with the run)")
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
+    p.add_argument("--video", metavar="FILE",
+                   help="also record the episodes to this .mp4 or .gif (pip install "
+                        "'kerasrl[video]'; the env must render rgb_array frames)")
+    p.add_argument("--fps", type=float, help="frames per second of --video (default: the env's)")
+    p.set_defaults(run=cmd_evaluate)
+
+    p = commands.add_parser("export", help="Export a saved policy to ONNX or a TF SavedModel, checked against it.")
+    p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
+    p.add_argument("--format", choices=("onnx", "saved_model"), default="onnx")
+    p.add_argument("-o", "--output", required=True, help="the .onnx file or SavedModel folder")
+    p.add_argument("--include-values", action="store_true",
+                   help="add the Q-values (or logits) as a second output")
+    p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
+    p.set_defaults(run=cmd_export)
+
+
+def cmd_evaluate(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    import gymnasium as gym
+    import numpy as np
+
+    if args.episodes < 1:
+        raise ValueError("--episodes must be at least 1.")
+    from kerasrl.policies import episode_actor
+
+    policy, path = load_policy_source(args.source, args.model_factory)
+    if policy is None:
+        raise ValueError(f"{path} is a model file: evaluate a run, checkpoint or policy folder.")
+    env_id, env_kwargs = (args.env, {}) if args.env else saved_env(path)
+    if env_id is None:
+        raise ValueError(f"No env id is saved with {path}: pass --env.")
+    if args.video:
+        from kerasrl.video import recording_env
+
+        env = recording_env(env_id, env_kwargs, args.video, fps=args.fps)
+    else:
+        env = gym.make(env_id, **env_kwargs)
+    returns, lengths = [], []
+    try:
+        for episode in range(args.episodes):
+            obs, _ = env.reset(seed=args.seed + episode)
+            total, steps, done = 0.0, 0, False
+            act = episode_actor(policy)  # a recurrent policy's state carried through the episode
+            while not done:
+                action = env_action(act(np.asarray(obs, np.float32)), env.action_space)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, steps, done = total + float(reward), steps + 1, terminated or truncated
+            returns.append(total)
+            lengths.append(steps)
+        if args.video:
+            frames = env.save()
+            print(f"Recorded {len(returns)} episodes, {frames} frames, to {args.video}",
+                  file=sys.stderr)
+    finally:
+        env.close()
+    result = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+              "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
+              "mean_length": float(np.mean(lengths)), "episodes": len(returns),
+              "env": env_id, "backend": backend.NAME}
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_export(args) -> int:
+    if args.backend:
+        backend.use(args.backend)
+    from kerasrl.export import ExportError, compare_export
+
+    policy, path = load_policy_source(args.source, args.model_factory)
+    if policy is None:
+        raise ValueError(f"{path} is a model file: export a run, checkpoint or policy folder.")
+    try:
+        out = policy.export(args.output, format=args.format, include_values=args.include_values)
+        figures = compare_export(policy, out, args.format, n=1000)
+    except ExportError as error:
+        print(f"kerasrl: export failed: {error}", file=sys.stderr)
+        return 1
+    print(f"Exported to {out} ({args.format}, backend {backend.NAME}); checked on 1000 "
+          f"observations: {figures}")
+    return 0
