@@ -241,10 +241,12 @@ PRESETS: dict[str, Preset] = {
         "recurrent_ppo", "kerasrl/CartPoleNoVel-v1", 100_000,
         dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
              ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
-             clip_range_schedule="linear"),
-        "Recurrent PPO (LSTM, 256 units, SB3-contrib's MlpLstmPolicy) on CartPole with the "
-        "velocities hidden, with RL Baselines3 Zoo's ppo_lstm CartPoleNoVel-v1 settings "
-        "(lin_1e-3, lin_0.2).",
+             clip_range_schedule="linear", normalize_observations=True, normalize_reward=True,
+             recurrent_units=64, hidden_sizes=(64,), activation="relu", ortho_init=False),
+        "Recurrent PPO on CartPole with the velocities hidden, with RL Baselines3 Zoo's ppo_lstm "
+        "CartPoleNoVel-v1 settings: lin_1e-3, lin_0.2, normalized observations and rewards, an "
+        "LSTM of 64 units for the policy and one for the value, each then 64 ReLU units "
+        "(ortho_init off). 500 after 100k steps (JAX seed 0).",
     ),
     "cartpole-a2c": Preset(
         "a2c", "CartPole-v1", 500_000, dict(n_envs=8, ent_coef=0.0),
