@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from kerasrl.envs.snake import Snake, SnakeVectorEnv
+from kerasrl.envs.snake import Snake
+from kerasrl.envs.snake_vector import SnakeVectorEnv
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "snake_env_speed.md"
 

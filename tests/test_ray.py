@@ -87,7 +87,7 @@ PPO_BAR = 250.0
 def test_an_actor_carries_dict_observations_flat():
     """Without Ray: an actor made from the engine's spec flattens the nested Dict env's
     observations at its envs (kerasrl.spaces) and rebuilds the learner's SplitLeaves network."""
-    from kerasrl.distributed.ray_engine import RolloutWorker
+    from kerasrl.distributed.worker import RolloutWorker
     from kerasrl.envs.testing import ImageVectorEnv
     from kerasrl.spaces import FlatObservations
 
@@ -123,7 +123,7 @@ def test_a_continuous_actor_explores_as_its_agent(algorithm):
     """Without Ray: an actor made from the engine's spec rebuilds the agent's policy from its
     saved parts, acts as the agent does once given its weights, explores within the Box bounds,
     and its chunk trains the agent through `receive_transitions`."""
-    from kerasrl.distributed.ray_engine import RolloutWorker
+    from kerasrl.distributed.worker import RolloutWorker
     from kerasrl.envs.testing import TargetEnv
     from kerasrl.logger import RunLogger
 

@@ -130,7 +130,7 @@ SNAKE_TIME_LIMIT_ID = "kerasrl/OpsSnakeTimeLimit-v0"
 ENV_IDS: dict[str, dict[str, Any]] = {
     SNAKE_ID: dict(
         entry_point="kerasrl.envs.snake:Snake",
-        vector_entry_point="kerasrl.envs.snake:SnakeVectorEnv",
+        vector_entry_point="kerasrl.envs.snake_vector:SnakeVectorEnv",
         kwargs={"height": 9, "width": 9, "n_fruits": 1, "initial_length": 2,
                 "max_steps_without_fruit": None},
     ),

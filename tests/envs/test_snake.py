@@ -16,9 +16,9 @@ from kerasrl.envs.snake import (
     REFERENCE_MIN_BOARD,
     STEP_REWARD,
     Snake,
-    SnakeVectorEnv,
     register_envs,
 )
+from kerasrl.envs.snake_vector import SnakeVectorEnv
 
 STRAIGHT, LEFT, RIGHT = 0, 1, 2
 MOVES = {"right": (0, 1), "up": (-1, 0), "left": (0, -1), "down": (1, 0)}

@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 import kerasrl.envs  # noqa: F401  (registers kerasrl/Snake-v0)
 from kerasrl.envs import wrappers
-from kerasrl.envs.snake import SnakeVectorEnv
+from kerasrl.envs.snake_vector import SnakeVectorEnv
 from kerasrl.envs.testing import ChainEnv
 from kerasrl.envs.vector import env_factory, final_observations, make_vec_env
 from kerasrl.envs.wrappers import ApiCheck, NumpyBoundary, as_numpy

@@ -23,7 +23,11 @@ __all__ = ["ENGINES", "RayEngine", "RolloutWorker", "apex_epsilons", "make_engin
 
 
 def __getattr__(name: str):
-    if name in ("RayEngine", "RolloutWorker", "apex_epsilons"):
+    if name == "RolloutWorker":
+        from kerasrl.distributed.worker import RolloutWorker
+
+        return RolloutWorker
+    if name in ("RayEngine", "apex_epsilons"):
         from kerasrl.distributed import ray_engine
 
         return getattr(ray_engine, name)

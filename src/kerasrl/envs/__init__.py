@@ -1,6 +1,7 @@
 """Environments: vector envs with the numpy boundary, wrappers, and the built-in Snake game."""
 
-from kerasrl.envs.snake import Snake, SnakeVectorEnv, register_envs
+from kerasrl.envs.snake import Snake, register_envs
+from kerasrl.envs.snake_vector import SnakeVectorEnv
 from kerasrl.envs.vector import (describe, env_action, env_factory, final_observations,
                                  make_vec_env)
 from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
