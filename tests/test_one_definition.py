@@ -75,3 +75,59 @@ def test_a_dueling_dqn_on_an_ops_env_trains_in_the_compiled_loop_on_the_agents_n
     assert "advantages" in [layer.name for layer in agent.model.layers]
     after = agent.learner.weights("q")
     assert len(after) == len(before) and any(not np.array_equal(a, b) for a, b in zip(after, before))
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+@pytest.mark.parametrize("agent_name", [pytest.param("QRDQN", marks=pytest.mark.slow),
+                                        pytest.param("C51", marks=pytest.mark.slow)])
+def test_the_distributional_agents_run_the_same_round_in_the_compiled_loop(agent_name):
+    """QR-DQN and C51 are a value head and a target on the DQN learner: `fit` on an ops env runs
+    them in the compiled loop (their registration names it), and its round is their learner's."""
+    import kerasrl
+
+    agent = getattr(kerasrl, agent_name)("kerasrl/OpsCartPole-v1", seed=0,
+                                         **dict(SMALL_DQN, hidden_sizes=(16,)))
+    agent.fit(64, progress=False)
+    assert agent.loop.compiled_streams is not None  # the compiled loop ran it
+    loop = CompiledDQN.for_agent(agent)
+    state = backend.to_tensors(loop.state_from_agent(agent))
+    learning_rate, tau = np.float32(1e-3), np.float32(0.75)
+    compiled_state, _ = backend.to_numpy(
+        backend.compile(lambda s: loop._train(s, learning_rate, tau))(state))
+    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
+    agent.learner.train(batches, learning_rate, tau)
+    for (path, a), (_, b) in zip(_leaves(compiled_state["learner"]),
+                                 _leaves(backend.to_numpy(agent.learner.state))):
+        if backend.NAME == "jax":
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+    # The compiled loop acts through the head: its greedy actions are the agent's.
+    observations = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
+    compiled_greedy = backend.to_numpy(backend.compile(loop.learner.greedy)(
+        backend.to_tensors(compiled_state["learner"]), backend.to_tensors(observations)))
+    np.testing.assert_array_equal(compiled_greedy, agent.predict(observations, deterministic=True))
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_boltzmann_exploration_in_the_compiled_loop_follows_the_temperature():
+    """Near zero temperature the draws are the greedy actions; at a huge one, uniform."""
+    from keras import ops
+
+    def draws(temperature):
+        loop = CompiledDQN("CartPole", seeds=0, exploration="boltzmann", random_warmup=False,
+                           exploration_initial_temperature=temperature,
+                           exploration_final_temperature=temperature, **dict(SMALL_DQN, n_envs=64))
+        state = backend.to_tensors(loop.seed_state(0))
+        u = ops.convert_to_tensor(np.random.default_rng(0).random(64).astype(np.float32))
+        act = backend.compile(lambda s, u: (
+            loop._boltzmann(s, u, ops.zeros((64,), "int32"), ops.zeros((), "int32"), 1000),
+            loop.learner.greedy(s["learner"], s["obs"])))
+        return backend.to_numpy(act(state, u))
+
+    sampled, greedy = draws(1e-4)
+    np.testing.assert_array_equal(sampled, greedy)
+    sampled, greedy = draws(1e4)
+    assert 0.3 < np.mean(sampled == greedy) < 0.7 and set(sampled) == {0, 1}

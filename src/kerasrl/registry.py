@@ -28,18 +28,25 @@ class Algorithm:
     search_space: str | None = None
     """Its hyperparameter search space for `kerasrl tune`, "module:function" (an Optuna trial ->
     config fields), or None where it has none."""
+    compiled: str | None = None
+    """Its whole loop compiled, "module:Class", which `fit` runs on a kerasrl.envs.ops env (the
+    loop runs the agent's own learner), or None where it has none."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
     "dqn": Algorithm("kerasrl.agents.dqn:DQN", "kerasrl.config:DQNConfig",
-                     search_space="kerasrl.tune:sample_dqn"),
-    "qrdqn": Algorithm("kerasrl.agents.qrdqn:QRDQN", "kerasrl.config:QRDQNConfig"),
-    "c51": Algorithm("kerasrl.agents.c51:C51", "kerasrl.config:C51Config"),
+                     search_space="kerasrl.tune:sample_dqn",
+                     compiled="kerasrl.compiled.dqn:CompiledDQN"),
+    "qrdqn": Algorithm("kerasrl.agents.qrdqn:QRDQN", "kerasrl.config:QRDQNConfig",
+                       compiled="kerasrl.compiled.dqn:CompiledDQN"),
+    "c51": Algorithm("kerasrl.agents.c51:C51", "kerasrl.config:C51Config",
+                     compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "sarsa": Algorithm("kerasrl.agents.sarsa:SARSA", "kerasrl.config:SARSAConfig", cli=False),
     "expected_sarsa": Algorithm("kerasrl.agents.sarsa:ExpectedSARSA", "kerasrl.config:SARSAConfig",
                                 cli=False),
     "ppo": Algorithm("kerasrl.agents.ppo:PPO", "kerasrl.config:PPOConfig",
-                     search_space="kerasrl.tune:sample_ppo"),
+                     search_space="kerasrl.tune:sample_ppo",
+                     compiled="kerasrl.compiled.ppo:CompiledPPO"),
     "recurrent_ppo": Algorithm("kerasrl.agents.recurrent_ppo:RecurrentPPO",
                                "kerasrl.config:RecurrentPPOConfig"),
     "a2c": Algorithm("kerasrl.agents.a2c:A2C", "kerasrl.config:A2CConfig"),
@@ -93,10 +100,8 @@ ENGINES: dict[str, str] = {
 """Engine name for `fit(engine=...)` (besides "auto" and "local") -> engine class; Ray is imported
 on use."""
 
-COMPILED_LOOPS: dict[str, str] = {
-    "dqn": "kerasrl.compiled.dqn:CompiledDQN",
-    "ppo": "kerasrl.compiled.ppo:CompiledPPO",
-}
+COMPILED_LOOPS: dict[str, str] = {name: algorithm.compiled for name, algorithm in ALGORITHMS.items()
+                                  if algorithm.compiled is not None}
 """Algorithm name -> its whole loop compiled, which `fit` runs on a kerasrl.envs.ops env."""
 
 MODEL_BUILDERS: dict[str, str] = {

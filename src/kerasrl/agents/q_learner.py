@@ -176,11 +176,14 @@ class QLearner(Learner):
         per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
         return [(start, min(start + per_call, n_steps)) for start in range(0, n_steps, per_call)]
 
+    def action_values(self, state, observations):
+        """Action values (B, A) of the online weights in `state` (the head's, from the network's
+        outputs) for float32 `observations`, in inference mode: acting inside a compiled loop."""
+        return self.head.action_values(self.apply("q", state["params"], state, observations))
+
     def greedy(self, state, observations):
-        """Greedy actions (B,) int32 of the online weights in `state` for float32 `observations`,
-        in inference mode: acting inside a compiled loop."""
-        q = self.head.action_values(self.apply("q", state["params"], state, observations))
-        return ops.cast(ops.argmax(q, axis=-1), "int32")
+        """Greedy actions (B,) int32 of `action_values`."""
+        return ops.cast(ops.argmax(self.action_values(state, observations), axis=-1), "int32")
 
     # -- host side ----------------------------------------------------------------------------
     def train(self, batches: dict[str, np.ndarray], learning_rate: float, target_tau: float):

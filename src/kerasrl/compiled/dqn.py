@@ -19,9 +19,11 @@ run on every backend up to float rounding.
 Many seeds: `seeds=[0, 1, ...]` trains independent copies (own weights, buffer, envs, random
 streams) in one call, vmapped on JAX; on TensorFlow and PyTorch one after the other.
 
+Exploration as the agent's: epsilon-greedy, or Boltzmann (one uniform draw per env against the
+cumulative softmax, as `policies.boltzmann` draws), uniform random actions during the warm-up.
+
 Not supported here (raises): n-step returns, prioritized replay (the replay rows live in the runner
-state; their n-step sums and priority tree are the Python buffers' for now), Boltzmann
-exploration; use the agent.
+state; their n-step sums and priority tree are the Python buffers' for now); use the agent.
 """
 
 from __future__ import annotations
@@ -52,8 +54,7 @@ from kerasrl.schedules import linear_schedule
 
 def unsupported(config: DQNConfig) -> str | None:
     """The first setting of `config` the compiled DQN loop does not run (as `name=value`), or None."""
-    for flag, default in (("n_step_return", 1), ("prioritized_replay", False),
-                          ("exploration", "epsilon_greedy")):
+    for flag, default in (("n_step_return", 1), ("prioritized_replay", False)):
         if getattr(config, flag) != default:
             return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
     return None
@@ -160,6 +161,25 @@ class CompiledDQN(CompiledLoop):
         buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
         return dict(state, buffer=buffer), log_episodes(metrics, ended)
 
+    def _boltzmann(self, state, u, random_action, timesteps, total_steps):
+        """Actions drawn from softmax(Q / temperature), the temperature on the agent's schedule
+        (`exploration_rate`); uniform random during the warm-up when `random_warmup`."""
+        from keras import ops
+
+        from kerasrl.agents.q_learner import exploration_rate
+        from kerasrl.losses import boltzmann_probs
+
+        cfg = self.config
+        q = self.learner.action_values(state["learner"], state["obs"])
+        temperature = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
+        cumulative = ops.cumsum(boltzmann_probs(q, temperature), axis=-1)
+        cumulative = cumulative / cumulative[:, -1:]  # exactly 1 at the end, as the agent's
+        # The first action whose cumulative probability exceeds u.
+        sampled = ops.sum(ops.cast(cumulative <= ops.expand_dims(u, -1), "int32"), axis=-1)
+        if cfg.random_warmup:
+            return ops.where(timesteps < cfg.learning_starts, random_action, sampled)
+        return sampled
+
     def _act(self, state, total_steps):
         """Epsilon-greedy actions and one env step: the state without its buffer, the buffer
         rows to write, the transitions and the episodes that ended (`episode_update`)."""
@@ -167,10 +187,13 @@ class CompiledDQN(CompiledLoop):
 
         n = self.n_envs
         timesteps = state["vector_steps"] * n
-        greedy = self.learner.greedy(state["learner"], state["obs"])
         explore_rng, u = uniform01(state["explore_rng"])
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
-        actions = ops.where(u < self._epsilon(timesteps, total_steps), random_action, greedy)
+        if self.config.exploration == "boltzmann":
+            actions = self._boltzmann(state, u, random_action, timesteps, total_steps)
+        else:
+            greedy = self.learner.greedy(state["learner"], state["obs"])
+            actions = ops.where(u < self._epsilon(timesteps, total_steps), random_action, greedy)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
         pos = state["vector_steps"] % self.capacity
         rows = pos * n + ops.arange(n, dtype="int32")
@@ -292,7 +315,8 @@ class CompiledDQN(CompiledLoop):
         """What the Python loop shows beside the loss (the exploration rate)."""
         from kerasrl.agents.q_learner import exploration_rate
 
-        return {"epsilon": exploration_rate(self.config, agent.num_timesteps, total_steps)}
+        name = "temperature" if self.config.exploration == "boltzmann" else "epsilon"
+        return {name: exploration_rate(self.config, agent.num_timesteps, total_steps)}
 
     def state_from_agent(self, agent) -> dict:
         """The runner state of `agent`'s training state (numpy): its learner, replay
