@@ -17,6 +17,7 @@ import pytest
 
 import kerasrl
 from kerasrl.initializers import InitializationWarning, draw, seed_initial_weights
+from kerasrl.models import build_model
 
 SHAPE = (300, 200)
 
@@ -138,7 +139,7 @@ def test_agents_draw_users_models_from_the_seed_unless_told_to_keep_them():
                  marks=pytest.mark.slow),
     pytest.param(lambda: kerasrl.PPO("Pendulum-v1", seed=3).model, id="ppo"),
     pytest.param(lambda: kerasrl.SAC("Pendulum-v1", seed=3).model, id="sac", marks=pytest.mark.slow),
-    pytest.param(lambda: kerasrl.networks.build_model(
+    pytest.param(lambda: build_model(
         None, gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), 6,
         default=lambda: kerasrl.networks.nature_cnn((84, 84, 4), 6, scale=1 / 255), seed=3),
         id="nature-cnn", marks=pytest.mark.slow),
@@ -148,10 +149,10 @@ def test_default_networks_skip_the_backend_draw_and_get_the_same_weights(make, m
     weights are the ones a full backend draw then a numpy redraw gives, and none is left at zero."""
     import contextlib
 
-    from kerasrl import networks
+    from kerasrl import models
 
     skipped = [w.copy() for w in make().get_weights()]
-    monkeypatch.setattr(networks, "backend_draws_skipped", contextlib.nullcontext)
+    monkeypatch.setattr(models, "backend_draws_skipped", contextlib.nullcontext)
     drawn = make().get_weights()
     assert len(skipped) == len(drawn)
     for a, b in zip(skipped, drawn):

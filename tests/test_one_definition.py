@@ -131,3 +131,44 @@ def test_boltzmann_exploration_in_the_compiled_loop_follows_the_temperature():
     np.testing.assert_array_equal(sampled, greedy)
     sampled, greedy = draws(1e4)
     assert 0.3 < np.mean(sampled == greedy) < 0.7 and set(sampled) == {0, 1}
+
+
+SMALL_PPO = dict(n_envs=4, n_steps=16, batch_size=32, n_epochs=2, hidden_sizes=(16,))
+
+
+@pytest.mark.slow  # 20 s: a PPO agent and two compilations
+@pytest.mark.backend
+def test_a_ppo_update_is_the_same_through_the_compiled_loop_and_the_agent():
+    """The compiled PPO loop holds a PPO agent and runs its update (`train_epochs`, what the
+    agent's own update compiles) on the agent's learner layout, inside its round."""
+    from kerasrl.compiled import CompiledPPO
+
+    loop = CompiledPPO("CartPole", seeds=0, **SMALL_PPO)
+    state = backend.to_tensors(loop.seed_state(0))
+    rng = np.random.default_rng(0)
+    n = 64
+    data = {"observations": rng.normal(size=(n, 4)).astype(np.float32),
+            "actions": rng.integers(0, 2, n).astype(np.int32),
+            "old_log_probs": np.log(rng.uniform(0.3, 0.7, n)).astype(np.float32),
+            "old_values": rng.normal(size=n).astype(np.float32),
+            "advantages": rng.normal(size=n).astype(np.float32),
+            "returns": rng.normal(size=n).astype(np.float32)}
+    indices = np.concatenate([rng.permutation(n).reshape(2, 32) for _ in range(2)]).astype(np.int32)
+    args = (backend.to_tensors(data), backend.to_tensors(indices), np.float32(3e-4), np.float32(0.2))
+
+    def inside_a_bigger_call(state, *args):  # as the compiled round calls it
+        learner, sums, steps = loop.agent.train_epochs(state["learner"], *args)
+        return learner, sums, steps, state["rounds"] + 1
+
+    compiled = backend.to_numpy(backend.compile(inside_a_bigger_call)(state, *args))
+    alone = backend.to_numpy(backend.compile(loop.agent.train_epochs)(state["learner"], *args))
+    leaves = list(zip(_leaves(compiled[0]), _leaves(alone[0])))
+    assert len(leaves) > 10 and compiled[2] == alone[2] == 4
+    for (path, a), (_, b) in leaves:
+        if backend.NAME == "jax":
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+    np.testing.assert_allclose(compiled[1], alone[1], rtol=1e-6)
+    before = backend.to_numpy(state["learner"]["params"]["actor"][0])
+    assert not np.array_equal(before, compiled[0]["params"]["actor"][0])

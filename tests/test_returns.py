@@ -76,3 +76,24 @@ def test_lambda_one_gives_monte_carlo_returns_and_zero_gives_td_errors():
     np.testing.assert_allclose(ret, mc, rtol=1e-5, atol=1e-5)
     adv0, _ = gae(r, v, nv, term, term | trunc, 0.9, 0.0)
     np.testing.assert_allclose(adv0, r + 0.9 * nv - v, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.backend
+def test_the_compiled_loops_gae_in_keras_ops_is_the_numpy_gae():
+    """The compiled loop's GAE (keras.ops, float32) and the Python loop's (numpy, float64) are
+    one definition written twice: held together on random rollouts with every kind of ending."""
+    from kerasrl import backend
+    from kerasrl.returns import gae_ops
+
+    rng = np.random.default_rng(0)
+    shape = (64, 8)
+    rewards, values, next_values = (rng.normal(size=shape).astype(np.float32) for _ in range(3))
+    episode_ends = (rng.random(shape) < 0.1).astype(np.float32)
+    terminated = episode_ends * (rng.random(shape) < 0.5)
+    expected = gae(rewards, values, next_values, terminated, episode_ends, 0.99, 0.95)
+    got = backend.to_numpy(backend.compile(
+        lambda *a: gae_ops(*a, 0.99, 0.95))(*backend.to_tensors(
+            [rewards, values, next_values, terminated.astype(np.float32), episode_ends])))
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert np.abs(expected[0]).max() > 1.0  # advantages that accumulate over many steps

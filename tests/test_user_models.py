@@ -15,7 +15,7 @@ import pytest
 from keras import layers
 
 from kerasrl.checkpoint import CheckpointError
-from kerasrl.networks import stateless_apply
+from kerasrl.models import stateless_apply
 
 pytestmark = pytest.mark.backend
 
@@ -213,7 +213,7 @@ def test_an_agent_owns_a_users_model_by_a_record_not_an_attribute_on_it():
     """Which agent owns a model is recorded in kerasrl.networks, not written onto the user's model:
     making an agent adds no attribute to it. A second agent, of any kind and in any role, is
     refused with the fix; a model no agent took is free."""
-    from kerasrl.networks import is_claimed
+    from kerasrl.models import is_claimed
 
     model, free = built(NoTraining()), NoTraining()
     before = set(vars(model))

@@ -52,7 +52,7 @@ def zero_gradient_variables(model, observation_space, batch_size: int = 16):
     import keras
 
     from kerasrl import backend
-    from kerasrl.networks import stateless_apply
+    from kerasrl.models import stateless_apply
 
     rng = np.random.default_rng(0)  # never the agent's generator: the check must not shift a run
     inputs = _dummy_inputs(model, observation_space, batch_size, rng)

@@ -16,7 +16,7 @@ from kerasrl.export import export_policy
 from kerasrl.heads import ValueHead, head_from_spec, head_spec
 from kerasrl.losses import categorical_segments
 from kerasrl.masks import batch_masks, masked_argmax, masked_logits, uniform_allowed
-from kerasrl.networks import recurrent_state_sizes, stateless_apply
+from kerasrl.models import recurrent_state_sizes, stateless_apply
 from kerasrl.spaces import FlatObservations, categorical_sizes, flatten, split_segments
 
 
@@ -777,7 +777,7 @@ class SquashedGaussianPolicy(_ContinuousPolicy):
 
 class RecurrentActorCriticPolicy(ActorCriticPolicy):
     """A recurrent actor-critic (RecurrentPPO's policy): its model takes one step,
-    `[observation, *states] -> [policy, value, *new states]` (kerasrl.networks.check_recurrent_model),
+    `[observation, *states] -> [policy, value, *new states]` (kerasrl.models.check_recurrent_model),
     and the caller carries the state from step to step.
 
         state = policy.initial_state(n_envs)            # zeros, [(n_envs, size), ...]

@@ -27,7 +27,7 @@ import keras
 from kerasrl import backend, registry
 from kerasrl.files import (POLICY_FORMAT, CheckpointError, atomic_folder, find_checkpoint,
                            read_json, read_manifest, verify_files, write_json, write_manifest)
-from kerasrl.networks import adapt_model, dummy_observation
+from kerasrl.models import adapt_model, dummy_observation
 from kerasrl.runfiles import MANIFEST
 from kerasrl.space_json import space_from_json, space_to_json
 from kerasrl.spaces import structure_of

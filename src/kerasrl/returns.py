@@ -45,3 +45,27 @@ def gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, termin
     returns = advantages + values
     return advantages.astype(np.float32), returns.astype(np.float32)
 
+
+
+def gae_ops(rewards, values, next_values, terminated, episode_ends, gamma: float, gae_lambda: float):
+    """`gae` in keras.ops (float32), for loops compiled whole (kerasrl.compiled): the same
+    arguments, as (T, N) tensors (`terminated` and `episode_ends` 0/1 floats). Returns
+    `(advantages, returns)`. tests/test_returns.py holds it to `gae` within float32 rounding."""
+    from keras import ops
+
+    from kerasrl import backend
+
+    steps = rewards.shape[0]
+    deltas = rewards + gamma * (1.0 - terminated) * next_values - values
+    carry_on = 1.0 - episode_ends
+
+    def body(j, carry):
+        advantages, running = carry
+        t = steps - 1 - j
+        running = deltas[t] + gamma * gae_lambda * carry_on[t] * running
+        row = ops.reshape(ops.cast(t, "int32"), (1, 1))
+        return ops.scatter_update(advantages, row, ops.expand_dims(running, 0)), running
+
+    advantages, _ = backend.fori_loop(0, steps, body,
+                                      (ops.zeros_like(deltas), ops.zeros_like(deltas[0])))
+    return advantages, advantages + values

@@ -34,7 +34,8 @@ from kerasrl import backend, devices
 from kerasrl.agents.base import Agent, episode_extras, variable_values
 from kerasrl.config import CEMConfig
 from kerasrl.masks import masked_logits
-from kerasrl.networks import actor_network, build_model, default_network, stateless_apply
+from kerasrl.models import build_model, stateless_apply
+from kerasrl.networks import actor_network, default_network
 from kerasrl.policies import (ActorCriticPolicy, DeterministicActorPolicy, categorical_mode,
                               forward_fn, sample_categorical, scale_to_bounds)
 from kerasrl.spaces import categorical_sizes

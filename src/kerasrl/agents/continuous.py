@@ -33,7 +33,8 @@ from kerasrl.agents.base import Agent
 from kerasrl.agents.learner import Learner
 from kerasrl.buffers.replay import ReplayBuffer, action_layout
 from kerasrl.exploration import ActionNoise, NoisyActor
-from kerasrl.networks import actor_network, build_critic, build_model, critic_network
+from kerasrl.models import build_critic, build_model
+from kerasrl.networks import actor_network, critic_network
 from kerasrl.optim import Adam
 from kerasrl.policies import (RunningMeanStd, forward_fn, normalize_observations, scale_to_bounds,
                               unit_from_bounds)

@@ -23,8 +23,8 @@ from kerasrl.buffers.frame_stack import stacked_frames
 from kerasrl.config import DQNConfig
 from kerasrl.exploration import Boltzmann, EpsilonGreedy
 from kerasrl.losses import q_learning_target
-from kerasrl.networks import (adapt_model, dueling, is_image_space, mlp_torso,
-                              nature_cnn_torso)
+from kerasrl.models import adapt_model
+from kerasrl.networks import dueling, is_image_space, mlp_torso, nature_cnn_torso
 from kerasrl.policies import random_actions
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import structure_of

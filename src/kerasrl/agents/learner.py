@@ -21,7 +21,7 @@ value_and_grad and fori_loop: nothing here is backend-specific).
 
 Weights reach the Keras models through one public call, `push_weights()`; checkpoints use
 `arrays()` / `load_arrays()`. The target weights are second sets of weights for the same model,
-used through `networks.stateless_apply` and never differentiated.
+used through `models.stateless_apply` and never differentiated.
 
 Devices: a learner lives on the device of the agent that makes it (`kerasrl.devices.active()`
 when it is made): its state is made and updated there, and the Python loop acts through
@@ -43,7 +43,7 @@ from keras import tree
 
 from kerasrl import backend, devices
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
-from kerasrl.networks import stateless_apply
+from kerasrl.models import stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
 
 # A round longer than this runs as several calls of fully unrolled steps where loops are Python

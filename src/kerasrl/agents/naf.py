@@ -26,7 +26,8 @@ from kerasrl.agents.continuous import ContinuousAgent
 from kerasrl.agents.learner import Learner
 from kerasrl.config import NAFConfig
 from kerasrl.losses import clipped_double_q_target, naf_advantage, naf_loss
-from kerasrl.networks import actor_network, build_model
+from kerasrl.models import build_model
+from kerasrl.networks import actor_network
 from kerasrl.policies import DeterministicActorPolicy
 
 

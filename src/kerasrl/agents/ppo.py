@@ -38,9 +38,9 @@ from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
 from kerasrl.masks import masked_logits
-from kerasrl.networks import (adapt_model, build_model, check_drivable, check_unclaimed, claim,
-                               dummy_observation, encode_leaves, image_input_scale, is_image_space,
-                               nature_features, stateless_apply)
+from kerasrl.models import (adapt_model, build_model, check_drivable, check_unclaimed, claim,
+                            dummy_observation, stateless_apply)
+from kerasrl.networks import encode_leaves, image_input_scale, is_image_space, nature_features
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
                               normalize_observations, sample_categorical, sample_gaussian)

@@ -21,7 +21,7 @@ from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner
 from kerasrl.backend.layers import convolutions
 from kerasrl.heads import ValueHead, head_spec
 from kerasrl.masks import masked_argmax
-from kerasrl.networks import build_model, stateless_apply
+from kerasrl.models import build_model, stateless_apply
 from kerasrl.optim import Adam
 from kerasrl.policies import QPolicy, boltzmann, epsilon_greedy, forward_fn, greedy_fn
 from kerasrl.schedules import linear_schedule

@@ -1,7 +1,7 @@
 """PPO with a recurrent policy (LSTM or GRU): SB3-contrib's RecurrentPPO, on PPO's update.
 
 The model takes one step: `[observation, *states] -> [policy, value, *new states]` (checked by
-kerasrl.networks.check_recurrent_model; the default is kerasrl.networks.recurrent_actor_critic).
+kerasrl.models.check_recurrent_model; the default is kerasrl.networks.recurrent_actor_critic).
 
 The loop, per rollout (what differs from PPO):
     remember each env's state at the rollout's start
@@ -33,8 +33,8 @@ from kerasrl.buffers.rollout import minibatch_indices
 from kerasrl.config import RecurrentPPOConfig
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.masks import masked_logits
-from kerasrl.networks import (check_recurrent_model, check_unclaimed, claim, recurrent_actor_critic,
-                              stateless_apply)
+from kerasrl.models import check_recurrent_model, check_unclaimed, claim, stateless_apply
+from kerasrl.networks import recurrent_actor_critic
 from kerasrl.policies import RecurrentActorCriticPolicy, categorical_mode
 from kerasrl.spaces import FlatObservations, structure_of
 

@@ -26,7 +26,7 @@ argument (JAX does that by itself). See docs/gpu.md.
   place between graphs (PyTorch); None elsewhere, where `scatter_rows` (one `keras.ops` scatter,
   updated in place by XLA inside compiled loops) serves.
 - `check_traceable(fn, batch)`: trace `fn(batch)` without running it; raises where `fn` reads a
-  tensor value in Python (checked when an agent is made, see `networks.check_drivable`).
+  tensor value in Python (checked when an agent is made, see `models.check_drivable`).
 - `adam_moments_step`: faster kernels for one weight's Adam update where the backend has them
   (PyTorch), else None and `kerasrl.optim` runs its `keras.ops` version (which XLA fuses).
 

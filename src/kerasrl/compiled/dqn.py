@@ -74,7 +74,8 @@ class CompiledDQN(CompiledLoop):
                  env_params: dict | None = None, model=None, **fields):
         from kerasrl.agents.dqn import dqn_learner, dueling_q_network
         from kerasrl.initializers import WeightDraws
-        from kerasrl.networks import build_model, default_network
+        from kerasrl.models import build_model
+        from kerasrl.networks import default_network
 
         if config is None:
             config = DQNConfig.from_dict(fields)
@@ -380,7 +381,7 @@ def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_
     from keras import ops
 
     from kerasrl.envs.ops.base import make_rng
-    from kerasrl.networks import stateless_apply
+    from kerasrl.models import stateless_apply
 
     limit = max_steps or params.max_steps
     if limit is None:

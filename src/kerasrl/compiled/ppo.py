@@ -1,11 +1,14 @@
 """PPO with the whole loop compiled: rollout, GAE, and every epoch's minibatch steps in one call.
 
-The algorithm and hyperparameters of `kerasrl.agents.ppo` (a `PPOConfig`) on an ops env with a
-discrete action space. One round: `n_steps` vector steps (sample from the categorical policy
-with Gumbel-max draws from the runner state's random streams; a time-limit cut adds
-gamma * V(true final observation) to its reward), GAE backwards over the rollout, then `n_epochs`
-passes over it in random minibatches (a fresh permutation per epoch; a remainder that does not
-fill a minibatch is left out, as the agent does), one Adam step each.
+The algorithm of `kerasrl.agents.ppo` (a `PPOConfig`) on an ops env with a discrete action space,
+not a copy of it: the loop holds a PPO agent (the user's, when `PPO.fit` runs it) and runs its
+acting outputs (`act_outputs`), its update (`train_epochs`: every epoch's minibatch steps, the loss
+and Adam) and its learner state layout (the runner state's "learner" entry is `agent.learner.state`).
+What is the loop's own: one round is `n_steps` vector steps (sample from the categorical policy with
+Gumbel-max draws from the runner state's random streams), GAE backwards over the rollout
+(`returns.gae_ops`, held to the agent's numpy `returns.gae` by tests: a time-limit cut bootstraps
+from V(true final observation)), then the update on minibatches of a fresh random permutation per
+epoch (a remainder that does not fill a minibatch is left out, as the agent does).
 
 Not supported here (raises): continuous actions, target_kl, observation and reward
 normalization, user models; use the agent.
@@ -55,9 +58,9 @@ class CompiledPPO(CompiledLoop):
 
     def __init__(self, env="CartPole", config: PPOConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, **fields):
-        from kerasrl.agents.ppo import actor_critic_mlp
+        from kerasrl.agents.ppo import PPO
+        from kerasrl.envs.ops.gym import OpsGymEnv
         from kerasrl.initializers import WeightDraws
-        from kerasrl.networks import build_model
 
         if config is None:
             config = PPOConfig(**fields)
@@ -71,26 +74,20 @@ class CompiledPPO(CompiledLoop):
         if not hasattr(space, "n"):
             raise ValueError(f"CompiledPPO handles discrete actions for now; {ops_env.name} has {space}. "
                              "Use kerasrl.PPO on its Gymnasium id.")
-        n_actions, cfg, seeds = int(space.n), config, parse_seeds(seeds)
-        obs_space = ops_env.observation_space
-        actor = build_model(None, obs_space, n_actions, action_space=space,
-                            default=lambda: actor_critic_mlp(obs_space, n_actions, cfg.hidden_sizes,
-                                                             cfg.activation, cfg.ortho_init, head="policy"),
-                            role="policy model", seed=seeds[0], stream="policy")
-        critic = build_model(None, obs_space, 1, action_space=space,
-                             default=lambda: actor_critic_mlp(obs_space, n_actions, cfg.hidden_sizes,
-                                                              cfg.activation, cfg.ortho_init, head="value"),
-                             role="value model", seed=seeds[0], stream="value")
-        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, actor, critic)
+        seeds = parse_seeds(seeds)
+        params = ops_env.params(**(env_params or {}))
+        # The algorithm is the PPO agent's, made as `kerasrl.PPO` makes it for these games: its
+        # networks, learner state and update. It never steps its own (Gymnasium) envs.
+        agent = PPO(lambda: OpsGymEnv(ops_env, **vars(params)),
+                    config=dataclasses.replace(config, seed=seeds[0], check_env=False))
+        self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone (the models are not touched per seed).
         actor_draws, critic_draws = WeightDraws(self.actor), WeightDraws(self.critic)
-        params = (actor_draws.seeded_many(self.actor.trainable_variables, seeds, "policy")
-                  + critic_draws.seeded_many(self.critic.trainable_variables, seeds, "value"))
-        self._start(self._initial_states(params))
+        self._start(self._initial_states(
+            actor_draws.seeded_many(self.actor.trainable_variables, seeds, "policy"),
+            critic_draws.seeded_many(self.critic.trainable_variables, seeds, "value")))
 
-    def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], actor, critic) -> None:
-        from kerasrl.optim import Adam
-
+    def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], agent) -> None:
         check_ops_env(env, env_params, config.n_envs)
         self.config = cfg = config
         self.env, self.env_params = env, env_params
@@ -101,112 +98,85 @@ class CompiledPPO(CompiledLoop):
             raise ValueError(f"batch_size={cfg.batch_size} is larger than a rollout of n_steps * n_envs = "
                              f"{self.n_samples}; use a smaller batch_size or more steps.")
         self.seeds = seeds
-        self.actor, self.critic = actor, critic
-        self.n_actor = len(self.actor.trainable_variables)
-        self.optimizer = Adam(epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm)
+        # The PPO agent whose acting (`act_outputs`), update (`train_epochs`) and learner state
+        # layout this loop runs: the one definition of the algorithm.
+        self.agent = agent
+        self.actor, self.critic = agent.learner.models["actor"], agent.learner.models["critic"]
         self.n_envs = cfg.n_envs
         self.steps_per_round = self.n_samples
         self.vector_steps_per_round = cfg.n_steps
 
-    def _initial_states(self, params: list[np.ndarray]) -> dict:
-        """The runner states of `self.seeds` (whose weights are `params`, each (seeds, ...)) as one
-        numpy tree with a leading seed axis, made at once: one reset of every seed's games, one
-        optimizer state (Adam's starts at zero whatever the weights), the streams from numpy."""
+    def _initial_states(self, actor_params: list[np.ndarray], critic_params: list[np.ndarray]) -> dict:
+        """The runner states of `self.seeds` (weights each (seeds, ...)) as one numpy tree with a
+        leading seed axis, made at once: one reset of every seed's games, the learner's state
+        (`Learner.fresh_state`), the streams from numpy."""
         n, n_seeds = self.n_envs, len(self.seeds)
         env_rng, action_rng, shuffle_rng = many_seed_streams(self.seeds, n, n * self.n_actions, self.n_samples)
         obs, env_state = reset_many(self.env, env_rng, self.env_params)
-        opt = backend.to_numpy(self.optimizer.init(backend.to_tensors([w[0] for w in params])))
+        learner = self.agent.learner.fresh_state({"actor": actor_params, "critic": critic_params},
+                                                 {"actor": [], "critic": []}, copies=n_seeds)
         return {"env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
-                "params": params, "opt": repeat(opt, n_seeds),
-                "action_rng": action_rng, "shuffle_rng": shuffle_rng,
+                "learner": learner, "action_rng": action_rng, "shuffle_rng": shuffle_rng,
                 "rounds": np.zeros(n_seeds, np.int32)}
 
-    def _outputs(self, params, observations):
-        """Logits (B, A) and values (B,)."""
-        from kerasrl.networks import stateless_apply
-
-        logits, _ = stateless_apply(self.actor, params[:self.n_actor], [], observations, False)
-        return logits, self._values(params, observations)
-
-    def _values(self, params, observations):
-        """The critic's values (B,)."""
-        from keras import ops
-
-        from kerasrl.networks import stateless_apply
-
-        values, _ = stateless_apply(self.critic, params[self.n_actor:], [], observations, False)
-        return ops.reshape(values, (-1,))
-
     def _env_step(self, i, carry):
+        """One vector step: sample from the categorical policy (Gumbel-max with this loop's
+        draws), step the games, store the step in the rollout."""
         from keras import ops
 
         from kerasrl.losses import categorical_log_prob
 
         state, rollout = carry
-        cfg, n = self.config, self.n_envs
-        logits, values = self._outputs(state["params"], state["obs"])
+        n = self.n_envs
+        logits, values = self.agent.act_outputs(state["learner"], state["obs"])
         action_rng, u = uniform01(state["action_rng"])
         u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): Gumbel needs log(u) finite
         actions = ops.cast(ops.argmax(logits - ops.log(-ops.log(u)), axis=-1), "int32")  # Gumbel-max sampling
         log_probs = categorical_log_prob(logits, actions)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
-        # A time-limit cut bootstraps from the value of the true final observation.
-        cut = ops.logical_and(truncated, ops.logical_not(terminated))
-        final_values = self._values(state["params"], info["final_obs"])
-        bootstrap = ops.where(cut, cfg.gamma * final_values, 0.0)
+        # A time-limit cut bootstraps from the value of the true final observation (GAE's next value).
+        _, final_values = self.agent.act_outputs(state["learner"], info["final_obs"])
         row = ops.reshape(ops.cast(i, "int32"), (1, 1))
         done = ops.logical_or(terminated, truncated)
-        step = {"obs": state["obs"], "actions": actions, "log_probs": log_probs, "values": values,
-                "rewards": reward + bootstrap, "dones": ops.cast(done, "float32")}
+        step = {"observations": state["obs"], "actions": actions, "old_log_probs": log_probs, "old_values": values,
+                "rewards": reward, "terminated": ops.cast(terminated, "float32"),
+                "episode_ends": ops.cast(done, "float32"), "final_values": final_values}
         rollout = {key: ops.scatter_update(rollout[key], row, ops.expand_dims(step[key], 0)) for key in rollout}
         episodes, ended = episode_update(state["episodes"], reward, done)
         state = dict(state, env=env_state, obs=obs, action_rng=action_rng, episodes=episodes)
         return state, rollout, ended
 
-    def _advantages(self, rollout, last_values):
-        """GAE (Schulman et al., 2016) backwards over the rollout: advantages and returns (T, N)."""
+    def _minibatch_indices(self, state):
+        """(n_epochs * n_minibatches, batch_size) int32: a fresh random permutation per epoch
+        (its remainder past whole minibatches left out, as `minibatch_indices` does), and the
+        advanced stream."""
         from keras import ops
-
-        cfg, steps = self.config, self.config.n_steps
-
-        def body(j, carry):
-            advantages, gae, next_values = carry
-            t = steps - 1 - j
-            values, rewards, dones = rollout["values"][t], rollout["rewards"][t], rollout["dones"][t]
-            delta = rewards + cfg.gamma * next_values * (1.0 - dones) - values
-            gae = delta + cfg.gamma * cfg.gae_lambda * (1.0 - dones) * gae
-            row = ops.reshape(ops.cast(t, "int32"), (1, 1))
-            return ops.scatter_update(advantages, row, ops.expand_dims(gae, 0)), gae, values
-
-        advantages = ops.zeros_like(rollout["values"])
-        advantages, _, _ = backend.fori_loop(0, steps, body, (advantages, ops.zeros_like(last_values), last_values))
-        return advantages, advantages + rollout["values"]
-
-    def _loss(self, params, batch, clip_range):
-        from keras import ops
-
-        from kerasrl.losses import categorical_entropy, categorical_log_prob, normalize_advantages, ppo_loss
 
         cfg = self.config
-        logits, values = self._outputs(params, batch["obs"])
-        advantages = batch["advantages"]
-        if cfg.normalize_advantage and cfg.batch_size > 1:
-            advantages = normalize_advantages(advantages)
-        loss, figures = ppo_loss(categorical_log_prob(logits, batch["actions"]), batch["log_probs"], advantages,
-                                 values, batch["returns"], categorical_entropy(logits), clip_range=clip_range,
-                                 ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, old_values=batch["values"],
-                                 clip_range_vf=cfg.clip_range_vf)
-        return loss, ops.stack([figures[key] for key in METRICS[1:]])
+        used = self.n_minibatches * cfg.batch_size
+
+        def epoch(e, carry):
+            rng, indices = carry
+            rng, u = uniform01(rng)
+            order = ops.cast(ops.argsort(u), "int32")[:used]
+            rows = ops.reshape(order, (self.n_minibatches, cfg.batch_size))
+            return rng, ops.slice_update(indices, (e * self.n_minibatches, 0), rows)
+
+        return backend.fori_loop(0, cfg.n_epochs, epoch, (
+            state["shuffle_rng"], ops.zeros((cfg.n_epochs * self.n_minibatches, cfg.batch_size), "int32")))
 
     def _round(self, state, metrics, total_steps):
         from keras import ops
 
+        from kerasrl.returns import gae_ops
+
         cfg, n = self.config, self.n_envs
         obs_shape = self.env.observation_space.shape
-        rollout = {"obs": ops.zeros((cfg.n_steps, n, *obs_shape), "float32"),
+        rollout = {"observations": ops.zeros((cfg.n_steps, n, *obs_shape), "float32"),
                    "actions": ops.zeros((cfg.n_steps, n), "int32"),
                    **{key: ops.zeros((cfg.n_steps, n), "float32")
-                      for key in ("log_probs", "values", "rewards", "dones")}}
+                      for key in ("old_log_probs", "old_values", "rewards", "terminated", "episode_ends",
+                                  "final_values")}}
         env_step = self._piece("env", lambda i, state, rollout: self._env_step(i, (state, rollout)))
 
         def step_body(i, carry):
@@ -215,9 +185,15 @@ class CompiledPPO(CompiledLoop):
             return state, rollout, log_episodes(metrics, ended)
 
         state, rollout, metrics = backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
-        last_values = self._values(state["params"], state["obs"])
-        advantages, returns = self._advantages(rollout, last_values)
-        data = {key: ops.reshape(value, (self.n_samples, *value.shape[2:])) for key, value in rollout.items()}
+        # GAE as the agent's RolloutBuffer.compute_advantages (returns.gae, here in keras.ops).
+        _, last_values = self.agent.act_outputs(state["learner"], state["obs"])
+        values = rollout["old_values"]
+        next_values = ops.concatenate([values[1:], ops.expand_dims(last_values, 0)], axis=0)
+        next_values = ops.where(rollout["episode_ends"] > 0, rollout["final_values"], next_values)
+        advantages, returns = gae_ops(rollout["rewards"], values, next_values, rollout["terminated"],
+                                      rollout["episode_ends"], cfg.gamma, cfg.gae_lambda)
+        data = {key: ops.reshape(rollout[key], (self.n_samples, *rollout[key].shape[2:]))
+                for key in ("observations", "actions", "old_log_probs", "old_values")}
         data.update(advantages=ops.reshape(advantages, (-1,)), returns=ops.reshape(returns, (-1,)))
 
         rounds = state["rounds"] + 1
@@ -225,41 +201,18 @@ class CompiledPPO(CompiledLoop):
         remaining = linear_schedule(1.0, 0.0, progress)
         learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else ops.ones_like(remaining))
         clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else ops.ones_like(remaining))
-        grad_fn = backend.value_and_grad(self._loss)
-
-        def adam_step(state, data, rows, learning_rate, clip_range):
-            batch = {key: ops.take(value, rows, axis=0) for key, value in data.items()}
-            (loss, figures), grads = grad_fn(state["params"], batch, clip_range)
-            params, opt, _ = self.optimizer.update(grads, state["opt"], state["params"], learning_rate)
-            return dict(state, params=params, opt=opt), loss, figures
-
-        adam_step = self._piece("adam", adam_step)
-
-        def epoch(e, carry):
-            state, loss_sum, figure_sums = carry
-            shuffle_rng, u = uniform01(state["shuffle_rng"])
-            order = ops.cast(ops.argsort(u), "int32")  # a random permutation of the rollout
-
-            def minibatch(m, carry):
-                state, loss_sum, figure_sums = carry
-                rows = ops.slice(order, (m * cfg.batch_size,), (cfg.batch_size,))
-                state, loss, figures = adam_step(state, data, rows, learning_rate, clip_range)
-                return state, loss_sum + loss, figure_sums + figures
-
-            return backend.fori_loop(0, self.n_minibatches, minibatch,
-                                     (dict(state, shuffle_rng=shuffle_rng), loss_sum, figure_sums))
-
-        state, loss_sum, figure_sums = backend.fori_loop(
-            0, cfg.n_epochs, epoch, (state, ops.zeros((), "float32"), ops.zeros((len(METRICS) - 1,), "float32")))
+        shuffle_rng, indices = self._minibatch_indices(state)
+        learner, sums, steps = self._piece("update", self.agent.train_epochs)(
+            state["learner"], data, indices, learning_rate, clip_range)
         returns_variance = ops.var(data["returns"])
         explained = ops.where(returns_variance > 0,
-                              1.0 - ops.var(data["returns"] - data["values"]) / ops.maximum(returns_variance, 1e-30),
+                              1.0 - ops.var(data["returns"] - data["old_values"]) / ops.maximum(returns_variance, 1e-30),
                               0.0)
-        metrics = dict(metrics, loss_sum=metrics["loss_sum"] + loss_sum,
-                       updates=metrics["updates"] + cfg.n_epochs * self.n_minibatches,
-                       figure_sums=metrics["figure_sums"] + figure_sums,
+        metrics = dict(metrics, loss_sum=metrics["loss_sum"] + sums[0],
+                       updates=metrics["updates"] + ops.cast(steps, "int32"),
+                       figure_sums=metrics["figure_sums"] + sums[1:],
                        round_sums=metrics["round_sums"] + ops.stack([explained, clip_range, learning_rate, 1.0]))
-        return dict(state, rounds=rounds), metrics
+        return dict(state, learner=learner, shuffle_rng=shuffle_rng, rounds=rounds), metrics
 
     # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
     STREAMS = ("action_rng", "shuffle_rng")
@@ -295,7 +248,7 @@ class CompiledPPO(CompiledLoop):
     def for_agent(cls, agent) -> CompiledPPO:
         """The loop of `agent` (a `kerasrl.PPO` on an ops env): its config, its actor and critic
         models (not copies), its games' env and params (see `CompiledDQN.for_agent`)."""
-        return cls._on_agent(agent, agent.learner.models["actor"], agent.learner.models["critic"])
+        return cls._on_agent(agent, agent)
 
     def round_phase(self, agent) -> int:
         """Vector steps of `agent`'s current rollout taken (0: a rollout starts)."""
@@ -311,15 +264,13 @@ class CompiledPPO(CompiledLoop):
         from kerasrl.compiled.engine import games_from_agent
 
         n = self.n_envs
-        learner = backend.to_numpy(agent.learner.state)
         streams = agent.loop.compiled_streams
         if streams is None:
             # The streams of `_initial_states` but the env's (the agent's games are seeded already).
             streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n * self.n_actions,
                                                           self.n_samples)[1:]))
         return {**games_from_agent(agent),
-                "params": list(learner["params"]["actor"]) + list(learner["params"]["critic"]),
-                "opt": learner["opt"]["ppo"],
+                "learner": backend.to_numpy(agent.learner.state),
                 **{key: np.asarray(value, np.int32) for key, value in streams.items()},
                 "rounds": np.int32(agent.num_timesteps // self.n_samples)}
 
@@ -328,22 +279,25 @@ class CompiledPPO(CompiledLoop):
         from kerasrl.compiled.engine import games_to_agent
 
         s = backend.to_numpy(state)
-        learner = backend.to_numpy(agent.learner.state)
-        params = [np.array(w) for w in s["params"]]
-        learner["params"] = dict(learner["params"], actor=params[:self.n_actor], critic=params[self.n_actor:])
-        learner["opt"] = dict(learner["opt"], ppo=s["opt"])
-        agent.learner.state = backend.to_tensors(learner)
+        agent.learner.load_state(s["learner"])
         games_to_agent(s, agent)
         agent.loop.num_timesteps = int(s["rounds"]) * self.n_samples
         agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The policy model's weights of seed `index` (the critic's follow in `seed_state`)."""
-        return [np.array(w) for w in self.seed_state(index)["params"][:self.n_actor]]
+        return self.agent.learner.weights("actor", self.seed_state(index)["learner"])
 
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the greedy (argmax) policy of seed `index`."""
         from kerasrl.compiled.dqn import greedy_returns
 
-        return greedy_returns(self.env, self.env_params, self.actor, self.weights(index), n_episodes, seed, max_steps,
-                              cache=self._calls)
+        return greedy_returns(self.env, self.env_params, self.actor, self.seed_state(index)["learner"], n_episodes,
+                              seed, max_steps, cache=self._calls, act=self._greedy)
+
+    def _greedy(self, learner, observations):
+        """The most probable actions of the policy in the learner state `learner`."""
+        from keras import ops
+
+        logits, _ = self.agent.act_outputs(learner, observations)
+        return ops.cast(ops.argmax(logits, axis=-1), "int32")

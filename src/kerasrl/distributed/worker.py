@@ -37,7 +37,7 @@ class RolloutWorker:
         import keras
 
         from kerasrl import registry
-        from kerasrl.networks import dummy_observation
+        from kerasrl.models import dummy_observation
 
         self.spec = spec
         self.on_policy = spec["on_policy"]
