@@ -111,12 +111,16 @@ def test_bad_supports_are_refused():
 
 @pytest.mark.slow
 def test_cartpole_preset_learns():
-    """cartpole-c51: 20 greedy episodes after 50k steps. Measured on JAX, seed 0: 291.0 (min
-    272; a random policy scores about 20). Not CartPole's 475: the preset borrows QR-DQN's
-    settings and is not tuned for C51 yet (docs/agents.md)."""
+    """cartpole-c51: 20 greedy episodes after 50k steps (docs/agents.md). Measured on JAX, seeds
+    0-2: 500.0 each (about 2 min each on one shared core). The rule leaves a seed to other
+    machines: at least 2 of 3 seeds reach CartPole's 475 (JAX; one seed, 0, elsewhere)."""
     from kerasrl.presets import get_preset
 
     preset = get_preset("cartpole-c51")
-    agent = kerasrl.C51(preset.env, seed=0, **preset.config)
-    agent.fit(preset.total_steps, progress=False)
-    assert agent.evaluate(episodes=20)["mean_return"] >= 250
+    seeds = (0, 1, 2) if kerasrl.backend.NAME == "jax" else (0,)
+    returns = []
+    for seed in seeds:
+        agent = kerasrl.C51(preset.env, seed=seed, **preset.config)
+        agent.fit(preset.total_steps, progress=False)
+        returns.append(agent.evaluate(episodes=20)["mean_return"])
+    assert sum(r >= 475 for r in returns) >= min(2, len(seeds)), returns
