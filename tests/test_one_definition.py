@@ -172,3 +172,31 @@ def test_a_ppo_update_is_the_same_through_the_compiled_loop_and_the_agent():
     np.testing.assert_allclose(compiled[1], alone[1], rtol=1e-6)
     before = backend.to_numpy(state["learner"]["params"]["actor"][0])
     assert not np.array_equal(before, compiled[0]["params"]["actor"][0])
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_compiled_ppo_samples_the_agents_gaussian_on_continuous_actions():
+    """On a Box action space the compiled loop draws from the agent's diagonal Gaussian (its
+    policy mean and learned log std, Box-Muller draws), stores the drawn action with its
+    log-probability, and steps the env with it clipped to the bounds."""
+    from keras import ops
+
+    from kerasrl.compiled import CompiledPPO
+
+    n = 512
+    loop = CompiledPPO("Pendulum", seeds=0, n_envs=n, n_steps=2, batch_size=n, n_epochs=1,
+                       log_std_init=-0.5, hidden_sizes=(8,))
+    state = backend.to_tensors(loop.seed_state(0))
+    rollout = {"observations": ops.zeros((2, n, 3)), "actions": ops.zeros((2, n, 1)),
+               **{key: ops.zeros((2, n)) for key in ("old_log_probs", "old_values", "rewards",
+                                                     "terminated", "episode_ends", "final_values")}}
+    step = backend.compile(lambda s, r: loop._env_step(ops.zeros((), "int32"), (s, r))[1])
+    stored = backend.to_numpy(step(state, rollout))
+    mean, _ = backend.to_numpy(backend.compile(loop.agent.act_outputs)(state["learner"], state["obs"]))
+    actions, log_probs = stored["actions"][0], stored["old_log_probs"][0]
+    z = (actions - mean) / np.exp(-0.5)
+    assert abs(z.mean()) < 0.15 and abs(z.std() - 1.0) < 0.1  # 512 standard normal draws
+    expected = np.sum(-0.5 * z ** 2 + 0.5 - 0.5 * np.log(2 * np.pi), axis=-1)
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
+    assert np.abs(actions).max() > 0 and np.isfinite(stored["rewards"][0]).all()

@@ -1,17 +1,20 @@
 """PPO with the whole loop compiled: rollout, GAE, and every epoch's minibatch steps in one call.
 
-The algorithm of `kerasrl.agents.ppo` (a `PPOConfig`) on an ops env with a discrete action space,
-not a copy of it: the loop holds a PPO agent (the user's, when `PPO.fit` runs it) and runs its
+The algorithm of `kerasrl.agents.ppo` (a `PPOConfig`) on an ops env, discrete or continuous
+actions, not a copy of it: the loop holds a PPO agent (the user's, when `PPO.fit` runs it) and runs its
 acting outputs (`act_outputs`), its update (`train_epochs`: every epoch's minibatch steps, the loss
 and Adam) and its learner state layout (the runner state's "learner" entry is `agent.learner.state`).
 What is the loop's own: one round is `n_steps` vector steps (sample from the categorical policy with
-Gumbel-max draws from the runner state's random streams), GAE backwards over the rollout
+Gumbel-max draws, or from the Gaussian with Box-Muller draws, from the runner state's random
+streams), GAE backwards over the rollout
 (`returns.gae_ops`, held to the agent's numpy `returns.gae` by tests: a time-limit cut bootstraps
 from V(true final observation)), then the update on minibatches of a fresh random permutation per
 epoch (a remainder that does not fill a minibatch is left out, as the agent does).
 
-Not supported here (raises): continuous actions, target_kl, observation and reward
-normalization, user models; use the agent.
+Not supported here (raises): target_kl, observation and reward normalization, a shared
+actor-critic model, models with non-trainable state (batch norm); use the agent. A standalone
+`CompiledPPO` builds the default networks; `kerasrl.PPO(model=...).fit` on an ops env runs this
+loop on the user's models.
 """
 
 from __future__ import annotations
@@ -49,6 +52,23 @@ def unsupported(config: PPOConfig) -> str | None:
     return None
 
 
+def agent_env(ops_env, params):
+    """What the agent that holds a standalone loop's algorithm is made on (it is never stepped:
+    the loop steps its own games): a built-in ops env's registered id, one batched env made at
+    once, or else one `OpsGymEnv` of `ops_env` per env."""
+    from kerasrl import registry
+    from kerasrl.envs.ops.gym import OpsGymEnv
+
+    for env_id, entry in registry.ENV_IDS.items():
+        name = entry.get("kwargs", {}).get("env")
+        if entry.get("vector_entry_point") and name == ops_env.name and name in registry.OPS_ENVS:
+            builtin = make_ops_env(name)
+            if (type(builtin) is type(ops_env) and builtin.observation_space == ops_env.observation_space
+                    and builtin.action_space == ops_env.action_space):
+                return env_id
+    return lambda: OpsGymEnv(ops_env, **vars(params))
+
+
 class CompiledPPO(CompiledLoop):
     """PPO on an ops env with rollout, advantages and learning in one compiled call.
 
@@ -59,7 +79,6 @@ class CompiledPPO(CompiledLoop):
     def __init__(self, env="CartPole", config: PPOConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, **fields):
         from kerasrl.agents.ppo import PPO
-        from kerasrl.envs.ops.gym import OpsGymEnv
         from kerasrl.initializers import WeightDraws
 
         if config is None:
@@ -70,15 +89,11 @@ class CompiledPPO(CompiledLoop):
         if reason:
             raise ValueError(f"CompiledPPO does not support {reason} yet; use kerasrl.PPO (the Python loop) for it.")
         ops_env = make_ops_env(env)
-        space = ops_env.action_space
-        if not hasattr(space, "n"):
-            raise ValueError(f"CompiledPPO handles discrete actions for now; {ops_env.name} has {space}. "
-                             "Use kerasrl.PPO on its Gymnasium id.")
         seeds = parse_seeds(seeds)
         params = ops_env.params(**(env_params or {}))
         # The algorithm is the PPO agent's, made as `kerasrl.PPO` makes it for these games: its
         # networks, learner state and update. It never steps its own (Gymnasium) envs.
-        agent = PPO(lambda: OpsGymEnv(ops_env, **vars(params)),
+        agent = PPO(agent_env(ops_env, params),
                     config=dataclasses.replace(config, seed=seeds[0], check_env=False))
         self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone (the models are not touched per seed).
@@ -91,7 +106,10 @@ class CompiledPPO(CompiledLoop):
         check_ops_env(env, env_params, config.n_envs)
         self.config = cfg = config
         self.env, self.env_params = env, env_params
-        self.n_actions = int(env.action_space.n)
+        space = env.action_space
+        self.discrete = hasattr(space, "n")
+        # Discrete: one Gumbel draw per action; Box: one Gaussian draw per action dimension.
+        self.n_actions = int(space.n) if self.discrete else int(np.prod(space.shape))
         self.n_samples = cfg.n_steps * cfg.n_envs
         self.n_minibatches = self.n_samples // cfg.batch_size
         if self.n_minibatches < 1:
@@ -124,16 +142,26 @@ class CompiledPPO(CompiledLoop):
         draws), step the games, store the step in the rollout."""
         from keras import ops
 
-        from kerasrl.losses import categorical_log_prob
+        from kerasrl.losses import categorical_log_prob, gaussian_log_prob
 
         state, rollout = carry
         n = self.n_envs
-        logits, values = self.agent.act_outputs(state["learner"], state["obs"])
+        policy, values = self.agent.act_outputs(state["learner"], state["obs"])
         action_rng, u = uniform01(state["action_rng"])
-        u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): Gumbel needs log(u) finite
-        actions = ops.cast(ops.argmax(logits - ops.log(-ops.log(u)), axis=-1), "int32")  # Gumbel-max sampling
-        log_probs = categorical_log_prob(logits, actions)
-        obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
+        u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): logs stay finite
+        if self.discrete:
+            actions = ops.cast(ops.argmax(policy - ops.log(-ops.log(u)), axis=-1), "int32")  # Gumbel-max sampling
+            log_probs = categorical_log_prob(policy, actions)
+            env_actions = actions
+        else:  # the agent's diagonal Gaussian: mean from the policy model, its learned log std
+            action_rng, u2 = uniform01(action_rng)
+            normal = ops.sqrt(-2.0 * ops.log(u)) * ops.cos(2.0 * np.pi * ops.reshape(u2, (n, self.n_actions)))
+            log_std = state["learner"]["params"]["log_std"][0]
+            actions = policy + ops.exp(log_std) * normal  # Box-Muller
+            log_probs = gaussian_log_prob(policy, log_std, actions)
+            # Stored as drawn, stepped clipped to the bounds (as the agent does).
+            env_actions = self._clip(actions)
+        obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], env_actions, self.env_params)
         # A time-limit cut bootstraps from the value of the true final observation (GAE's next value).
         _, final_values = self.agent.act_outputs(state["learner"], info["final_obs"])
         row = ops.reshape(ops.cast(i, "int32"), (1, 1))
@@ -172,8 +200,9 @@ class CompiledPPO(CompiledLoop):
 
         cfg, n = self.config, self.n_envs
         obs_shape = self.env.observation_space.shape
+        action_shape = (cfg.n_steps, n) if self.discrete else (cfg.n_steps, n, self.n_actions)
         rollout = {"observations": ops.zeros((cfg.n_steps, n, *obs_shape), "float32"),
-                   "actions": ops.zeros((cfg.n_steps, n), "int32"),
+                   "actions": ops.zeros(action_shape, "int32" if self.discrete else "float32"),
                    **{key: ops.zeros((cfg.n_steps, n), "float32")
                       for key in ("old_log_probs", "old_values", "rewards", "terminated", "episode_ends",
                                   "final_values")}}
@@ -236,8 +265,6 @@ class CompiledPPO(CompiledLoop):
         reason = unsupported(agent.config)
         if reason:
             return f"the compiled loop does not run {reason}"
-        if not hasattr(agent.action_space, "n"):
-            return f"the compiled PPO loop takes Discrete actions, not {agent.action_space}"
         if any(model.non_trainable_variables for model in agent.learner.models.values()):
             return "the compiled PPO loop takes models without non-trainable state (batch norm)"
         if agent.num_timesteps % (agent.config.n_steps * agent.config.n_envs) != agent.buffer.position * agent.config.n_envs:
@@ -296,8 +323,18 @@ class CompiledPPO(CompiledLoop):
                               seed, max_steps, cache=self._calls, act=self._greedy)
 
     def _greedy(self, learner, observations):
-        """The most probable actions of the policy in the learner state `learner`."""
+        """The most probable actions of the policy in the learner state `learner` (a Gaussian's
+        mean clipped to the bounds)."""
         from keras import ops
 
-        logits, _ = self.agent.act_outputs(learner, observations)
-        return ops.cast(ops.argmax(logits, axis=-1), "int32")
+        policy, _ = self.agent.act_outputs(learner, observations)
+        if self.discrete:
+            return ops.cast(ops.argmax(policy, axis=-1), "int32")
+        return self._clip(policy)
+
+    def _clip(self, actions):
+        """`actions` clipped to the Box action space's bounds."""
+        from keras import ops
+
+        space = self.env.action_space
+        return ops.clip(actions, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32))
