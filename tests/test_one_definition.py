@@ -116,6 +116,8 @@ def test_boltzmann_exploration_in_the_compiled_loop_follows_the_temperature():
     """Near zero temperature the draws are the greedy actions; at a huge one, uniform."""
     from keras import ops
 
+    from kerasrl.compiled.dqn import behaviour_actions
+
     def draws(temperature):
         loop = CompiledDQN("CartPole", seeds=0, exploration="boltzmann", random_warmup=False,
                            exploration_initial_temperature=temperature,
@@ -123,7 +125,8 @@ def test_boltzmann_exploration_in_the_compiled_loop_follows_the_temperature():
         state = backend.to_tensors(loop.seed_state(0))
         u = ops.convert_to_tensor(np.random.default_rng(0).random(64).astype(np.float32))
         act = backend.compile(lambda s, u: (
-            loop._boltzmann(s, u, ops.zeros((64,), "int32"), ops.zeros((), "int32"), 1000),
+            behaviour_actions(loop.learner, s["learner"], s["obs"], "boltzmann", temperature, u,
+                              ops.zeros((64,), "int32")),
             loop.learner.greedy(s["learner"], s["obs"])))
         return backend.to_numpy(act(state, u))
 
@@ -200,3 +203,81 @@ def test_compiled_ppo_samples_the_agents_gaussian_on_continuous_actions():
     expected = np.sum(-0.5 * z ** 2 + 0.5 - 0.5 * np.log(2 * np.pi), axis=-1)
     np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
     assert np.abs(actions).max() > 0 and np.isfinite(stored["rewards"][0]).all()
+
+
+SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidden_sizes=(16,), seed=0)
+
+
+def _assert_same_leaves(compiled, python, exact):
+    leaves = list(zip(_leaves(compiled), _leaves(python)))
+    assert len(leaves) == len(list(_leaves(python))) > 10
+    for (path, a), (_, b) in leaves:
+        if exact:
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+@pytest.mark.parametrize("agent_name", ["TD3", pytest.param("SAC", marks=pytest.mark.slow),
+                                        pytest.param("DDPG", marks=pytest.mark.slow)])
+def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_update(agent_name):
+    """`fit` on an ops env runs DDPG, TD3 and SAC in the compiled loop (their registration names
+    it); its gradient steps on a batch it samples (with the noise it draws) are the agent's own
+    `update` on that batch, and its exploring actions are the Python loop's for the same noise."""
+    import kerasrl
+    from kerasrl.compiled import CompiledOffPolicy
+
+    agent = getattr(kerasrl, agent_name)("kerasrl/OpsPendulum-v1", **SMALL_OFF_POLICY)
+    agent.fit(96, progress=False)  # a filled buffer and trained weights, not the initial ones
+    assert agent.loop.compiled_streams is not None and agent.n_updates == 32  # the compiled loop ran it
+    loop = CompiledOffPolicy.for_agent(agent)
+    state = backend.to_tensors(loop.state_from_agent(agent))
+    learning_rate = np.float32(1e-3)
+    train = backend.compile(lambda s: loop._train(s, learning_rate))
+    sample = backend.compile(lambda s: loop._sample(s, 1))
+    exact = backend.NAME == "jax"
+    before = backend.to_numpy(state["learner"])
+    # Two steps (TD3: one that moves the actor and targets, one that leaves them), each from the
+    # compiled loop's state, against the agent's `update` on the batch the loop sampled.
+    for _ in range(2):
+        _, _, batches = backend.to_numpy(sample(state))
+        assert set(batches) == {"observations", "actions", "rewards", "next_observations", "discounts",
+                                *agent.batch_noise_scales()}
+        state, sums = train(state)
+        losses = agent.update(batches, learning_rate)
+        _assert_same_leaves(backend.to_numpy(state["learner"]), backend.to_numpy(agent.learner.state), exact)
+        np.testing.assert_allclose(backend.to_numpy(sums), [losses[name] for name in agent.loss_names],
+                                   rtol=1e-6, atol=1e-7)
+    after = backend.to_numpy(state["learner"])
+    assert not np.array_equal(before["params"]["actor"][0], after["params"]["actor"][0])
+    assert not np.array_equal(before["params"]["critic_0"][0], after["params"]["critic_0"][0])
+
+    # Acting: the compiled loop's `explore` (keras.ops) is the Python loop's numpy exploration.
+    rng = np.random.default_rng(1)
+    observations = rng.normal(size=(8, 3)).astype(np.float32)
+    normals = rng.normal(size=(8, 1)).astype(np.float32)
+    explored = backend.to_numpy(backend.compile(agent.explore)(
+        backend.to_tensors(agent.learner.state), *backend.to_tensors([observations, normals])))
+    python = agent.explore_from_outputs(agent.actor_outputs(observations), agent.exploration_std * normals)
+    np.testing.assert_allclose(explored, python, rtol=1e-6, atol=1e-6)
+    assert np.all(np.abs(explored) <= 1.0) and not np.allclose(explored, agent._deterministic_unit(observations))
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_off_policy_seeds_trained_together_are_each_seed_trained_alone():
+    from kerasrl.compiled import CompiledOffPolicy
+
+    small = dict(SMALL_OFF_POLICY, learning_starts=32, train_freq=4, gradient_steps=2)
+    small.pop("seed")
+    together = CompiledOffPolicy("Pendulum", "sac", seeds=[0, 1], **small)
+    together.fit(96, rounds_per_call=24)
+    for index, seed in enumerate([0, 1]):
+        alone = CompiledOffPolicy("Pendulum", "sac", seeds=seed, **small)
+        alone.fit(96, rounds_per_call=24)
+        leaves = list(zip(_leaves(together.seed_state(index)), _leaves(alone.seed_state(0))))
+        for (path, a), (_, b) in leaves:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=path)
+    assert not np.allclose(together.weights(0)[0], together.weights(1)[0])

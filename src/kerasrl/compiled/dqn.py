@@ -47,6 +47,7 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
+from kerasrl.agents.q_learner import exploration_rate
 from kerasrl.config import DQNConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
@@ -58,6 +59,24 @@ def unsupported(config: DQNConfig) -> str | None:
         if getattr(config, flag) != default:
             return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
     return None
+
+
+def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action):
+    """A value agent's behaviour policy inside a compiled loop, drawn as its Python loop draws:
+    epsilon-greedy (`u < rate`: `random_action`, else greedy), or with
+    `exploration="boltzmann"` from softmax(Q / rate) by one uniform `u` per row against the
+    cumulative probabilities (`policies.boltzmann`). `u` (B,) in [0, 1), `random_action` (B,)."""
+    from keras import ops
+
+    from kerasrl.losses import boltzmann_probs
+
+    if exploration == "boltzmann":
+        q = learner.action_values(learner_state, observations)
+        cumulative = ops.cumsum(boltzmann_probs(q, rate), axis=-1)
+        cumulative = cumulative / cumulative[:, -1:]  # exactly 1 at the end, as the agent's
+        # The first action whose cumulative probability exceeds u.
+        return ops.sum(ops.cast(cumulative <= ops.expand_dims(u, -1), "int32"), axis=-1)
+    return ops.where(u < rate, random_action, learner.greedy(learner_state, observations))
 
 
 class CompiledDQN(CompiledLoop):
@@ -141,17 +160,6 @@ class CompiledDQN(CompiledLoop):
         }
 
     # -- the compiled round ------------------------------------------------------------------
-    def _epsilon(self, timesteps, total_steps):
-        from keras import ops
-
-        from kerasrl.agents.q_learner import exploration_rate
-
-        cfg = self.config
-        eps = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
-        if cfg.random_warmup:
-            eps = ops.where(timesteps < cfg.learning_starts, 1.0, eps)
-        return eps
-
     def _env_step(self, state, metrics, total_steps):
         """One vector step: act, step the envs (a compiled piece on PyTorch), then write the
         transitions into the replay buffer (in place on PyTorch, see `backend.write_rows`)."""
@@ -162,25 +170,6 @@ class CompiledDQN(CompiledLoop):
         buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
         return dict(state, buffer=buffer), log_episodes(metrics, ended)
 
-    def _boltzmann(self, state, u, random_action, timesteps, total_steps):
-        """Actions drawn from softmax(Q / temperature), the temperature on the agent's schedule
-        (`exploration_rate`); uniform random during the warm-up when `random_warmup`."""
-        from keras import ops
-
-        from kerasrl.agents.q_learner import exploration_rate
-        from kerasrl.losses import boltzmann_probs
-
-        cfg = self.config
-        q = self.learner.action_values(state["learner"], state["obs"])
-        temperature = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
-        cumulative = ops.cumsum(boltzmann_probs(q, temperature), axis=-1)
-        cumulative = cumulative / cumulative[:, -1:]  # exactly 1 at the end, as the agent's
-        # The first action whose cumulative probability exceeds u.
-        sampled = ops.sum(ops.cast(cumulative <= ops.expand_dims(u, -1), "int32"), axis=-1)
-        if cfg.random_warmup:
-            return ops.where(timesteps < cfg.learning_starts, random_action, sampled)
-        return sampled
-
     def _act(self, state, total_steps):
         """Epsilon-greedy actions and one env step: the state without its buffer, the buffer
         rows to write, the transitions and the episodes that ended (`episode_update`)."""
@@ -190,11 +179,12 @@ class CompiledDQN(CompiledLoop):
         timesteps = state["vector_steps"] * n
         explore_rng, u = uniform01(state["explore_rng"])
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
-        if self.config.exploration == "boltzmann":
-            actions = self._boltzmann(state, u, random_action, timesteps, total_steps)
-        else:
-            greedy = self.learner.greedy(state["learner"], state["obs"])
-            actions = ops.where(u < self._epsilon(timesteps, total_steps), random_action, greedy)
+        cfg = self.config
+        rate = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
+        actions = behaviour_actions(self.learner, state["learner"], state["obs"], cfg.exploration, rate, u,
+                                    random_action)
+        if cfg.random_warmup:
+            actions = ops.where(timesteps < cfg.learning_starts, random_action, actions)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
         pos = state["vector_steps"] % self.capacity
         rows = pos * n + ops.arange(n, dtype="int32")
