@@ -339,6 +339,21 @@ class PPO(Agent):
         carry = (state, ops.zeros((len(METRICS),), "float32"), ops.zeros((), "float32"))
         return ops.fori_loop(0, indices.shape[0], body, carry)
 
+    # -- what a loop compiled whole runs (kerasrl.compiled.ppo): this agent's math, on a state --
+    def act_outputs(self, state, observations):
+        """(policy outputs (B, n_outputs), values (B,)) of the weights in the learner `state` for
+        float32 `observations`, in inference mode."""
+        policy, values, _ = self._outputs(state["params"], state["non_trainable"], observations,
+                                          training=False)
+        return policy, values
+
+    def train_epochs(self, state, data, indices, learning_rate, clip_range):
+        """PPO's update of one rollout as a pure function of the learner `state` (what this
+        agent's update compiles): `data` as `RolloutBuffer.training_data()` gives it (tensors),
+        `indices` (M, batch_size) int32 the minibatches of all epochs. Returns `(state, sums of
+        self.metrics, steps taken)`."""
+        return self._train_epochs(state, data, indices, learning_rate, clip_range)
+
     # -- acting --------------------------------------------------------------------------------
     def _normalize(self, observations: np.ndarray, update: bool) -> np.ndarray:
         return normalize_observations(self.obs_rms, observations, self.config.clip_obs, update)
@@ -397,7 +412,7 @@ class PPO(Agent):
         obs = self.loop.observations
         while self.num_timesteps < stop_at:
             obs_in = self._normalize(obs, update=True)
-            policy, values = self._evaluate_networks(obs_in)
+            policy, values = self._rollout_step(obs_in)
             masks = self.loop.action_masks  # None for an env without action masks
             stored, env_actions, log_probs = self._sample(policy, self.rng, masks)
             next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(
@@ -408,8 +423,8 @@ class PPO(Agent):
             truncation_values = None
             if cut.any():
                 truncation_values = np.zeros(self.config.n_envs, dtype=np.float32)
-                _, truncation_values[cut] = self._evaluate_networks(
-                    self._normalize(final_obs[cut], update=False))
+                truncation_values[cut] = self._final_values(
+                    self._normalize(final_obs[cut], update=False), cut)
             rewards = self._scale_rewards(rewards, terminated | truncated)
             self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
                             truncation_values, action_masks=masks)
@@ -419,6 +434,16 @@ class PPO(Agent):
             if callback is not None and (terminated.any() or truncated.any()):
                 if callback(self, logger.history) is False:
                     break
+
+    def _rollout_step(self, observations: np.ndarray):
+        """The networks' step of a rollout, for normalized observations (n_envs, *obs): policy
+        outputs (n_envs, n_outputs) and values (n_envs,). A recurrent agent carries its state here."""
+        return self._evaluate_networks(observations)
+
+    def _final_values(self, observations: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Values (R,) of the true final observations (R, *obs) of the envs `rows` (n_envs,) bool
+        whose episode the step just cut at the time limit."""
+        return self._evaluate_networks(observations)[1]
 
     def _update(self, total_steps: int, logger) -> None:
         self.learn_from_rollout(self.buffer, self.loop.observations, total_steps, logger)

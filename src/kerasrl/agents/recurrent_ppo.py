@@ -87,10 +87,9 @@ class RecurrentPPO(PPO):
         self._forward = backend.compile(
             lambda params, non_trainable, obs, states, starts:
             self._step(params, non_trainable, obs, states, starts, False)[:3])
-        # The loop's recurrent state: each env's state after its last step, and whether its next
-        # observation starts an episode (its state is then zeroed before the step).
+        # The loop's recurrent state: each env's state after its last step (zeroed before the
+        # step where its next observation starts an episode: see episode_starts).
         self.states = [np.zeros((cfg.n_envs, size), np.float32) for size in self.state_sizes]
-        self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
         # The rollout's: each env's state at its first row, and the episode starts (T, N).
         self.rollout_states = [s.copy() for s in self.states]
         self.rollout_episode_starts = np.zeros((cfg.n_steps, cfg.n_envs), dtype=bool)
@@ -177,9 +176,11 @@ class RecurrentPPO(PPO):
             return categorical_mode(masked_logits(policy, action_masks), self.action_sizes)
         return np.clip(policy, self.action_space.low, self.action_space.high)
 
-    def reset_envs(self, seed: int | None = None) -> None:
-        super().reset_envs(seed)
-        self.episode_starts[...] = True
+    @property
+    def episode_starts(self) -> np.ndarray:
+        """(n_envs,) bool: the envs whose current observation starts an episode (no step taken in
+        it yet), whose state the next step zeroes."""
+        return self.loop.episode_lengths == 0
 
     def predict(self, observations, state=None, episode_start=None, deterministic: bool = True,
                 action_mask=None):
@@ -187,39 +188,22 @@ class RecurrentPPO(PPO):
         return self.policy.predict(observations, state=state, episode_start=episode_start,
                                    deterministic=deterministic, action_mask=action_mask)
 
-    # -- the loop ------------------------------------------------------------------------------
-    def _learn(self, total_steps, stop_at, logger, callback):
-        obs = self.loop.observations
-        while self.num_timesteps < stop_at:
-            row = self.buffer.position
-            if row == 0:
-                self.rollout_states = [s.copy() for s in self.states]
-            obs_in = self._normalize(obs, update=True)
-            starts = self.episode_starts.copy()
-            policy, values, new_states = self._evaluate_step(obs_in, self.states, starts)
-            masks = self.loop.action_masks  # None for an env without action masks
-            stored, env_actions, log_probs = self._sample(policy, self.rng, masks)
-            next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(
-                env_actions, logger)
-            self.loop.action_masks, _ = self._masks_after_step(info, terminated | truncated)
-            # A time-limit cut bootstraps from V(true final observation) at the state it reached.
-            cut = truncated & ~terminated
-            truncation_values = None
-            if cut.any():
-                _, final_values, _ = self._evaluate_step(
-                    self._normalize(final_obs, update=False), new_states, np.zeros_like(cut))
-                truncation_values = np.where(cut, final_values, 0.0).astype(np.float32)
-            rewards = self._scale_rewards(rewards, terminated | truncated)
-            self.rollout_episode_starts[row] = starts
-            self.buffer.add(obs_in, stored, log_probs, values, rewards, terminated, cut,
-                            truncation_values, action_masks=masks)
-            self.states, self.episode_starts = new_states, terminated | truncated
-            obs = self.loop.observations = next_obs
-            if self.buffer.full:
-                self._update(total_steps, logger)
-            if callback is not None and (terminated.any() or truncated.any()):
-                if callback(self, logger.history) is False:
-                    break
+    # -- the loop: PPO's, with the state carried --------------------------------------------
+    def _rollout_step(self, observations):
+        """From each env's state, zeroed where its episode starts here: policy outputs and values;
+        the envs' states move on to the ones this step reached."""
+        row = self.buffer.position
+        if row == 0:
+            self.rollout_states = [s.copy() for s in self.states]
+        starts = self.episode_starts
+        policy, values, self.states = self._evaluate_step(observations, self.states, starts)
+        self.rollout_episode_starts[row] = starts
+        return policy, values
+
+    def _final_values(self, observations, rows):
+        """A time-limit cut bootstraps from V(true final observation) at the state it reached."""
+        states = [s[rows] for s in self.states]
+        return self._evaluate_step(observations, states, np.zeros(len(observations), bool))[1]
 
     # -- remote actors: not yet ---------------------------------------------------------------
     def explorer(self, n_envs, epsilon=None):
@@ -233,7 +217,6 @@ class RecurrentPPO(PPO):
         for i, (state, start) in enumerate(zip(self.states, self.rollout_states)):
             arrays[f"recurrent/states/{i}"] = state.copy()
             arrays[f"recurrent/rollout_states/{i}"] = start.copy()
-        arrays["recurrent/episode_starts"] = self.episode_starts.copy()
         arrays["recurrent/rollout_episode_starts"] = self.rollout_episode_starts.copy()
         return arrays, meta
 
@@ -243,7 +226,6 @@ class RecurrentPPO(PPO):
                        for i in range(len(self.state_sizes))]
         self.rollout_states = [np.array(arrays[f"recurrent/rollout_states/{i}"], np.float32)
                                for i in range(len(self.state_sizes))]
-        self.episode_starts = np.array(arrays["recurrent/episode_starts"], dtype=bool)
         self.rollout_episode_starts = np.array(arrays["recurrent/rollout_episode_starts"],
                                                dtype=bool)
 
