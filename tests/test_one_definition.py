@@ -224,28 +224,33 @@ def _assert_same_leaves(compiled, python, exact):
                                         pytest.param("DDPG", marks=pytest.mark.slow)])
 def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_update(agent_name):
     """`fit` on an ops env runs DDPG, TD3 and SAC in the compiled loop (their registration names
-    it); its gradient steps on a batch it samples (with the noise it draws) are the agent's own
-    `update` on that batch, and its exploring actions are the Python loop's for the same noise."""
+    it, tests/test_compiled_fit.py runs it); its gradient steps on a batch it samples (with the
+    noise it draws) are the agent's own `update` on that batch, and its exploring actions are the
+    Python loop's for the same noise."""
     import kerasrl
     from kerasrl.compiled import CompiledOffPolicy
+    from kerasrl.compiled.engine import CompiledEngine
 
     agent = getattr(kerasrl, agent_name)("kerasrl/OpsPendulum-v1", **SMALL_OFF_POLICY)
-    agent.fit(96, progress=False)  # a filled buffer and trained weights, not the initial ones
-    assert agent.loop.compiled_streams is not None and agent.n_updates == 32  # the compiled loop ran it
+    assert CompiledEngine.why_not(agent) is None
+    # A filled buffer and trained weights, not the initial ones (the Python loop: it compiles the
+    # agent's update, which the comparison runs, and not the whole compiled loop).
+    agent.fit(96, progress=False, engine="local")
     loop = CompiledOffPolicy.for_agent(agent)
     state = backend.to_tensors(loop.state_from_agent(agent))
     learning_rate = np.float32(1e-3)
+    # The loop's training part (its sampling, then the steps), and its sampling alone.
     train = backend.compile(lambda s: loop._train(s, learning_rate))
-    sample = backend.compile(lambda s: loop._sample(s, 1))
+    sample = backend.compile(lambda s: loop._sample(s, 1)[2])
     exact = backend.NAME == "jax"
     before = backend.to_numpy(state["learner"])
     # Two steps (TD3: one that moves the actor and targets, one that leaves them), each from the
     # compiled loop's state, against the agent's `update` on the batch the loop sampled.
     for _ in range(2):
-        _, _, batches = backend.to_numpy(sample(state))
+        batches = backend.to_numpy(sample(state))
+        state, sums = train(state)
         assert set(batches) == {"observations", "actions", "rewards", "next_observations", "discounts",
                                 *agent.batch_noise_scales()}
-        state, sums = train(state)
         losses = agent.update(batches, learning_rate)
         _assert_same_leaves(backend.to_numpy(state["learner"]), backend.to_numpy(agent.learner.state), exact)
         np.testing.assert_allclose(backend.to_numpy(sums), [losses[name] for name in agent.loss_names],
@@ -265,8 +270,8 @@ def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_
     assert np.all(np.abs(explored) <= 1.0) and not np.allclose(explored, agent._deterministic_unit(observations))
 
 
+@pytest.mark.slow  # 3 compiled loops
 @pytest.mark.backend
-@pytest.mark.slow_on_other_backends
 def test_off_policy_seeds_trained_together_are_each_seed_trained_alone():
     from kerasrl.compiled import CompiledOffPolicy
 
@@ -281,3 +286,48 @@ def test_off_policy_seeds_trained_together_are_each_seed_trained_alone():
         for (path, a), (_, b) in leaves:
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=path)
     assert not np.allclose(together.weights(0)[0], together.weights(1)[0])
+
+
+@pytest.mark.slow  # 20 s: the loop's compilation (the DQN round above is the fast tier's check)
+@pytest.mark.backend
+@pytest.mark.parametrize("expected", [False, True])
+def test_a_sarsa_round_is_the_same_through_the_compiled_loop_and_the_agent(expected):
+    """SARSA's round (its target from the next actions taken, or Expected SARSA's from the
+    Boltzmann policy) runs on the agent's learner in both loops: `SARSA._train_round`'s batch
+    layout, the same numbers."""
+    from kerasrl.compiled.sarsa import CompiledSARSA
+
+    loop = CompiledSARSA("CartPole", seeds=0, expected=expected, n_envs=4, n_steps=4,
+                         gradient_steps=3, hidden_sizes=(16,))
+    state = backend.to_tensors(loop.seed_state(0))
+    rng = np.random.default_rng(0)
+    rollout = {"observations": rng.normal(size=(4, 4, 4)), "next_observations": rng.normal(size=(4, 4, 4)),
+               "actions": rng.integers(0, 2, (4, 4)), "next_actions": rng.integers(0, 2, (4, 4)),
+               "rewards": np.ones((4, 4)), "terminated": (rng.random((4, 4)) < 0.2),
+               "rates": np.full((4, 4), 0.8)}
+    rollout = {k: v.astype(np.int32 if "actions" in k else np.float32) for k, v in rollout.items()}
+    learning_rate, tau = np.float32(1e-3), np.float32(1.0)
+    compiled, _ = backend.to_numpy(backend.compile(lambda s, r: loop._train(s["learner"], r, learning_rate, tau))(
+        state, backend.to_tensors(rollout)))
+    batches = backend.to_numpy(backend.compile(lambda r: loop._batch(r, 3))(backend.to_tensors(rollout)))
+    assert batches["temperature"].shape == (3, 16) and np.all(batches["temperature"] == np.float32(0.8))
+    loop.learner.load_state(backend.to_numpy(state["learner"]))
+    loop.learner.train(batches, learning_rate, tau)
+    for (path, a), (_, b) in zip(_leaves(compiled), _leaves(backend.to_numpy(loop.learner.state))):
+        if backend.NAME == "jax":
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+
+
+@pytest.mark.slow
+@pytest.mark.backend
+def test_sarsa_fit_on_an_ops_env_runs_the_compiled_loop_and_learns_cartpole():
+    """`kerasrl.SARSA(...).fit` on the keras.ops CartPole runs the compiled loop at the agent's
+    defaults. Measured (JAX): two seeds trained together at 500 and 500 after 100k steps."""
+    import kerasrl
+
+    agent = kerasrl.SARSA("kerasrl/OpsCartPole-v1", seed=0)
+    agent.fit(100_000, progress=False)
+    assert agent.loop.compiled_streams is not None
+    assert agent.evaluate(episodes=20)["mean_return"] >= 450

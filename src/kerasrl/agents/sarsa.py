@@ -49,6 +49,12 @@ def expected_target(next_q_target, next_q_online, batch):
                                  temperature=None if temperature is None else temperature[:, None])
 
 
+def sarsa_target_fn(config: SARSAConfig):
+    """(the TD target function, whether it needs the online network's next Q-values) of
+    `config`: the agent's and the compiled loop's."""
+    return (expected_target, True) if config.expected else (next_action_target, False)
+
+
 class SARSA(QAgentMixin, Agent):
     """On-policy Deep SARSA for discrete actions; `expected=True` for Expected SARSA.
 
@@ -79,8 +85,7 @@ class SARSA(QAgentMixin, Agent):
         super().__init__(env, model=model, config=config, **hyperparameters)
 
     def _build(self, model) -> None:
-        self._build_q_learner(model, expected_target if self.config.expected else next_action_target,
-                              needs_online_next=self.config.expected)
+        self._build_q_learner(model, *sarsa_target_fn(self.config))
         self._actions = None  # the actions the envs take at the next step, (n_envs,)
         self._rollout = []  # this round's steps so far; kept on the agent so a paused fit resumes
         # With action masks: the masks of each of those steps' final observations, (n_envs, A).
@@ -162,6 +167,21 @@ class SARSA(QAgentMixin, Agent):
                                       batch["rewards"], on_policy=True,
                                       values=lambda: self.learner.q_values(batch["observations"]))
         return loss
+
+    # -- what a loop compiled whole continues from (kerasrl.compiled.sarsa) ----------------------
+    def pending_actions(self) -> np.ndarray | None:
+        """The actions the envs take at the next step (drawn at the end of the step before), or
+        None before the first step."""
+        return None if self._actions is None else np.array(self._actions)
+
+    def load_pending_actions(self, actions) -> None:
+        """Continue with `actions` (from `pending_actions()`, as another loop left them)."""
+        self._actions = None if actions is None else np.asarray(actions, dtype=np.int64).copy()
+
+    @property
+    def rollout_steps(self) -> int:
+        """Vector steps of the current round collected (its transitions not yet learned from)."""
+        return len(self._rollout)
 
     # -- training state -----------------------------------------------------------------------
     def _extra_state(self):
