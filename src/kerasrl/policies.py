@@ -635,11 +635,15 @@ def scale_to_bounds(unit_actions, low: np.ndarray, high: np.ndarray, ops=np):
     return ops.clip(scaled, low, high)
 
 
-def unit_from_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The inverse of `scale_to_bounds` (numpy, float32): env actions to the unit box."""
+def unit_from_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray, ops=np) -> np.ndarray:
+    """The inverse of `scale_to_bounds` (float32; numpy, or `ops=keras.ops` on tensors): env
+    actions to the unit box."""
     low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
-    unit = (np.asarray(actions, np.float32) - low) / ((high - low) * np.float32(0.5)) - 1.0
-    return np.clip(unit, -1.0, 1.0).astype(np.float32)
+    half_range = ((high - low) * np.float32(0.5)).astype(np.float32)
+    if ops is np:
+        actions = np.asarray(actions, np.float32)
+    unit = (actions - low) / half_range - np.float32(1.0)  # tensor first: a graph input
+    return ops.clip(unit, -1.0, 1.0)
 
 
 class _ContinuousPolicy(Policy):

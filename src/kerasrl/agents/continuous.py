@@ -148,12 +148,55 @@ class ContinuousAgent(Agent):
     def _explore_unit(self, observations: np.ndarray) -> np.ndarray:
         """Exploratory unit-box actions (n_envs, D) for the current observations: the actor's
         plus the action noise, clipped to the box."""
-        unit = self._deterministic_unit(observations) + self.noise(self.rng)
-        return np.clip(unit, -1.0, 1.0).astype(np.float32)
+        return np.asarray(self.explore_from_outputs(self.actor_outputs(observations),
+                                                    self.noise(self.rng)), np.float32)
+
+    def batch_noise_scales(self) -> dict[str, float]:
+        """The Gaussian noise a gradient step reads: batch key -> its std, one (B, D) array per
+        step each (TD3's target smoothing, SAC's reparameterization). The Python loop draws it in
+        numpy (`sample_batches`), the compiled loop from its own streams."""
+        return {}
 
     def _batch_noise(self, n_batches: int, batch_size: int) -> dict[str, np.ndarray]:
         """The noise arrays the gradient step reads, (G, B, D) each, drawn from self.rng."""
-        return {}
+        shape = (n_batches, batch_size, self.action_dim)
+        return {key: (std * self.rng.standard_normal(shape)).astype(np.float32)
+                for key, std in self.batch_noise_scales().items()}
+
+    # -- the algorithm's pure functions, which the compiled loop runs too ------------------------
+    def train_step(self, state, batch, learning_rate):
+        """One gradient step, pure `keras.ops`: (learner state, batch) -> (state, {loss name:
+        scalar}). `batch`: one row (B, ...) of what `sample_batches` makes (actions in the unit
+        box, with the noise of `batch_noise_scales`)."""
+        return self._step(state, batch, learning_rate)
+
+    def explore_from_outputs(self, outputs, noise, ops=np):
+        """Exploring unit-box actions (B, D) from the actor's outputs (B, outputs) and the
+        exploration noise (B, D), in numpy (the Python loop) or keras.ops (`ops=keras.ops`, the
+        compiled loop): the actor's action plus the noise, clipped to the box."""
+        return ops.clip(self.greedy_from_outputs(outputs, ops) + noise, -1.0, 1.0)
+
+    def greedy_from_outputs(self, outputs, ops=np):
+        """The deterministic unit-box actions (B, D) of the actor's outputs (B, outputs)."""
+        return ops.clip(outputs, -1.0, 1.0)
+
+    @property
+    def exploration_std(self) -> float:
+        """The std of the Gaussian exploration noise `explore` scales its standard normal draws
+        by (0 with action_noise='none')."""
+        return 0.0 if self.config.action_noise == "none" else float(self.config.action_noise_std)
+
+    def explore(self, state, observations, normals):
+        """Pure `keras.ops`: exploring unit-box actions (B, D) of the learner `state` for
+        observations (B, *obs_shape) as the networks see them, from standard normal draws
+        `normals` (B, D) (scaled by `exploration_std`)."""
+        outputs = self.learner.apply("actor", state["params"], state, observations)
+        return self.explore_from_outputs(outputs, self.exploration_std * normals, ops=keras.ops)
+
+    def greedy(self, state, observations):
+        """Pure `keras.ops`: the deterministic unit-box actions (B, D) of the learner `state`."""
+        outputs = self.learner.apply("actor", state["params"], state, observations)
+        return self.greedy_from_outputs(outputs, ops=keras.ops)
 
     # -- acting -------------------------------------------------------------------------------
     def normalize(self, observations: np.ndarray, update: bool = False) -> np.ndarray:
@@ -170,7 +213,7 @@ class ContinuousAgent(Agent):
         return np.asarray(backend.to_numpy(out), np.float32)
 
     def _deterministic_unit(self, observations: np.ndarray) -> np.ndarray:
-        return np.clip(self.actor_outputs(observations), -1.0, 1.0)
+        return self.greedy_from_outputs(self.actor_outputs(observations))
 
     def _to_env(self, unit_actions: np.ndarray) -> np.ndarray:
         return scale_to_bounds(np.asarray(unit_actions, np.float32), self.action_space.low,
@@ -228,6 +271,15 @@ class ContinuousAgent(Agent):
         if self.num_timesteps > cfg.learning_starts:
             for _ in range(rounds):
                 logger.update(self.num_timesteps, **self._train_round(total_steps))
+
+    def loop_counters(self) -> dict[str, int]:
+        """Vector steps taken: what a loop that continues this agent's training (the compiled
+        engine) starts from (the gradient steps are the learner state's "step")."""
+        return {"vector_steps": self._vector_steps}
+
+    def load_loop_counters(self, vector_steps: int) -> None:
+        """Continue from `loop_counters()` as another loop left them."""
+        self._vector_steps = int(vector_steps)
 
     def _episodes_ended(self, done: np.ndarray) -> None:
         """Reset per-episode exploration state (Ornstein-Uhlenbeck noise) of the envs in `done`."""

@@ -26,8 +26,8 @@ from kerasrl.agents.continuous import ContinuousAgent
 from kerasrl.agents.learner import Learner
 from kerasrl.config import SACConfig
 from kerasrl.exploration import SampledActor
-from kerasrl.losses import (clipped_double_q_target, critic_loss, entropy_coefficient_loss,
-                            sac_actor_loss, squashed_gaussian)
+from kerasrl.losses import (LOG_STD_MAX, LOG_STD_MIN, clipped_double_q_target, critic_loss,
+                            entropy_coefficient_loss, sac_actor_loss, squashed_gaussian)
 from kerasrl.policies import SquashedGaussianPolicy
 
 
@@ -108,22 +108,28 @@ class SAC(ContinuousAgent):
                   "ent_coef": ent_coef}
         return {**state, "step": state["step"] + 1}, losses
 
-    def _deterministic_unit(self, observations):
-        return np.tanh(self.actor_outputs(observations)[:, :self.action_dim])
+    def greedy_from_outputs(self, outputs, ops=np):
+        """tanh of the Gaussian means (B, D)."""
+        return ops.tanh(outputs[:, :self.action_dim])
+
+    def explore_from_outputs(self, outputs, noise, ops=np):
+        """A sample of the policy: tanh(mean + std * noise), `noise` standard normal (B, D)."""
+        mean, log_std = outputs[:, :self.action_dim], outputs[:, self.action_dim:]
+        return ops.tanh(mean + ops.exp(ops.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)) * noise)
+
+    exploration_std = 1.0  # the policy's own noise: standard normal draws
 
     def _explore_unit(self, observations):
-        out = self.actor_outputs(observations)
-        mean, log_std = out[:, :self.action_dim], np.clip(out[:, self.action_dim:], -20.0, 2.0)
-        noise = self.rng.standard_normal(mean.shape).astype(np.float32)
-        return np.tanh(mean + np.exp(log_std) * noise).astype(np.float32)
+        outputs = self.actor_outputs(observations)
+        noise = self.rng.standard_normal((len(outputs), self.action_dim)).astype(np.float32)
+        return np.asarray(self.explore_from_outputs(outputs, noise), np.float32)
 
     def explorer(self, n_envs, epsilon=None):
         return SampledActor()
 
-    def _batch_noise(self, n_batches, batch_size):
-        shape = (n_batches, batch_size, self.action_dim)
-        return {"noise": self.rng.standard_normal(shape).astype(np.float32),
-                "next_noise": self.rng.standard_normal(shape).astype(np.float32)}
+    def batch_noise_scales(self):
+        """The reparameterization noise of the actions at s and at s' (standard normal)."""
+        return {"noise": 1.0, "next_noise": 1.0}
 
     @property
     def ent_coef(self) -> float:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from keras import ops
 
 from kerasrl.agents.continuous import ContinuousAgent
@@ -104,7 +103,6 @@ class TD3(ContinuousAgent):
         self.n_updates += 1
         return losses
 
-
-    def _batch_noise(self, n_batches, batch_size):
-        draws = self.rng.standard_normal((n_batches, batch_size, self.action_dim))
-        return {"target_noise": (self.config.target_policy_noise * draws).astype(np.float32)}
+    def batch_noise_scales(self):
+        """Target policy smoothing: Gaussian noise of std target_policy_noise on the target action."""
+        return {"target_noise": float(self.config.target_policy_noise)}

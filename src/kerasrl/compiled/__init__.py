@@ -1,14 +1,14 @@
 """The whole training loop compiled: ops envs, acting, storage and learning in one call, many seeds at once.
 
-`CompiledDQN` (and `CompiledPPO`) take an ops env (`kerasrl.envs.ops`) and the agents' config
-dataclasses; see docs/ops_envs.md.
+`CompiledDQN`, `CompiledPPO` and `CompiledOffPolicy` (DDPG, TD3, SAC) take an ops env
+(`kerasrl.envs.ops`) and the agents' config dataclasses; see docs/ops_envs.md.
 """
 
 from __future__ import annotations
 
 import importlib
 
-_LAZY = {"CompiledDQN": "dqn", "CompiledPPO": "ppo", "greedy_returns": "dqn"}
+_LAZY = {"CompiledDQN": "dqn", "CompiledPPO": "ppo", "CompiledSARSA": "sarsa", "CompiledOffPolicy": "continuous", "greedy_returns": "dqn"}
 
 
 def __getattr__(name: str):

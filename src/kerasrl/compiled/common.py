@@ -33,6 +33,17 @@ def random_ints(rng, n):
     return rng, ops.minimum(i, ops.cast(n, "int32") - 1)
 
 
+def normal01(rng):
+    """`(new_rng, z)`: one standard normal float32 per entry of `rng`, by Box-Muller from two
+    uniform draws (the first turned into (0, 1], so its log is finite)."""
+    from keras import ops
+
+    rng, u1 = uniform01(rng)
+    rng, u2 = uniform01(rng)
+    radius = ops.sqrt(-2.0 * ops.log(1.0 - u1))
+    return rng, radius * ops.cos((2.0 * math.pi) * u2)
+
+
 def episode_init(n_envs: int) -> dict:
     """Running return and length per env, and the finished episodes' sums since the last read."""
     return {"return": np.zeros(n_envs, np.float32), "length": np.zeros(n_envs, np.int32),
@@ -209,6 +220,8 @@ class CompiledLoop:
 
     # Sums of training figures a call keeps beside the loss (name -> shape), booked by `figures`.
     FIGURE_SUMS: dict[str, tuple[int, ...]] = {}
+    # The figure whose non-finite value stops the run (`Agent.check_loss`), as the Python loop checks.
+    checked_figure = "loss"
 
     def figures(self, metrics: dict) -> dict[str, float]:
         """One call's training figures, as the Python loop logs them (numpy `metrics` of one seed):

@@ -193,7 +193,7 @@ class CompiledEngine:
         if updates:
             figures = self.loop.figures(metrics)
             agent.n_updates += updates
-            agent.check_loss(figures["loss"], agent.n_updates)
+            agent.check_loss(figures[self.loop.checked_figure], agent.n_updates)
             logger.update(agent.num_timesteps, **figures)
         logger.set(**self.loop.scalars(agent, total_steps))
         logger.advance(agent.num_timesteps, agent.num_timesteps - start)
