@@ -1,9 +1,11 @@
-"""Recurrent PPO against an MLP policy (slow tier): CartPole with the velocities hidden, the
-preset's settings and budget (100k steps) for both.
+"""Recurrent PPO to the issue's target (slow tier): CartPole with the velocities hidden, the preset's
+settings and budget (RL Zoo's ppo_lstm entry, 100k steps), then 20 deterministic episodes.
 
-Measured on JAX (20 deterministic episodes): recurrent 174.2 and 206.2 (seeds 0 and 1), MLP PPO
-43.5 and 44.9. The issue's target, a mean of 475 for the recurrent policy, was not reached at 100k
-steps in those runs; the rule below holds what was measured: the memory pays several times over.
+Measured (docs/recurrent.md): JAX 500.0 and 480.2 (seeds 0 and 1), TensorFlow 500.0 (seed 0).
+SB3-contrib itself, the same settings and protocol: 267.6 (seed 0): some seeds end below 475 at
+this budget, so the rule is at least one of seeds 0 and 1 at 475 and the other at 250 or more;
+an MLP policy, which cannot see the velocities, stays under half of that (43.5 and 44.9 with the
+preset's earlier settings).
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ import pytest
 import kerasrl
 from kerasrl.presets import PRESETS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend]
 
 
-def train(agent_class, seed: int):
+def train(agent_class, seed: int) -> float:
     preset = PRESETS["cartpole-novel-recurrent-ppo"]
     agent = agent_class(preset.env, **{**preset.config, "seed": seed})
     agent.fit(preset.total_steps, progress=False)  # 100k steps
     return agent.evaluate(episodes=20)["mean_return"]
 
 
-@pytest.mark.backend
-def test_recurrent_ppo_learns_where_an_mlp_policy_cannot():
-    recurrent = train(kerasrl.RecurrentPPO, 0)
+def test_recurrent_ppo_reaches_475_where_an_mlp_policy_cannot():
+    recurrent = [train(kerasrl.RecurrentPPO, seed) for seed in (0, 1)]
+    assert max(recurrent) >= 475 and min(recurrent) >= 250, recurrent
     mlp = train(kerasrl.PPO, 0)
-    assert recurrent >= 120 and mlp < 80 and recurrent >= 2.5 * mlp, (recurrent, mlp)
+    assert mlp < 0.5 * min(recurrent), (mlp, recurrent)
