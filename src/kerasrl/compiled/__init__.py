@@ -1,6 +1,7 @@
 """The whole training loop compiled: ops envs, acting, storage and learning in one call, many seeds at once.
 
-`CompiledDQN`, `CompiledPPO` and `CompiledOffPolicy` (DDPG, TD3, SAC) take an ops env
+`CompiledDQN` (DQN, QR-DQN, C51), `CompiledSARSA` (Deep and Expected SARSA), `CompiledPPO` and
+`CompiledOffPolicy` (DDPG, TD3, SAC) take an ops env
 (`kerasrl.envs.ops`) and the agents' config dataclasses; see docs/ops_envs.md.
 """
 
