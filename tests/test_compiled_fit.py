@@ -182,3 +182,27 @@ def test_auto_takes_the_python_loop_for_keras_convolutions_on_xla_cpu(caplog):
     patches = kerasrl.DQN("kerasrl/OpsSnake-v0", model=snake_fast_network((9, 9, 2)), **SNAKE_TINY)
     patches.fit(40, progress=False)
     assert python_loop_lines(caplog) == [] and patches.loop.compiled_streams is not None
+
+
+@pytest.mark.slow  # three TD3 agents' compiled loops (the fit parts of a split run compile apart)
+@pytest.mark.backend
+def test_td3_runs_split_by_checkpoints_and_resumed_are_the_one_run(tmp_path):
+    """TD3 on an ops env runs compiled (registry: compiled=) and splits as DQN does: mid-round
+    stops, a checkpoint and a resume give the run made in one fit."""
+    small = dict(learning_starts=64, batch_size=16, buffer_size=512, hidden_sizes=(16,), train_freq=4,
+                 gradient_steps=2, seed=0)
+    one = kerasrl.TD3("kerasrl/OpsPendulum-v1", **small)
+    one.fit(500, progress=False)
+    split = kerasrl.TD3("kerasrl/OpsPendulum-v1", **small)
+    split.fit(500, progress=False, checkpoint_every=250, checkpoint_dir=tmp_path / "ckpt")  # mid-round stops
+    resumed = kerasrl.TD3.load(tmp_path / "ckpt" / "ckpt-000000250")
+    resumed.fit(500, progress=False)
+    assert one.loop.compiled_streams is not None and one.n_updates == 2 * ((500 - 64) // 4)
+    for run in (split, resumed):
+        assert run.num_timesteps == 500 and run.n_updates == one.n_updates
+        for name in ("actor", "critic_1"):
+            for a, b in zip(backend.to_numpy(one.learner.state["params"][name]),
+                            backend.to_numpy(run.learner.state["params"][name])):
+                np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(one.buffer.actions, run.buffer.actions)
+        assert [e["return"] for e in run.history.episodes] == [e["return"] for e in one.history.episodes]

@@ -205,7 +205,8 @@ def test_compiled_ppo_samples_the_agents_gaussian_on_continuous_actions():
     assert np.abs(actions).max() > 0 and np.isfinite(stored["rewards"][0]).all()
 
 
-SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidden_sizes=(16,), seed=0)
+SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidden_sizes=(16,), seed=0,
+                        check_env=False)
 
 
 def _assert_same_leaves(compiled, python, exact):
@@ -242,7 +243,7 @@ def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_
     # The loop's training part (its sampling, then the agent's steps), its sampling alone, and its
     # steps on given batches inside a bigger call (as its round calls them).
     train = backend.compile(lambda s: loop._train(s, learning_rate))
-    sample = backend.compile(lambda s: loop._sample(s, 1)[2])
+    sample = lambda s: loop._sample(s, 1)[2]  # noqa: E731  (its batches are inputs to both sides)
     steps = backend.compile(lambda s, b: (loop._train_steps(s["learner"], b, learning_rate), s["vector_steps"] + 1))
     exact = backend.NAME == "jax"
     before = backend.to_numpy(state["learner"])
@@ -271,8 +272,8 @@ def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_
     rng = np.random.default_rng(1)
     observations = rng.normal(size=(8, 3)).astype(np.float32)
     normals = rng.normal(size=(8, 1)).astype(np.float32)
-    explored = backend.to_numpy(backend.compile(agent.explore)(
-        backend.to_tensors(agent.learner.state), *backend.to_tensors([observations, normals])))
+    explored = backend.to_numpy(agent.explore(backend.to_tensors(agent.learner.state),
+                                              *backend.to_tensors([observations, normals])))
     python = agent.explore_from_outputs(agent.actor_outputs(observations), agent.exploration_std * normals)
     np.testing.assert_allclose(explored, python, rtol=1e-6, atol=1e-6)
     assert np.all(np.abs(explored) <= 1.0) and not np.allclose(explored, agent._deterministic_unit(observations))

@@ -642,7 +642,9 @@ def unit_from_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray, ops
     half_range = ((high - low) * np.float32(0.5)).astype(np.float32)
     if ops is np:
         actions = np.asarray(actions, np.float32)
-    unit = (actions - low) / half_range - np.float32(1.0)  # tensor first: a graph input
+    else:  # tensors throughout (a numpy operand on the right of a PyTorch tensor is numpy's)
+        low, half_range = ops.convert_to_tensor(low), ops.convert_to_tensor(half_range)
+    unit = (actions - low) / half_range - np.float32(1.0)
     return ops.clip(unit, -1.0, 1.0)
 
 
