@@ -114,13 +114,30 @@ def preset_return(name: str, seed: int) -> float:
 
 @pytest.mark.slow
 def test_cartpole_preset_learns():
-    """Measured (docs/agents.md): JAX seeds 0-2 all 500.0 (about 2 min each on one core)."""
+    """Measured (docs/agents.md): 500.0 on JAX seeds 0-2, TensorFlow seed 0 and PyTorch seed 0
+    (2-3 min each on one shared core). The rule leaves a seed to other machines: at least 2 of
+    3 seeds reach CartPole's 475 (JAX; one seed, 0, elsewhere)."""
     seeds = (0, 1, 2) if kerasrl.backend.NAME == "jax" else (0,)
     returns = [preset_return("cartpole-qrdqn", seed) for seed in seeds]
-    assert min(returns) >= 475, returns
+    assert sum(r >= 475 for r in returns) >= min(2, len(seeds)), returns
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(kerasrl.backend.NAME != "jax", reason="measured on JAX")
+def test_cartpole_preset_learns_in_the_compiled_loop():
+    """cartpole-qrdqn's settings on kerasrl/OpsCartPole-v1: fit runs the whole loop compiled
+    (CompiledDQN on the agent's learner). Measured, JAX seed 0, 50k steps: 500.0 (92 s)."""
+    from kerasrl.presets import get_preset
+
+    agent = kerasrl.QRDQN("kerasrl/OpsCartPole-v1", seed=0, **get_preset("cartpole-qrdqn").config)
+    agent.fit(50_000, progress=False, engine="compiled")
+    assert agent.evaluate(episodes=20)["mean_return"] >= 475
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(kerasrl.backend.NAME != "jax", reason="Acrobot's 100k steps run on JAX only")
 def test_acrobot_preset_learns():
+    """Measured (docs/agents.md), JAX, 100k steps: seed 0 -68.2, seed 1 -74.8 (about 11 min each
+    on one shared core; SB3-contrib reports -80 to -100, a random policy -500). The threshold
+    leaves about 30 to other machines."""
     assert preset_return("acrobot-qrdqn", 0) >= -100
