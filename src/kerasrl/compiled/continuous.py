@@ -1,7 +1,7 @@
 """DDPG, TD3 and SAC with the whole loop compiled: env step, acting, replay write and gradient steps.
 
 The algorithms of `kerasrl.agents.ddpg`, `td3` and `sac` on an ops env with a Box action space
-(`Pendulum`, `MountainCarContinuous`), not copies of them: the loop holds the agent (the user's,
+(`Pendulum`), not copies of them: the loop holds the agent (the user's,
 when `fit` runs it) and runs its acting (`explore`: the actor's action plus Gaussian noise in the
 unit box for DDPG and TD3, a sample of the policy for SAC), its gradient step (`train_step`, with
 the noise its `batch_noise_scales` names) and its learner state layout (the runner state's
@@ -68,7 +68,7 @@ class CompiledOffPolicy(CompiledLoop):
     """DDPG, TD3 or SAC on an ops env with env, acting, storage and learning in one compiled call.
 
     Args:
-        env: an ops env name ("Pendulum", "MountainCarContinuous") or `OpsEnv` with Box actions.
+        env: an ops env name ("Pendulum") or `OpsEnv` with one-dimensional Box actions.
         algorithm: "ddpg", "td3" or "sac" (default: the one `config` is for, else "td3").
         config: a `DDPGConfig`, `TD3Config` or `SACConfig` (or its fields as keywords).
         seeds: an int, a list of ints or "0-15": independent runs trained together.
