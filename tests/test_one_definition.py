@@ -221,7 +221,8 @@ def _assert_same_leaves(compiled, python, exact):
 
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
-@pytest.mark.parametrize("agent_name", ["TD3", pytest.param("SAC", marks=pytest.mark.slow),
+@pytest.mark.parametrize("agent_name", [pytest.param("TD3", marks=pytest.mark.slow),
+                                        pytest.param("SAC", marks=pytest.mark.slow),
                                         pytest.param("DDPG", marks=pytest.mark.slow)])
 def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_update(agent_name):
     """`fit` on an ops env runs DDPG, TD3 and SAC in the compiled loop (their registration names

@@ -32,6 +32,7 @@ from kerasrl.compiled.common import (
     episode_update,
     log_episodes,
     many_seed_streams,
+    normal01,
     parse_seeds,
     repeat,
     reset_many,
@@ -147,17 +148,16 @@ class CompiledPPO(CompiledLoop):
         state, rollout = carry
         n = self.n_envs
         policy, values = self.agent.act_outputs(state["learner"], state["obs"])
-        action_rng, u = uniform01(state["action_rng"])
-        u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): logs stay finite
         if self.discrete:
+            action_rng, u = uniform01(state["action_rng"])
+            u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): Gumbel needs log(u) finite
             actions = ops.cast(ops.argmax(policy - ops.log(-ops.log(u)), axis=-1), "int32")  # Gumbel-max sampling
             log_probs = categorical_log_prob(policy, actions)
             env_actions = actions
         else:  # the agent's diagonal Gaussian: mean from the policy model, its learned log std
-            action_rng, u2 = uniform01(action_rng)
-            normal = ops.sqrt(-2.0 * ops.log(u)) * ops.cos(2.0 * np.pi * ops.reshape(u2, (n, self.n_actions)))
+            action_rng, normal = normal01(state["action_rng"])  # Box-Muller
             log_std = state["learner"]["params"]["log_std"][0]
-            actions = policy + ops.exp(log_std) * normal  # Box-Muller
+            actions = policy + ops.exp(log_std) * ops.reshape(normal, (n, self.n_actions))
             log_probs = gaussian_log_prob(policy, log_std, actions)
             # Stored as drawn, stepped clipped to the bounds (as the agent does).
             env_actions = self._clip(actions)
