@@ -258,7 +258,7 @@ PRESETS: dict[str, Preset] = {
         "CartPoleNoVel-v1 settings: lin_1e-3, lin_0.2, normalized observations and rewards, an "
         "LSTM of 64 units for the policy and one for the value, each then 64 ReLU units "
         "(ortho_init off). After 100k steps, 20 deterministic episodes: JAX 500.0 and 480.2 "
-        "(seeds 0, 1), TensorFlow 500.0 (seed 0).",
+        "(seeds 0, 1), TensorFlow 500.0, PyTorch 500.0 (seed 0).",
     ),
     "cartpole-a2c": Preset(
         "a2c", "CartPole-v1", 500_000, dict(n_envs=8, ent_coef=0.0),
