@@ -91,9 +91,9 @@ def test_the_python_loop_where_the_compiled_one_cannot_run_says_why_once(caplog)
     assert "n_step_return=3" in python_loop_lines(caplog)[0] and n_step.loop.compiled_streams is None
     with pytest.raises(ValueError, match="n_step_return=3"):
         n_step.fit(40, progress=False, engine="compiled")
-    sarsa = kerasrl.SARSA(OPS_CARTPOLE, n_envs=2)
-    with pytest.raises(ValueError, match="SARSA has no compiled loop yet"):
-        sarsa.fit(32, progress=False, engine="compiled")
+    a2c = kerasrl.A2C(OPS_CARTPOLE, n_envs=2)
+    with pytest.raises(ValueError, match="A2C has no compiled loop yet"):
+        a2c.fit(32, progress=False, engine="compiled")
     normalized = kerasrl.PPO(OPS_CARTPOLE, n_envs=2, n_steps=16, batch_size=16, normalize_observations=True)
     with pytest.raises(ValueError, match="normalize_observations=True"):
         normalized.fit(32, progress=False, engine="compiled")

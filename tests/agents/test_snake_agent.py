@@ -20,7 +20,7 @@ if SMALL_SNAKE not in gym.registry:
     gym.register(
         id=SMALL_SNAKE,
         entry_point="kerasrl.envs.snake:Snake",
-        vector_entry_point="kerasrl.envs.snake:SnakeVectorEnv",
+        vector_entry_point="kerasrl.envs.snake_vector:SnakeVectorEnv",
         kwargs={"height": 5, "width": 5, "n_fruits": 1, "initial_length": 2,
                 "max_steps_without_fruit": 30},
     )
