@@ -71,7 +71,7 @@ def small_agent(**overrides):
                          target_update_interval=10, **overrides)
 
 
-@pytest.mark.slow_on_other_backends  # the export's converter: tens of seconds on TF and PyTorch
+@pytest.mark.slow  # the ONNX converter's first conversion: 30 s of the fast tier's budget
 def test_policy_saves_loads_alone_and_exports(tmp_path):
     agent = small_agent(prioritized_replay=True)
     agent.fit(total_steps=60, progress=False)
