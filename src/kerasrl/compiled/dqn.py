@@ -79,6 +79,38 @@ def behaviour_actions(learner, learner_state, observations, exploration: str, ra
     return ops.where(u < rate, random_action, learner.greedy(learner_state, observations))
 
 
+def round_in_parts(loop, learner_state, batches, learning_rate, target_tau):
+    """A value learner's round on `batches` (G, B, ...) as its Python loop runs it: in the parts
+    `loop.learner.round_parts(G)` gives, the target sync with the first; each part a compiled
+    piece where loops are Python (`CompiledLoop._piece`). Returns (learner state, loss sum)."""
+    from keras import ops
+    from keras import tree
+
+    n_steps = batches["actions"].shape[0]
+    loss_sum = ops.zeros((), "float32")
+    for start, stop in loop.learner.round_parts(n_steps):
+        part = tree.map_structure(lambda x: x[start:stop], batches)
+        tau = target_tau if start == 0 else ops.zeros((), "float32")
+        learner_state, loss, _ = loop._piece(("round", stop - start), loop.learner.round)(
+            learner_state, part, learning_rate, tau)
+        loss_sum = loss_sum + loss * (stop - start)
+    return learner_state, loss_sum
+
+
+def sync_tau_and_learning_rate(config, pending_syncs, timesteps, total_steps):
+    """The Polyak step of the target syncs due (QAgentMixin._take_target_tau, in float32 here) and
+    the learning rate now (Agent._learning_rate), as tensors inside a compiled round."""
+    from keras import ops
+
+    k = ops.cast(pending_syncs, "float32")
+    tau = ops.where(k > 0, 1.0 - ops.power(1.0 - config.tau, k), 0.0)
+    learning_rate = ops.convert_to_tensor(config.learning_rate, "float32")
+    if config.lr_schedule == "linear":
+        learning_rate = config.learning_rate * linear_schedule(
+            1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
+    return tau, learning_rate
+
+
 class CompiledDQN(CompiledLoop):
     """DQN on an ops env with env, acting, storage and learning in one compiled call.
 
@@ -225,18 +257,9 @@ class CompiledDQN(CompiledLoop):
     def _train(self, state, learning_rate, target_tau):
         """One training round of the learner (its own `round`, in the parts its Python loop runs
         it as) on batches sampled here. Returns (state, sum of the steps' losses)."""
-        from keras import ops
-        from keras import tree
-
         n_steps = self.config.gradient_steps
         sample_rng, batches = self._piece(("sample", n_steps), lambda s: self._sample(s, n_steps))(state)
-        learner, loss_sum = state["learner"], ops.zeros((), "float32")
-        for start, stop in self.learner.round_parts(n_steps):
-            part = tree.map_structure(lambda x: x[start:stop], batches)
-            tau = target_tau if start == 0 else ops.zeros((), "float32")
-            learner, loss, _ = self._piece(("round", stop - start), self.learner.round)(
-                learner, part, learning_rate, tau)
-            loss_sum = loss_sum + loss * (stop - start)
+        learner, loss_sum = round_in_parts(self, state["learner"], batches, learning_rate, target_tau)
         return dict(state, learner=learner, sample_rng=sample_rng), loss_sum
 
     def _round(self, state, metrics, total_steps, env_steps=None, train_after=True):
@@ -256,12 +279,7 @@ class CompiledDQN(CompiledLoop):
             return state, metrics
         timesteps = state["vector_steps"] * self.n_envs
         train = timesteps > cfg.learning_starts
-        # The pending syncs as one Polyak step (QAgentMixin._take_target_tau, in float32 here).
-        k = ops.cast(state["pending_syncs"], "float32")
-        tau = ops.where(k > 0, 1.0 - ops.power(1.0 - cfg.tau, k), 0.0)
-        learning_rate = ops.convert_to_tensor(cfg.learning_rate, "float32")
-        if cfg.lr_schedule == "linear":
-            learning_rate = cfg.learning_rate * linear_schedule(1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
+        tau, learning_rate = sync_tau_and_learning_rate(cfg, state["pending_syncs"], timesteps, total_steps)
         trained, loss_sum = self._train(state, learning_rate, tau)
         trained["pending_syncs"] = ops.zeros_like(state["pending_syncs"])
         keep = ("learner", "sample_rng", "pending_syncs")

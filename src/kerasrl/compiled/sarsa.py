@@ -38,10 +38,9 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
-from kerasrl.compiled.dqn import behaviour_actions, greedy_returns
+from kerasrl.compiled.dqn import behaviour_actions, greedy_returns, round_in_parts, sync_tau_and_learning_rate
 from kerasrl.config import SARSAConfig
 from kerasrl.envs.ops.gym import make_ops_env
-from kerasrl.schedules import linear_schedule
 
 
 class CompiledSARSA(CompiledLoop):
@@ -161,18 +160,8 @@ class CompiledSARSA(CompiledLoop):
     def _train(self, learner, rollout, learning_rate, target_tau):
         """The agent's training round on one round's transitions: its learner's `round` in the
         parts its Python loop runs it as. Returns (learner state, sum of the steps' losses)."""
-        from keras import ops
-        from keras import tree
-
-        n_steps = self.config.gradient_steps
-        batches = self._batch(rollout, n_steps)
-        loss_sum = ops.zeros((), "float32")
-        for start, stop in self.learner.round_parts(n_steps):
-            part = tree.map_structure(lambda x: x[start:stop], batches)
-            learner, loss, _ = self._piece(("round", stop - start), self.learner.round)(
-                learner, part, learning_rate, target_tau if start == 0 else ops.zeros((), "float32"))
-            loss_sum = loss_sum + loss * (stop - start)
-        return learner, loss_sum
+        return round_in_parts(self, learner, self._batch(rollout, self.config.gradient_steps),
+                              learning_rate, target_tau)
 
     def _round(self, state, metrics, total_steps):
         from keras import ops
@@ -196,12 +185,7 @@ class CompiledSARSA(CompiledLoop):
         state, rollout, metrics = backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
         timesteps = state["vector_steps"] * n
         train = timesteps > cfg.learning_starts
-        # The pending syncs as one Polyak step (QAgentMixin._take_target_tau, in float32 here).
-        k = ops.cast(state["pending_syncs"], "float32")
-        tau = ops.where(k > 0, 1.0 - ops.power(1.0 - cfg.tau, k), 0.0)
-        learning_rate = ops.convert_to_tensor(cfg.learning_rate, "float32")
-        if cfg.lr_schedule == "linear":
-            learning_rate = cfg.learning_rate * linear_schedule(1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
+        tau, learning_rate = sync_tau_and_learning_rate(cfg, state["pending_syncs"], timesteps, total_steps)
         n_steps = cfg.gradient_steps
         learner, loss_sum = self._train(state["learner"], rollout, learning_rate, tau)
         state = dict(state,
