@@ -444,13 +444,51 @@ def gpu(extra_args: list[str]) -> int:
     """The GPU tier on each backend in its own process: CPU and GPU runs of one seed agree, DQN,
     PPO and SAC learn on the GPU, checkpoints cross between GPU and CPU, ONNX exports agree.
     JAX does not take 75 % of the GPU at start-up (XLA_PYTHON_CLIENT_PREALLOCATE=false): Keras
-    imports JAX on every backend, and PyTorch's process needs the memory."""
-    install()
+    imports JAX on every backend, and PyTorch's process needs the memory.
+
+    `--here`: run with this Python and the packages it sees (a GPU machine with the frameworks'
+    CUDA builds installed its own way; PYTHONPATH kept), installing nothing; `--backends B...`
+    picks backends (default all three); `--parallel` runs the backends side by side."""
+    here = "--here" in extra_args
+    parallel = "--parallel" in extra_args
+    names = list(BACKENDS)
+    if "--backends" in extra_args:
+        at = extra_args.index("--backends") + 1
+        names = []
+        while at < len(extra_args) and extra_args[at] in BACKENDS:
+            names.append(extra_args[at])
+            at += 1
+    extra_args = [a for a in extra_args if a not in ("--here", "--parallel", "--backends", *BACKENDS)]
+    if not here:
+        install()
+    python = Path(sys.executable) if here else PYTHON
     start = time.monotonic()
+
+    def env_for(name: str) -> dict[str, str]:
+        env = test_env(name, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        if here and "PYTHONPATH" in os.environ:
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        return env
+
+    commands = [[*pytest_command(python), *extra_args, "-m", "gpu", "tests/test_gpu.py", "-ra"]
+                for _ in names]
+    if not parallel:
+        failed = 0
+        for name, cmd in zip(names, commands):
+            failed |= run(*cmd, env=env_for(name))
+        return step("GPU tier", start, failed)
+    procs = []
+    for name, cmd in zip(names, commands):
+        print("+", name, " ".join(map(str, cmd)), flush=True)
+        log = open(ROOT / f".gpu-tier-{name}.log", "w")  # noqa: SIM115 - read back below
+        procs.append((name, subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for(name),
+                                             stdout=log, stderr=subprocess.STDOUT), log))
     failed = 0
-    for name in BACKENDS:
-        failed |= run(*pytest_command(), *extra_args, "-m", "gpu", "tests/test_gpu.py", "-ra",
-                      env=test_env(name, XLA_PYTHON_CLIENT_PREALLOCATE="false"))
+    for name, proc, log in procs:
+        failed |= proc.wait()
+        log.close()
+        print(f"---- {name}", flush=True)
+        print((ROOT / f".gpu-tier-{name}.log").read_text()[-6000:], flush=True)
     return step("GPU tier", start, failed)
 
 

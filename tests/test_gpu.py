@@ -140,6 +140,9 @@ def test_ppo_learns_a_continuous_target_on_the_gpu():
 
 def test_sac_learns_the_best_action_of_a_continuous_bandit_on_the_gpu():
     """tests/agents/test_sac.py's short check (tests/agents/continuous_checks.py), on the GPU."""
+    # tests/agents is on sys.path only once a test module there is imported: run alone, this tier
+    # puts it there itself.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "agents"))
     from continuous_checks import check_learns_the_target, trained_agent
 
     agent, before = trained_agent(kerasrl.SAC)

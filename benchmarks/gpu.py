@@ -1,0 +1,235 @@
+"""kerasrl on one GPU machine: the Python loop on the GPU against the same machine's CPU, and the
+compiled loop against rejax, every run its own process, one after the other.
+
+    python benchmarks/gpu.py --out DIR [--deadline SECONDS] [--parts python compiled precision]
+    python benchmarks/gpu.py --summarize DIR/gpu.jsonl > table.md
+
+Run on a machine with a GPU and the frameworks' CUDA builds (docs/gpu.md); `benchmarks/on_gpu.sh`
+is the whole session as run on this project's lent GPU machines. Every finished run appends one
+JSON line to DIR/gpu.jsonl, so a session cut short keeps what it measured; runs that would start
+after `--deadline` seconds are left out and listed as such.
+
+Parts:
+- python: RL-Zoo DQN and PPO on Gymnasium's CartPole-v1 through the Python loop (`fit`), with
+  `device="auto"` (learning on the GPU, a small MLP acting on the host), `"gpu"` (acting on the GPU
+  too) and `"cpu"`, each process pinned to one core (`taskset -c 2`), on JAX and PyTorch. Steps/s
+  after a warm-up slice that holds the first compilations (the figure a long run converges to).
+- compiled: the compiled loop on kerasrl.envs.ops.CartPole (benchmarks/compiled_loop.py's
+  settings and workers) against rejax on gymnax, 1 and many seeds: env steps/s over all seeds
+  after compile and with it, compile time, and the many-seed setup (agents built, before a step).
+- agreement: one seed of DQN on the CPU and on the GPU in one process, full precision on and
+  off: how far the runs drift apart (losses, weights) and whether they take the same actions.
+- precision: the compiled loop again with KERASRL_FULL_PRECISION=0 (the frameworks' default
+  float32 matrix products, TensorFloat-32 on this GPU): the speed cost of full precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PYTHON_STEPS = {"dqn": (2_048, 12_288), "ppo": (1_024, 8_192)}  # (warm-up, timed), env steps
+
+
+def python_loop(backend: str, algo: str, device: str) -> dict:
+    """One Python-loop run: steps/s of `fit` after a warm-up slice, and where the agent computed."""
+    os.environ["KERAS_BACKEND"] = backend
+    sys.path.insert(0, str(HERE))
+    import kerasrl
+    from kerasrl import backend as kb
+    from kerasrl_runs import kerasrl_dqn_settings
+    from kerasrl.presets import PRESETS
+
+    if algo == "dqn":
+        agent = kerasrl.DQN("CartPole-v1", seed=0, device=device, **kerasrl_dqn_settings("zoo"))
+    else:
+        agent = kerasrl.PPO("CartPole-v1", seed=0, device=device, **PRESETS["cartpole-ppo"].config)
+    warm, timed = PYTHON_STEPS[algo]
+    total = warm + timed
+    start = time.perf_counter()
+    agent.fit(total, stop_at=warm, progress=False)
+    warm_s = time.perf_counter() - start
+    start, cpu_start = time.perf_counter(), time.process_time()
+    agent.fit(total, progress=False)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return {"steps_per_s": timed / wall, "wall": wall, "cpu": cpu, "warm_s": warm_s,
+            "acting_device": str(agent.learner.acting_device), "devices": kb.devices(),
+            "updates": len(agent.history.losses)}
+
+
+def agreement(backend: str, full_precision: str) -> dict:
+    """One seed of DQN (tests/test_gpu.py's run: 200 updates) with `device="cpu"` and with
+    `device="gpu"` in one process: how far the losses and weights drift apart, and whether the
+    episodes (the actions taken) stay the same. With KERASRL_FULL_PRECISION=0 as well, this says
+    whether a GPU run departs from the CPU's through reduced-precision products or through the
+    order of its sums."""
+    os.environ["KERAS_BACKEND"] = backend
+    os.environ["KERASRL_FULL_PRECISION"] = full_precision
+    import numpy as np
+
+    import kerasrl
+
+    runs = {}
+    for device in ("cpu", "gpu"):
+        agent = kerasrl.DQN("CartPole-v1", device=device, seed=0, learning_starts=100, train_freq=1,
+                            gradient_steps=1, batch_size=32, target_update_interval=50, check_env=False)
+        agent.fit(300, progress=False)
+        runs[device] = (np.asarray(agent.history.losses, np.float64), agent.learner.arrays(),
+                        list(agent.history.episode_returns))
+    (cpu_losses, cpu_arrays, cpu_returns), (gpu_losses, gpu_arrays, gpu_returns) = runs["cpu"], runs["gpu"]
+    n = min(len(cpu_losses), len(gpu_losses))
+    loss_rel = np.abs(gpu_losses[:n] - cpu_losses[:n]) / np.maximum(np.abs(cpu_losses[:n]), 1e-12)
+    first_differs = int(np.argmax(loss_rel > 0)) if np.any(loss_rel > 0) else None
+    weight_rel = max(float(np.max(np.abs(gpu_arrays[k] - v)) / max(float(np.max(np.abs(v))), 1e-12))
+                     for k, v in cpu_arrays.items() if np.issubdtype(np.asarray(v).dtype, np.floating))
+    return {"updates": n, "loss_rel_max": float(loss_rel.max()), "loss_rel_first_nonzero_at": first_differs,
+            "loss_rel_at_10": float(loss_rel[:10].max()), "weights_rel_max": weight_rel,
+            "same_episodes": cpu_returns == gpu_returns}
+
+
+def jobs(parts: list[str]) -> list[dict]:
+    """Every run of the session, in the order they run (most wanted first within a part)."""
+    out = []
+    if "python" in parts:
+        for algo, device in (("dqn", "auto"), ("dqn", "cpu"), ("ppo", "auto"), ("ppo", "cpu"), ("dqn", "gpu")):
+            # DQN shows what acting on the GPU costs ("gpu"); PPO acts in batches of 8 envs
+            for backend in ("jax", "torch"):
+                out.append(dict(part="python", backend=backend, algo=algo, device=device, core=2))
+    if "agreement" in parts:
+        for full_precision in ("1", "0"):
+            for backend in ("jax", "torch"):
+                out.append(dict(part="agreement", backend=backend, full_precision=full_precision))
+    if "compiled" in parts:
+        for setting, seed_counts in (("ppo-zoo", (1, 512, 4096)), ("dqn-step", (1, 256))):
+            for seeds in seed_counts:
+                out.append(dict(part="compiled", library="kerasrl", backend="jax", setting=setting, seeds=seeds))
+                if not (setting == "dqn-step" and seeds > 1):  # rejax's many-seed DQN: 128k steps/s (issue 25)
+                    out.append(dict(part="compiled", library="rejax", backend="jax", setting=setting, seeds=seeds))
+        out.append(dict(part="compiled", library="kerasrl", backend="torch", setting="ppo-zoo", seeds=1))
+    if "precision" in parts:
+        for setting, seeds in (("ppo-zoo", 512), ("dqn-step", 1)):
+            out.append(dict(part="precision", library="kerasrl", backend="jax", setting=setting, seeds=seeds,
+                            full_precision="0"))
+    return out
+
+
+def command(job: dict, out: str) -> tuple[list[str], dict]:
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1"}
+    if job["part"] == "agreement":
+        return [sys.executable, __file__, "--worker", json.dumps(job), "--json", out], env
+    if job["part"] == "python":
+        argv = [sys.executable, __file__, "--worker", json.dumps(job), "--json", out]
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERASRL_TORCH_THREADS"):
+            env[name] = "1"
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        return ["taskset", "-c", str(job["core"]), *argv], env
+    if "full_precision" in job:
+        env["KERASRL_FULL_PRECISION"] = job["full_precision"]
+    worker = "rejax" if job["library"] == "rejax" else "kerasrl"
+    env["KERAS_BACKEND"] = job["backend"]
+    return [sys.executable, str(HERE / "compiled_loop.py"), "--worker", worker, "--backend", job["backend"],
+            "--setting", job["setting"], "--seeds", str(job["seeds"]), "--json", out], env
+
+
+def drive(out_dir: Path, parts: list[str], deadline: float, per_run: float) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = out_dir / "gpu.jsonl"
+    start = time.monotonic()
+    for job in jobs(parts):
+        left = deadline - (time.monotonic() - start)
+        if left < 20:
+            row = {**job, "error": "left out: the session's deadline"}
+        else:
+            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+                path = handle.name
+            argv, env = command(job, path)
+            began = time.monotonic()
+            try:
+                proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=min(per_run, left))
+                try:
+                    row = {**job, **json.loads(Path(path).read_text())}
+                except (OSError, json.JSONDecodeError):
+                    row = {**job, "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+            except subprocess.TimeoutExpired:
+                row = {**job, "error": f"timed out after {time.monotonic() - began:.0f} s"}
+            row["process_s"] = round(time.monotonic() - began, 1)
+        with results.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+
+def summarize(path: Path) -> str:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def num(value, spec):
+        return "" if value is None or value != value else format(value, spec)
+
+    lines = ["| backend | algorithm | device | steps/s | CPU s / wall s | acts on |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["part"] != "python":
+            continue
+        if "error" in r:
+            lines.append(f"| {r['backend']} | {r['algo']} | {r['device']} | {r['error'][:80]} | | |")
+            continue
+        lines.append(f"| {r['backend']} | {r['algo']} | {r['device']} | {r['steps_per_s']:,.0f} | "
+                     f"{r['cpu'] / r['wall']:.2f} | {r['acting_device']} |")
+    lines += ["", "| backend | full precision | updates | losses: max relative difference | at first 10 | "
+              "first update that differs | weights: max relative difference | same episodes |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["part"] != "agreement":
+            continue
+        head = f"| {r['backend']} | {'off' if r['full_precision'] == '0' else 'on'} |"
+        if "error" in r:
+            lines.append(f"{head} {r['error'][:80]} | | | | | |")
+            continue
+        lines.append(f"{head} {r['updates']} | {r['loss_rel_max']:.2e} | {r['loss_rel_at_10']:.2e} | "
+                     f"{r['loss_rel_first_nonzero_at']} | {r['weights_rel_max']:.2e} | {r['same_episodes']} |")
+    lines += ["", "| setting | seeds | library | backend | full precision | steps/s after compile | "
+              "steps/s incl. compile | compile s | setup s | eval return |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["part"] in ("python", "agreement"):
+            continue
+        full = "off" if r.get("full_precision") == "0" else ("on" if r["library"] == "kerasrl" else "")
+        head = f"| {r['setting']} | {r['seeds']} | {r['library']} | {r['backend']} | {full} |"
+        if "error" in r:
+            lines.append(f"{head} {r['error'][:80]} | | | | |")
+            continue
+        lines.append(f"{head} {num(r['after_compile'], ',.0f')} | {num(r['with_compile'], ',.0f')} | "
+                     f"{num(r['compile'], '.1f')} | {num(r.get('setup'), '.1f')} | "
+                     f"{num(r.get('eval_mean'), '.0f')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--parts", nargs="+", default=["python", "agreement", "compiled", "precision"])
+    parser.add_argument("--deadline", type=float, default=600.0, help="seconds; no run starts after it")
+    parser.add_argument("--per-run", type=float, default=120.0, help="seconds at most for one run")
+    parser.add_argument("--worker")
+    parser.add_argument("--json")
+    parser.add_argument("--summarize", type=Path)
+    args = parser.parse_args()
+    if args.summarize:
+        print(summarize(args.summarize))
+    elif args.worker:
+        job = json.loads(args.worker)
+        if job["part"] == "agreement":
+            result = agreement(job["backend"], job["full_precision"])
+        else:
+            result = python_loop(job["backend"], job["algo"], job["device"])
+        Path(args.json).write_text(json.dumps(result))
+    else:
+        drive(args.out, args.parts, args.deadline, args.per_run)
+
+
+if __name__ == "__main__":
+    main()
