@@ -105,6 +105,24 @@ def test_a_host_copy_for_acting_is_refreshed_when_the_weights_change(monkeypatch
     np.testing.assert_allclose(after, agent.policy.q_values(obs), rtol=1e-6)  # the learner's weights
 
 
+@pytest.mark.backend
+def test_auto_acts_on_the_host_for_small_mlps_only(monkeypatch):
+    """The rule of "auto" on a GPU machine, run here on the real models (the first GPU run found
+    it broken: it read a `size` that Keras variables lack): a small MLP acts on the first CPU
+    device; a convolution or more than HOST_ACTING_MAX_PARAMS parameters act where they learn."""
+    import keras
+
+    gpu_machine = devices.Placement("auto", None, True)
+    mlp = keras.Sequential([keras.Input((4,)), keras.layers.Dense(64), keras.layers.Dense(2)])
+    assert gpu_machine.acting_device([mlp]) == backend.devices()[0]
+    conv = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3),
+                             keras.layers.Flatten(), keras.layers.Dense(2)])
+    assert gpu_machine.acting_device([conv]) is None
+    monkeypatch.setattr(devices, "HOST_ACTING_MAX_PARAMS", 4 * 64 + 64 + 64 * 2 + 2 - 1)
+    assert gpu_machine.acting_device([mlp]) is None  # one parameter over the bound
+    assert devices.Placement("cpu:0", "cpu:0", False).acting_device([mlp]) is None  # a named device
+
+
 @pytest.mark.cross_backend
 @pytest.mark.parametrize("backend_name", ["jax", "tensorflow", "torch"])
 def test_each_backend_makes_its_tensors_on_the_keras_device(backend_name, tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ class Placement:
         if not self.host_acting:
             return None
         models = list(models)
-        n_params = sum(int(w.size) for model in models for w in model.weights)
+        n_params = sum(math.prod(w.shape) for model in models for w in model.weights)
         if n_params > HOST_ACTING_MAX_PARAMS or any(map(_has_convolution, models)):
             return None
         return backend.devices()[0]  # the first CPU device
