@@ -123,7 +123,11 @@ def jobs(parts: list[str]) -> list[dict]:
 
 
 def command(job: dict, out: str) -> tuple[list[str], dict]:
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1"}
+    # JAX_PLATFORMS="": JAX picks the GPU. benchmarks/peers.py (imported by the Python-loop worker
+    # for its settings) sets JAX_PLATFORMS=cpu unless it is set: the first H200 session's JAX
+    # Python-loop rows ran on the CPU because of it.
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1",
+           "JAX_PLATFORMS": ""}
     if job["part"] == "agreement":
         return [sys.executable, __file__, "--worker", json.dumps(job), "--json", out], env
     if job["part"] == "python":

@@ -23,7 +23,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     lscpu | grep -m1 "Model name"
     nproc
-    python3 -c "import sys, jax, torch, keras, gymnasium; print(sys.version.split()[0], 'jax', jax.__version__, jax.devices(), 'torch', torch.__version__, torch.cuda.get_device_name(0), 'keras', keras.__version__, 'gymnasium', gymnasium.__version__)"
+    KERAS_BACKEND=jax python3 -c "import sys, jax, torch, keras, gymnasium; print(sys.version.split()[0], 'jax', jax.__version__, jax.devices(), 'torch', torch.__version__, torch.cuda.get_device_name(0), 'keras', keras.__version__, 'gymnasium', gymnasium.__version__)"
 } 2>&1 | tee "$OUT/machine.txt"
 
 if [ "${TIER_S:-300}" != 0 ]; then
