@@ -65,13 +65,17 @@ def nature_cnn(input_shape, n_outputs, name="nature_cnn", scale=None):
     return keras.Model(inputs, outputs, name=name)
 
 
+# The smallest frame side the Nature CNN's strides take (8x8 stride 4, 4x4 stride 2, 3x3 stride 1).
+NATURE_MIN_SIDE = 36
+
+
 def nature_features(x, kernel_initializer="glorot_uniform"):
     """The Nature CNN's torso on images x (B, H, W, C), already scaled: conv 32 8x8 stride 4, 64
     4x4 stride 2, 64 3x3 stride 1, Dense(512), ReLU throughout -> (B, 512). Small boards (sides
     under 36, e.g. Snake) cannot take the Atari strides: 3x3 stride-1 convolutions (32, 64) and
     Dense(256) instead."""
     init = dict(kernel_initializer=kernel_initializer)
-    if min(x.shape[1:3]) >= 36:
+    if min(x.shape[1:3]) >= NATURE_MIN_SIDE:
         x = layers.Conv2D(32, 8, strides=4, activation="relu", **init)(x)
         x = layers.Conv2D(64, 4, strides=2, activation="relu", **init)(x)
         x = layers.Conv2D(64, 3, strides=1, activation="relu", **init)(x)
@@ -210,7 +214,7 @@ def _leaf_cnn(x, leaf):
     name, shape = leaf.name, leaf.shape
     if leaf.space.dtype == np.uint8:
         x = layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(x)
-    if min(shape[:2]) >= 36:
+    if min(shape[:2]) >= NATURE_MIN_SIDE:
         x = layers.Conv2D(32, 8, strides=4, activation="relu", name=f"{name}_conv_0")(x)
         x = layers.Conv2D(64, 4, strides=2, activation="relu", name=f"{name}_conv_1")(x)
         x = layers.Conv2D(64, 3, strides=1, activation="relu", name=f"{name}_conv_2")(x)
@@ -218,7 +222,7 @@ def _leaf_cnn(x, leaf):
         x = layers.Conv2D(16, 3, padding="same", activation="relu", name=f"{name}_conv_0")(x)
         x = layers.Conv2D(32, 3, padding="same", activation="relu", name=f"{name}_conv_1")(x)
     x = layers.Flatten(name=f"{name}_flatten")(x)
-    return layers.Dense(512 if min(shape[:2]) >= 36 else 128, activation="relu",
+    return layers.Dense(512 if min(shape[:2]) >= NATURE_MIN_SIDE else 128, activation="relu",
                         name=f"{name}_features")(x)
 
 

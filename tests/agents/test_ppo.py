@@ -338,3 +338,16 @@ def test_batch_size_that_does_not_divide_the_rollout_warns():
         agent = kerasrl.PPO(lambda: IdentityEnv(4, 20), n_envs=2, n_steps=50, batch_size=64)
     agent.fit(100, progress=False)
     assert agent.history.updates[-1]["gradient_steps"] == 10  # 100 // 64 per epoch, 10 epochs
+
+
+def test_the_default_network_is_an_mlp_on_small_boards_and_the_nature_cnn_on_atari_frames():
+    """MinAtar's 10x10 planes are read by the MLP on hidden_sizes (PureJaxRL's and rejax's
+    network there; a CNN made the compiled loop hundreds of times slower on a CPU); frames of
+    36 pixels a side and more by SB3's CnnPolicy (the Nature CNN; tests/agents/test_atari_networks.py)."""
+    board = spaces.Box(0.0, 1.0, (10, 10, 4), np.float32)
+    model = actor_critic_mlp(board, 3, hidden_sizes=(32, 16), activation="relu")
+    assert not [layer for layer in model.layers if "Conv" in type(layer).__name__]
+    assert [layer.units for layer in model.layers if isinstance(layer, keras.layers.Dense)] == [32, 16, 3]
+    frames = spaces.Box(0, 255, (36, 36, 4), np.uint8)
+    convs = [layer for layer in actor_critic_mlp(frames, 3).layers if "Conv" in type(layer).__name__]
+    assert [layer.strides for layer in convs] == [(4, 4), (2, 2), (1, 1)]
