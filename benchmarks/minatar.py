@@ -60,18 +60,23 @@ REJAX_DQN = dict(num_envs=8, num_epochs=1, batch_size=64, buffer_size=100_000, f
 EVAL_MAX_STEPS = 1_000  # gymnax's episode cap, which rejax's evaluation keeps
 
 
-def run_kerasrl(algo: str, steps: int) -> dict:
+# gymnax's Breakout-MinAtar, which rejax trains on: no sticky actions, episodes cut at 1,000 steps.
+GYMNAX_LIKE = {"sticky_action_prob": 0.0, "max_steps": 1_000}
+
+
+def run_kerasrl(algo: str, steps: int, seeds: int = 1, env_params: dict | None = None) -> dict:
     os.environ["KERAS_BACKEND"] = "jax"
     from kerasrl.compiled import CompiledDQN, CompiledPPO
     from kerasrl.envs.ops.gym import make_ops_env
     from kerasrl.networks import mlp
 
+    seed_list = list(range(seeds))
     if algo == "ppo":
-        loop = CompiledPPO("MinAtar-Breakout", seeds=[0], **PPO)
+        loop = CompiledPPO("MinAtar-Breakout", seeds=seed_list, env_params=env_params, **PPO)
     else:
         env = make_ops_env("MinAtar-Breakout")
         model = mlp(env.observation_space.shape, env.action_space.n, (64, 64), activation="relu")
-        loop = CompiledDQN("MinAtar-Breakout", seeds=[0], model=model, **DQN)
+        loop = CompiledDQN("MinAtar-Breakout", seeds=seed_list, env_params=env_params, model=model, **DQN)
     rounds = -(-steps // loop.steps_per_round)
     per_call = max(1, rounds // 10)
     calls = []
@@ -81,13 +86,14 @@ def run_kerasrl(algo: str, steps: int) -> dict:
     first = calls[0] - start_wall
     second = calls[1] - calls[0] if len(calls) > 1 else 0.0
     compile_s = max(0.0, first - second)
-    mean, _ = loop.evaluate(0, n_episodes=20, max_steps=EVAL_MAX_STEPS)
-    return {"steps": loop.num_timesteps, "wall": wall, "cpu": cpu, "compile": compile_s,
-            "after_compile": loop.num_timesteps / max(wall - compile_s, 1e-9),
-            "with_compile": loop.num_timesteps / wall, "eval_mean": float(mean)}
+    means = [float(loop.evaluate(i, n_episodes=20, max_steps=EVAL_MAX_STEPS)[0]) for i in seed_list]
+    steps = loop.num_timesteps * seeds
+    return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s,
+            "after_compile": steps / max(wall - compile_s, 1e-9),
+            "with_compile": steps / wall, "eval_mean": float(sum(means) / seeds), "eval_per_seed": means}
 
 
-def run_rejax(algo: str, steps: int) -> dict:
+def run_rejax(algo: str, steps: int, seeds: int = 1) -> dict:
     import jax
     import numpy as np
     from rejax import get_algo
@@ -96,16 +102,21 @@ def run_rejax(algo: str, steps: int) -> dict:
     trainer = get_algo(algo).create(env="Breakout-MinAtar", total_timesteps=steps, eval_freq=steps,
                                     skip_initial_evaluation=True, **config)
     key = jax.random.PRNGKey(0)
+    train = trainer.train
+    if seeds > 1:
+        key, train = jax.random.split(key, seeds), jax.vmap(trainer.train)
     start_wall, start_cpu = time.perf_counter(), _cpu()
-    compiled = jax.jit(trainer.train).lower(key).compile()
+    compiled = jax.jit(train).lower(key).compile()
     compile_s = time.perf_counter() - start_wall
     run_start = time.perf_counter()
     _, evaluation = jax.block_until_ready(compiled(key))
     run_s = time.perf_counter() - run_start
     wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
-    returns = np.asarray(evaluation[1])
-    return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s, "after_compile": steps / run_s,
-            "with_compile": steps / wall, "eval_mean": float(returns[-1].mean())}
+    returns = np.asarray(evaluation[1])  # (evaluations, episodes), a seed axis first when vmapped
+    per_seed = returns[:, -1].mean(axis=-1).tolist() if seeds > 1 else [float(returns[-1].mean())]
+    total = steps * seeds
+    return {"steps": total, "wall": wall, "cpu": cpu, "compile": compile_s, "after_compile": total / run_s,
+            "with_compile": total / wall, "eval_mean": float(np.mean(per_seed)), "eval_per_seed": per_seed}
 
 
 def drive(args) -> None:
@@ -115,7 +126,8 @@ def drive(args) -> None:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
                 out = handle.name
             subprocess.run(["taskset", "-c", str(args.core), sys.executable, __file__, "--worker", library,
-                            "--algo", algo, "--steps", str(steps), "--json", out], check=False)
+                            "--algo", algo, "--steps", str(steps), "--seeds", str(args.seeds), "--json", out,
+                            *(["--gymnax-like"] if args.gymnax_like else [])], check=False)
             try:
                 result = json.loads(Path(out).read_text())
             except (OSError, json.JSONDecodeError):
@@ -124,15 +136,18 @@ def drive(args) -> None:
             print(rows[-1], flush=True)
     Path(args.out).with_suffix(".json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
     lines = [f"# MinAtar-Breakout: the compiled loop against rejax, one core each (`taskset -c {args.core}`)", "",
-             f"CPU: {cpu_model()}. One seed, one run each (benchmarks/minatar.py says the settings).", "",
-             "| algorithm | env steps | library | steps/s after compile | steps/s incl. compile | compile s | "
-             "wall s | greedy return |", "|---|---|---|---|---|---|---|---|"]
+             f"CPU: {cpu_model()}. {args.seeds} seed(s) per run (vmapped), one run each; kerasrl's game "
+             f"{'as gymnax (no sticky actions, 1,000 steps an episode)' if args.gymnax_like else 'as minatar (sticky actions 0.1)'}"
+             " (benchmarks/minatar.py says the settings).", "",
+             "| algorithm | env steps (all seeds) | library | steps/s after compile | steps/s incl. compile | compile s | "
+             "wall s | greedy return (per seed) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['algo']} | | {r['library']} | {r['error']} | | | | |")
             continue
         lines.append(f"| {r['algo']} | {r['steps']:,} | {r['library']} | {r['after_compile']:,.0f} | "
-                     f"{r['with_compile']:,.0f} | {r['compile']:.1f} | {r['wall']:.1f} | {r['eval_mean']:.1f} |")
+                     f"{r['with_compile']:,.0f} | {r['compile']:.1f} | {r['wall']:.1f} | {r['eval_mean']:.1f} "
+                     f"({', '.join(f'{x:.1f}' for x in r.get('eval_per_seed', []))}) |")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -147,12 +162,18 @@ def main() -> None:
     parser.add_argument("--ppo-steps", type=int, default=1_000_000)
     parser.add_argument("--dqn-steps", type=int, default=500_000)
     parser.add_argument("--out", default="benchmarks/results/minatar.md")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds trained at once (vmapped) per run")
+    parser.add_argument("--gymnax-like", action="store_true",
+                        help="kerasrl's game as gymnax's: no sticky actions, 1,000 steps an episode")
     args = parser.parse_args()
     if args.worker is None:
         drive(args)
         return
-    run = run_kerasrl if args.worker == "kerasrl" else run_rejax
-    Path(args.json).write_text(json.dumps(run(args.algo, args.steps)))
+    if args.worker == "kerasrl":
+        result = run_kerasrl(args.algo, args.steps, args.seeds, GYMNAX_LIKE if args.gymnax_like else None)
+    else:
+        result = run_rejax(args.algo, args.steps, args.seeds)
+    Path(args.json).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
