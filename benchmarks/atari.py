@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -101,20 +99,15 @@ def run_peer(library: str, algo: str) -> dict:
 
 
 def drive(args) -> None:
-    from compiled_loop import cpu_model
+    from compiled_loop import cpu_model, run_worker
 
     libraries = [f"kerasrl-{b}" for b in args.backends] + ["sb3", "sbx"]
     rows = []
     for algo in ("dqn", "ppo"):
         for library in libraries:
-            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
-                out = handle.name
-            subprocess.run(["taskset", "-c", str(args.core), sys.executable, __file__, "--worker", library,
-                            "--algo", algo, "--json", out], check=False)
-            try:
-                result = json.loads(Path(out).read_text())
-            except (OSError, json.JSONDecodeError):
-                result = {"error": "the run failed (see its output above)"}
+            result = run_worker(lambda out, library=library, algo=algo: [
+                __file__, "--worker", library, "--algo", algo, "--json", out], args.core)
+            result = result or {"error": "the run failed (see its output above)"}
             rows.append(dict(algo=algo, library=library, **result))
             print(rows[-1], flush=True)
     Path(args.out).with_suffix(".json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))

@@ -82,7 +82,7 @@ REJAX = {  # rejax 0.1.3 names
 EVALUATED_SEEDS = 8
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -99,10 +99,10 @@ def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
     rounds = -(-total // agent.steps_per_round)
     per_call = max(1, rounds // 10)
     calls = []
-    start_wall, start_cpu = time.perf_counter(), _cpu()
+    start_wall, start_cpu = time.perf_counter(), cpu_seconds()
     agent.fit(total, rounds_per_call=per_call,
-              callback=lambda a, record: calls.append((time.perf_counter(), _cpu())) or True)
-    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+              callback=lambda a, record: calls.append((time.perf_counter(), cpu_seconds())) or True)
+    wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
     first = calls[0][0] - start_wall
     second = calls[1][0] - calls[0][0] if len(calls) > 1 else 0.0
     compile_s = max(0.0, first - second)
@@ -122,9 +122,9 @@ def run_kerasrl_fit(setting: str, seeds: int, backend: str) -> dict:
     cls = kerasrl.PPO if setting.startswith("ppo") else kerasrl.DQN
     agents = [cls("kerasrl/OpsCartPole-v1", seed=seed, **KERASRL[setting]) for seed in range(seeds)]
     total = STEPS[setting]
-    start_wall, start_cpu = time.perf_counter(), _cpu()
+    start_wall, start_cpu = time.perf_counter(), cpu_seconds()
     kerasrl.fit_seeds(agents, total, progress=False)
-    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
     assert all(agent.loop.compiled_streams is not None for agent in agents), "fit did not run the compiled loop"
     steps = sum(agent.num_timesteps for agent in agents)
     returns = [agent.evaluate(episodes=10)["mean_return"] for agent in agents]
@@ -143,13 +143,13 @@ def run_rejax(setting: str, seeds: int) -> dict:
                                  **config)
     train = jax.vmap(algo.train) if seeds > 1 else algo.train
     keys = jax.random.split(jax.random.PRNGKey(0), seeds) if seeds > 1 else jax.random.PRNGKey(0)
-    start_wall, start_cpu = time.perf_counter(), _cpu()
+    start_wall, start_cpu = time.perf_counter(), cpu_seconds()
     compiled = jax.jit(train).lower(keys).compile()
     compile_s = time.perf_counter() - start_wall
     run_start = time.perf_counter()
     jax.block_until_ready(compiled(keys))
     run_s = time.perf_counter() - run_start
-    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
     steps = STEPS[setting] * seeds
     return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s, "after_compile": steps / run_s,
             "with_compile": steps / wall}
@@ -190,7 +190,9 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _run_worker(command: list[str], core: int) -> dict | None:
+def run_worker(command, core: int) -> dict | None:
+    """Run `command(out)` (a script's arguments given the JSON file it writes) in a process pinned
+    to `core`; its JSON result, or None where it wrote none."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         out = handle.name
     subprocess.run(["taskset", "-c", str(core), sys.executable, *command(out)], check=False)
@@ -217,9 +219,9 @@ def drive(args) -> None:
                     def command(out, library=library, backend=backend):
                         return [__file__, "--worker", library, "--backend", backend, "--setting", setting,
                                 "--seeds", str(seeds), "--json", out]
-                    result = _run_worker(command, args.core)
+                    result = run_worker(command, args.core)
                 else:
-                    raw = _run_worker(lambda out: peer_command(library, setting, out), args.core)
+                    raw = run_worker(lambda out: peer_command(library, setting, out), args.core)
                     result = peer_result(raw) if raw else None
                 result = result or {"error": "the run failed (see its output above)"}
                 rows.append((setting, seeds, library, backend, result))

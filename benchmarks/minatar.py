@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +38,7 @@ for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_T
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from compiled_loop import _cpu, cpu_model  # noqa: E402
+from compiled_loop import cpu_model, cpu_seconds, run_worker  # noqa: E402
 
 PPO = dict(n_envs=64, n_steps=128, batch_size=1024, n_epochs=4, learning_rate=5e-4, lr_schedule="linear",
            gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
@@ -80,9 +78,9 @@ def run_kerasrl(algo: str, steps: int, seeds: int = 1, env_params: dict | None =
     rounds = -(-steps // loop.steps_per_round)
     per_call = max(1, rounds // 10)
     calls = []
-    start_wall, start_cpu = time.perf_counter(), _cpu()
+    start_wall, start_cpu = time.perf_counter(), cpu_seconds()
     loop.fit(steps, rounds_per_call=per_call, callback=lambda a, record: calls.append(time.perf_counter()) or True)
-    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
     first = calls[0] - start_wall
     second = calls[1] - calls[0] if len(calls) > 1 else 0.0
     compile_s = max(0.0, first - second)
@@ -105,13 +103,13 @@ def run_rejax(algo: str, steps: int, seeds: int = 1) -> dict:
     train = trainer.train
     if seeds > 1:
         key, train = jax.random.split(key, seeds), jax.vmap(trainer.train)
-    start_wall, start_cpu = time.perf_counter(), _cpu()
+    start_wall, start_cpu = time.perf_counter(), cpu_seconds()
     compiled = jax.jit(train).lower(key).compile()
     compile_s = time.perf_counter() - start_wall
     run_start = time.perf_counter()
     _, evaluation = jax.block_until_ready(compiled(key))
     run_s = time.perf_counter() - run_start
-    wall, cpu = time.perf_counter() - start_wall, _cpu() - start_cpu
+    wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
     returns = np.asarray(evaluation[1])  # (evaluations, episodes), a seed axis first when vmapped
     per_seed = returns[:, -1].mean(axis=-1).tolist() if seeds > 1 else [float(returns[-1].mean())]
     total = steps * seeds
@@ -123,15 +121,10 @@ def drive(args) -> None:
     rows = []
     for algo, steps in (("ppo", args.ppo_steps), ("dqn", args.dqn_steps)):
         for library in ("kerasrl", "rejax"):
-            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
-                out = handle.name
-            subprocess.run(["taskset", "-c", str(args.core), sys.executable, __file__, "--worker", library,
-                            "--algo", algo, "--steps", str(steps), "--seeds", str(args.seeds), "--json", out,
-                            *(["--gymnax-like"] if args.gymnax_like else [])], check=False)
-            try:
-                result = json.loads(Path(out).read_text())
-            except (OSError, json.JSONDecodeError):
-                result = {"error": "the run failed (see its output above)"}
+            result = run_worker(lambda out, library=library, algo=algo, steps=steps: [
+                __file__, "--worker", library, "--algo", algo, "--steps", str(steps), "--seeds", str(args.seeds),
+                "--json", out, *(["--gymnax-like"] if args.gymnax_like else [])], args.core)
+            result = result or {"error": "the run failed (see its output above)"}
             rows.append(dict(algo=algo, library=library, **result))
             print(rows[-1], flush=True)
     Path(args.out).with_suffix(".json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
