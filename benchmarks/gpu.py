@@ -13,8 +13,8 @@ Parts:
 - python: RL-Zoo DQN and PPO on Gymnasium's CartPole-v1 through the Python loop (`fit`), with
   `device="auto"` (learning on the GPU, a small MLP acting on the host), `"gpu"` (acting on the GPU
   too) and `"cpu"`, on JAX and PyTorch, with one thread per library (the CPU s / wall s column
-  says how many cores a run kept busy). Not pinned with taskset: under `taskset -c 2` JAX's CUDA
-  plugin did not start on the H200 machine (JAX saw only its CPU). Steps/s after a warm-up slice
+  says how many cores a run kept busy). Not pinned: the GPU's
+  runs are launched by host threads. Steps/s after a warm-up slice
   that holds the first compilations (the figure a long run converges to).
 - compiled: the compiled loop on kerasrl.envs.ops.CartPole (benchmarks/compiled_loop.py's
   settings and workers) against rejax on gymnax, 1 and many seeds: env steps/s over all seeds
