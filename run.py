@@ -449,16 +449,14 @@ def gpu(extra_args: list[str]) -> int:
     `--here`: run with this Python and the packages it sees (a GPU machine with the frameworks'
     CUDA builds installed its own way; PYTHONPATH kept), installing nothing; `--backends B...`
     picks backends (default all three); `--parallel` runs the backends side by side."""
-    here = "--here" in extra_args
-    parallel = "--parallel" in extra_args
-    names = list(BACKENDS)
-    if "--backends" in extra_args:
-        at = extra_args.index("--backends") + 1
-        names = []
-        while at < len(extra_args) and extra_args[at] in BACKENDS:
-            names.append(extra_args[at])
-            at += 1
-    extra_args = [a for a in extra_args if a not in ("--here", "--parallel", "--backends", *BACKENDS)]
+    import argparse
+
+    options = argparse.ArgumentParser(prog="run.py gpu", add_help=False)
+    options.add_argument("--here", action="store_true")
+    options.add_argument("--parallel", action="store_true")
+    options.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    opts, extra_args = options.parse_known_args(extra_args)  # the rest goes to pytest
+    here, parallel, names = opts.here, opts.parallel, opts.backends
     if not here:
         install()
     python = Path(sys.executable) if here else PYTHON

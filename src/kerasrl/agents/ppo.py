@@ -40,7 +40,8 @@ from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_
 from kerasrl.masks import masked_logits
 from kerasrl.models import (adapt_model, build_model, check_drivable, check_unclaimed, claim,
                             dummy_observation, stateless_apply)
-from kerasrl.networks import NATURE_MIN_SIDE, encode_leaves, image_input_scale, is_image_space, nature_features
+from kerasrl.networks import (NATURE_MIN_SIDE, encode_leaves, image_input_scale, is_image_space,
+                              nature_features)
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
                               normalize_observations, sample_categorical, sample_gaussian)
