@@ -36,6 +36,7 @@ _LAZY = {
     "check_env": "kerasrl.envs.checker",
     "EnvCheckError": "kerasrl.envs.checker",
     "networks": "kerasrl.networks",
+    "callbacks": "kerasrl.callbacks",
     "fit_seeds": "kerasrl.agents.seeds",
     "WriteError": "kerasrl.runfiles",
     "RunLockedError": "kerasrl.runfiles",
