@@ -180,6 +180,16 @@ def test_every_registry_entry_resolves(table):
             assert obj.policy_type == name
 
 
+def test_every_public_name_resolves_and_the_documented_modules_are_attributes():
+    # The guides write kerasrl.callbacks.SaveBest and kerasrl.networks.nature_cnn after a bare
+    # `import kerasrl`; kerasrl.callbacks was once missing from the lazy table.
+    assert {"callbacks", "networks"} <= set(kerasrl.__all__)  # whatever imported them before
+    for name in kerasrl.__all__:
+        assert getattr(kerasrl, name) is not None, name
+    assert kerasrl.callbacks.StopAtMeanReturn.__module__ == "kerasrl.callbacks"
+    assert kerasrl.networks.__name__ == "kerasrl.networks"
+
+
 def test_every_registered_env_id_is_registered_with_gymnasium():
     import gymnasium as gym
 
