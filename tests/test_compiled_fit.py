@@ -94,9 +94,9 @@ def test_the_python_loop_where_the_compiled_one_cannot_run_says_why_once(caplog)
     a2c = kerasrl.A2C(OPS_CARTPOLE, n_envs=2)
     with pytest.raises(ValueError, match="A2C has no compiled loop yet"):
         a2c.fit(32, progress=False, engine="compiled")
-    normalized = kerasrl.PPO(OPS_CARTPOLE, n_envs=2, n_steps=16, batch_size=16, normalize_observations=True)
-    with pytest.raises(ValueError, match="normalize_observations=True"):
-        normalized.fit(32, progress=False, engine="compiled")
+    shared = kerasrl.PPO(OPS_CARTPOLE, n_envs=2, n_steps=16, batch_size=16, shared_network=True)
+    with pytest.raises(ValueError, match="shared_network=True"):
+        shared.fit(32, progress=False, engine="compiled")
 
 
 def test_short_learning_check_dqn_on_ops_cartpole():

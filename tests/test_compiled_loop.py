@@ -98,8 +98,8 @@ def test_unsupported_settings_are_named():
         CompiledDQN("CartPole", n_step_return=3)
     with pytest.raises(ValueError, match="discrete actions"):
         CompiledDQN("Pendulum")
-    with pytest.raises(ValueError, match="target_kl"):
-        CompiledPPO("CartPole", target_kl=0.01)
+    with pytest.raises(ValueError, match="shared_network=True"):
+        CompiledPPO("CartPole", shared_network=True)
     with pytest.raises(ValueError, match="'0-15'"):
         parse_seeds("0:15")
     with pytest.raises(ValueError, match="distinct"):

@@ -59,6 +59,65 @@ def test_a_dqn_round_is_the_same_through_the_compiled_loop_and_the_learners_trai
     assert not np.array_equal(before["/target_params/q/0"], python_state["target_params"]["q"][0])
 
 
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_a_round_with_n_step_returns_and_prioritized_replay_is_the_python_loops(caplog):
+    """`fit` on an ops env runs n-step returns and prioritized replay in the compiled loop (no
+    Python-loop fallback). From the agent's state, the loop's round is the Python loop's: the
+    batch it draws is what the agent's buffer gathers at those rows (n-step sums over episode ends,
+    importance weights), the learner after the round is `QLearner.train`'s bit for bit on JAX,
+    and the priorities it writes back are the buffer's `update_priorities` of the round's TD
+    errors (equal bit for bit on JAX to the loop's own update run on the Python loop's TD errors)."""
+    import logging
+
+    import kerasrl
+    from kerasrl.compiled.dqn import updated_priorities
+
+    agent = kerasrl.DQN("kerasrl/OpsCartPole-v1", seed=0, n_step_return=3, prioritized_replay=True,
+                        **dict(SMALL_DQN, n_envs=2))
+    with caplog.at_level(logging.INFO, logger="kerasrl"):
+        agent.fit(192, progress=False)
+    assert agent.loop.compiled_streams is not None  # the compiled loop ran it...
+    assert not [r for r in caplog.records if "Python loop" in r.getMessage()]  # ... with no fallback
+    buffer = agent.buffer
+    assert buffer.max_priority > 1.0 and len(np.unique(buffer.tree.leaves(np.arange(256)))) > 100
+    assert buffer.terminated[:96].sum() >= 3  # n-step sums over episode ends below
+    loop = CompiledDQN.for_agent(agent)
+    state = backend.to_tensors(loop.state_from_agent(agent))
+    learning_rate, tau, beta = np.float32(1e-3), np.float32(0.75), np.float32(0.6)
+    compiled = backend.to_numpy(backend.compile(lambda s: loop._train(s, learning_rate, tau, beta))(state)[0])
+    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3, beta))(state))
+
+    # The batches are the buffer's at the rows drawn.
+    indices = batches.pop("indices")
+    buffer.beta = float(beta)
+    gathered = buffer.gather(indices.ravel() // 2, indices.ravel() % 2)
+    assert set(gathered) == set(batches) | {"indices"}
+    for key in batches:
+        np.testing.assert_allclose(batches[key].reshape(gathered[key].shape), gathered[key], rtol=2e-6,
+                                   atol=1e-6, err_msg=key)
+    assert np.ptp(batches["weights"]) > 0.1 and np.isin(batches["discounts"], [0.0]).any()
+    assert np.isin(batches["discounts"], [np.float32(0.99 ** 3)]).any()
+
+    # The round, then the priorities from its TD errors.
+    before = backend.to_numpy(state)
+    agent.learner.load_state(before["learner"])
+    _, td_errors = agent.learner.train(batches, learning_rate, tau)
+    _assert_same_leaves(compiled["learner"], backend.to_numpy(agent.learner.state), backend.NAME == "jax")
+    buffer.update_priorities(indices, td_errors)
+    np.testing.assert_allclose(compiled["priorities"], buffer.tree.leaves(np.arange(256)), rtol=1e-6)
+    np.testing.assert_allclose(compiled["max_priority"], buffer.max_priority, rtol=1e-6)
+    changed = np.flatnonzero(compiled["priorities"] != before["priorities"])
+    assert set(changed) <= set(indices.ravel()) and len(changed) > 20
+    alpha, eps = agent.config.prioritized_replay_alpha, agent.config.prioritized_replay_eps
+    own = backend.to_numpy(backend.compile(lambda *a: updated_priorities(*a, alpha, eps))(
+        state["priorities"], state["max_priority"], *backend.to_tensors([indices, td_errors])))
+    if backend.NAME == "jax":
+        np.testing.assert_array_equal(compiled["priorities"], own[0])
+    else:
+        np.testing.assert_allclose(compiled["priorities"], own[0], rtol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.backend
 def test_a_dueling_dqn_on_an_ops_env_trains_in_the_compiled_loop_on_the_agents_network(caplog):
@@ -205,6 +264,105 @@ def test_compiled_ppo_samples_the_agents_gaussian_on_continuous_actions():
     assert np.abs(actions).max() > 0 and np.isfinite(stored["rewards"][0]).all()
 
 
+@pytest.mark.backend
+def test_the_running_statistics_in_keras_ops_are_the_numpy_ones():
+    """Observation and reward normalization are one definition (`policies.running_moments`,
+    `standardize`, `agents.ppo.scale_rewards`): the compiled loop's float32 keras.ops run of it
+    follows the Python loop's float64 `RunningMeanStd` and `PPO._scale_rewards` on the same
+    batches within float32 rounding."""
+    from keras import ops
+
+    from kerasrl.agents.ppo import scale_rewards
+    from kerasrl.policies import RunningMeanStd, running_moments, standardize
+
+    rng = np.random.default_rng(0)
+    rms, returns_rms = RunningMeanStd((3,)), RunningMeanStd(())
+    moments = (np.zeros(3, np.float32), np.ones(3, np.float32), np.float32(1e-4))
+    return_moments, discounted = (np.float32(0.0), np.float32(1.0), np.float32(1e-4)), np.zeros(8, np.float32)
+    numpy_discounted = np.zeros(8)
+    for _ in range(50):
+        batch = rng.normal([5.0, -2.0, 0.0], [3.0, 0.1, 100.0], size=(8, 3)).astype(np.float32)
+        rms.update(batch)
+        moments = running_moments(moments, ops.convert_to_tensor(batch), ops)
+        rewards, done = rng.normal(1.0, 2.0, 8).astype(np.float32), rng.random(8) < 0.1
+        scaled = scale_rewards(return_moments, discounted, ops.convert_to_tensor(rewards),
+                               ops.convert_to_tensor(done), 0.99, ops)
+        return_moments, discounted, scaled = scaled
+        mean, var, count = returns_rms.mean, returns_rms.var, returns_rms.count
+        (returns_rms.mean, returns_rms.var, returns_rms.count), numpy_discounted, numpy_scaled = scale_rewards(
+            (mean, var, count), numpy_discounted, rewards, done, 0.99)
+        np.testing.assert_allclose(ops.convert_to_numpy(scaled), numpy_scaled, rtol=1e-5, atol=1e-6)
+    for ours, theirs in ((moments, rms), (return_moments, returns_rms)):
+        mean, var, count = (ops.convert_to_numpy(x) for x in ours)
+        np.testing.assert_allclose(mean, theirs.mean, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(var, theirs.var, rtol=1e-5)
+        assert count == np.float32(theirs.count) and theirs.count == pytest.approx(400, abs=1e-3)
+    np.testing.assert_allclose(ops.convert_to_numpy(discounted), numpy_discounted, rtol=1e-5, atol=1e-5)
+    assert np.abs(returns_rms.mean) > 1.0 and rms.var[2] > 1000  # statistics far from the start
+    x = rng.normal(5.0, 30.0, (16, 3)).astype(np.float32)
+    np.testing.assert_allclose(ops.convert_to_numpy(standardize(moments, ops.convert_to_tensor(x), 5.0, xp=ops)),
+                               rms.normalize(x, 5.0), rtol=1e-5, atol=1e-5)
+
+
+NORMALIZED_PPO = dict(SMALL_PPO, normalize_observations=True, normalize_reward=True, clip_obs=5.0,
+                      learning_rate=1e-2, target_kl=1e-3)
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_a_normalized_ppo_round_with_target_kl_is_the_agents_through_the_compiled_loop():
+    """A compiled round with observation and reward normalization and target_kl: its rollout is
+    what the Python loop's steps (`PPO._normalize`, `PPO._scale_rewards`) make of the same games
+    and actions (float32 statistics beside float64 ones), the statistics it carries go to the
+    agent and back exactly, and its update, stopped early by the approximate KL, is the agent's
+    own (`_update_on`'s compiled `_train` on the same data), bit for bit on JAX."""
+    from keras import ops
+
+    from kerasrl.compiled import CompiledPPO
+
+    loop = CompiledPPO("CartPole", seeds=0, **NORMALIZED_PPO)
+    state = backend.to_tensors(loop.seed_state(0))
+    metrics = backend.to_tensors({"loss_sum": np.float32(0), "updates": np.int32(0),
+                                  **{key: np.zeros(shape, np.float32) for key, shape in loop.FIGURE_SUMS.items()}})
+
+    def round_in_parts(state, metrics):  # `_round`, its rollout and the update's inputs kept
+        after, rollout, metrics = loop._collect(state, metrics)
+        inputs, _ = loop._update_inputs(after, rollout, 640)
+        return after, rollout, inputs, loop._learn(after, rollout, metrics, 640)
+
+    after, rollout, inputs, (learned, learned_metrics) = backend.compile(round_in_parts)(state, metrics)
+    after_np, rollout, learned, learned_metrics = backend.to_numpy((after, rollout, learned, learned_metrics))
+
+    # The Python loop's steps on the same games and actions, from the same statistics.
+    agent = loop.agent
+    agent.load_running_statistics(backend.to_numpy(state["statistics"]))
+    step = backend.compile(lambda s, a: loop.env.step(s, a, loop.env_params))
+    obs, env_state = backend.to_numpy(state["obs"]), state["env"]
+    for t in range(NORMALIZED_PPO["n_steps"]):
+        np.testing.assert_allclose(rollout["observations"][t], agent._normalize(obs, update=True),
+                                   rtol=1e-5, atol=1e-5)
+        obs, env_state, reward, terminated, truncated, _ = step(env_state, backend.to_tensors(rollout["actions"][t]))
+        obs, reward, done = backend.to_numpy(obs), backend.to_numpy(reward), backend.to_numpy(terminated | truncated)
+        np.testing.assert_allclose(rollout["rewards"][t], agent._scale_rewards(reward, done), rtol=1e-5, atol=1e-6)
+    python = agent.running_statistics()
+    for key in ("obs", "return"):
+        assert python[key]["count"] == pytest.approx(after_np["statistics"][key]["count"]) == 64 + 1e-4
+        for moment in ("mean", "var"):
+            np.testing.assert_allclose(after_np["statistics"][key][moment], python[key][moment], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(after_np["statistics"]["discounted"], python["discounted"], rtol=1e-5, atol=1e-5)
+    # Handed to the agent and back (what a compiled fit does between calls): the same bits.
+    agent.load_running_statistics(after_np["statistics"])
+    for (path, a), (_, b) in zip(_leaves(loop._statistics_entry(agent)), _leaves({"statistics": after_np["statistics"]})):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+
+    # The update: the compiled round's against the agent's compiled update on its inputs.
+    python_state, sums, steps = backend.to_numpy(agent._train(after["learner"], *inputs))
+    assert 0 < steps < NORMALIZED_PPO["n_epochs"] * 2 and int(learned_metrics["updates"]) == steps  # target_kl stopped it
+    _assert_same_leaves(learned["learner"], python_state, exact=backend.NAME == "jax")
+    np.testing.assert_allclose(learned_metrics["figure_sums"], sums[1:], rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(after_np["learner"]["params"]["actor"][0], python_state["params"]["actor"][0])
+
+
 SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidden_sizes=(16,), seed=0,
                         check_env=False)
 
@@ -223,9 +381,10 @@ def _assert_same_leaves(compiled, python, exact):
 @pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("agent_name", [pytest.param("TD3", marks=pytest.mark.slow),
                                         pytest.param("SAC", marks=pytest.mark.slow),
-                                        pytest.param("DDPG", marks=pytest.mark.slow)])
+                                        pytest.param("DDPG", marks=pytest.mark.slow),
+                                        pytest.param("NAF", marks=pytest.mark.slow)])
 def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_update(agent_name):
-    """`fit` on an ops env runs DDPG, TD3 and SAC in the compiled loop (their registration names
+    """`fit` on an ops env runs DDPG, TD3, SAC and NAF in the compiled loop (their registration names
     it, tests/test_compiled_fit.py runs it); its gradient steps on a batch it samples (with the
     noise it draws) are the agent's own `update` on that batch, and its exploring actions are the
     Python loop's for the same noise."""
@@ -266,18 +425,75 @@ def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_
         for (path, a), (_, b) in zip(_leaves(backend.to_numpy(state["learner"])), _leaves(python)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
     after = backend.to_numpy(state["learner"])
-    assert not np.array_equal(before["params"]["actor"][0], after["params"]["actor"][0])
-    assert not np.array_equal(before["params"]["critic_0"][0], after["params"]["critic_0"][0])
+    for name in agent.learner.models:  # every network learned (NAF's: actor, value, l)
+        assert not np.array_equal(before["params"][name][0], after["params"][name][0]), name
 
     # Acting: the compiled loop's `explore` (keras.ops) is the Python loop's numpy exploration.
     rng = np.random.default_rng(1)
     observations = rng.normal(size=(8, 3)).astype(np.float32)
     normals = rng.normal(size=(8, 1)).astype(np.float32)
+    noise = agent.exploration_std * normals
     explored = backend.to_numpy(agent.explore(backend.to_tensors(agent.learner.state),
-                                              *backend.to_tensors([observations, normals])))
-    python = agent.explore_from_outputs(agent.actor_outputs(observations), agent.exploration_std * normals)
+                                              *backend.to_tensors([observations, noise])))
+    python = agent.explore_from_outputs(agent.actor_outputs(observations), noise)
     np.testing.assert_allclose(explored, python, rtol=1e-6, atol=1e-6)
     assert np.all(np.abs(explored) <= 1.0) and not np.allclose(explored, agent._deterministic_unit(observations))
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
+def test_ornstein_uhlenbeck_exploration_in_the_compiled_loop_is_the_agents_process():
+    """NAF explores with keras-rl's Ornstein-Uhlenbeck noise by default: the compiled loop steps
+    the process as the agent's `ActionNoise` does (one shared step function), from the normals of
+    its stream, not in the warm-up, restarts it where an episode ends, and hands it to the agent
+    and back (the agent's checkpoints keep it)."""
+    import kerasrl
+    from kerasrl.compiled import CompiledOffPolicy
+    from kerasrl.compiled.common import normal01
+    from kerasrl.exploration import ActionNoise
+    from kerasrl.policies import scale_to_bounds
+
+    # Learning starts after the first vector step.
+    agent = kerasrl.NAF("kerasrl/OpsPendulum-v1", n_envs=2, **dict(SMALL_OFF_POLICY, learning_starts=2))
+    cfg = agent.config
+    assert cfg.action_noise == "ornstein_uhlenbeck"
+    loop = CompiledOffPolicy.for_agent(agent)
+    agent.noise.state[...] = [[0.3], [-0.2]]
+    state = loop.state_from_agent(agent)
+    state["env"]["time"][...] = 196  # Pendulum's 200-step limit: the fourth step ends both games
+    act = backend.compile(loop._act)
+    expected = ActionNoise("ornstein_uhlenbeck", cfg.action_noise_std, (2, 1), cfg.ou_theta, cfg.ou_dt)
+    expected.state[...] = agent.noise.state
+    observations = state["obs"]
+    new_state = backend.to_numpy(act(backend.to_tensors(state)))[0]  # the warm-up step
+    np.testing.assert_array_equal(new_state["ou_state"], state["ou_state"])
+    state, observations = new_state, new_state["obs"]
+    for step in range(3):  # then steps 2 to 4 of the episodes, the process moving
+        normals = backend.to_numpy(normal01(backend.to_tensors(state["explore_rng"]))[1]).reshape(2, 1)
+        noise = expected(_GivenDraws(normals))  # the Python loop's step, on these draws
+        new_state, _, transition, _ = backend.to_numpy(act(backend.to_tensors(state)))
+        actions = scale_to_bounds(agent.explore_from_outputs(agent.actor_outputs(observations), noise),
+                                  agent.action_space.low, agent.action_space.high)
+        np.testing.assert_allclose(transition["actions"], actions, rtol=1e-5, atol=1e-6)
+        if step < 2:
+            np.testing.assert_allclose(new_state["ou_state"], noise, rtol=1e-5, atol=1e-7)
+            assert np.all(new_state["ou_state"] != 0.0)
+        else:  # the episodes' last step: restarted at 0 (`ActionNoise.reset`)
+            assert np.all(transition["truncated"] == 1.0)
+            np.testing.assert_array_equal(new_state["ou_state"], 0.0)
+        loop.state_to_agent(new_state, agent)
+        np.testing.assert_array_equal(agent.noise.state, new_state["ou_state"])
+        state, observations = new_state, new_state["obs"]
+
+
+class _GivenDraws:
+    """A stand-in for a numpy Generator whose standard normal draws are given."""
+
+    def __init__(self, normals):
+        self.normals = np.asarray(normals, np.float64)
+
+    def standard_normal(self, shape):
+        return self.normals.reshape(shape)
 
 
 @pytest.mark.slow  # 3 compiled loops

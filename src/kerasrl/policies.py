@@ -321,6 +321,26 @@ def random_actions(n_actions: int, size: int, rng: np.random.Generator,
 # -- actor-critic policies (PPO) -----------------------------------------------------------------
 
 
+def running_moments(moments, batch, xp=np):
+    """Running `(mean, var, count)` with a batch (B, *shape) folded in (Chan et al.'s parallel
+    update). The one definition of the running statistics: `RunningMeanStd` calls it on float64
+    numpy (the Python loops), the compiled loops with `xp=keras.ops` on float32 tensors
+    (kerasrl.compiled.ppo), tests/test_one_definition.py holds the two together."""
+    mean, var, count = moments
+    batch_mean, batch_var, n = xp.mean(batch, axis=0), xp.var(batch, axis=0), batch.shape[0]
+    delta = batch_mean - mean
+    total = count + n
+    m2 = var * count + batch_var * n + xp.square(delta) * count * n / total
+    return mean + delta * n / total, m2 / total, total
+
+
+def standardize(moments, x, clip: float, epsilon: float = 1e-8, xp=np):
+    """`clip((x - mean) / sqrt(var + epsilon), -clip, clip)` of the running `moments` (`xp`
+    numpy or keras.ops, as `running_moments`)."""
+    mean, var, _ = moments
+    return xp.clip((x - mean) / xp.sqrt(var + epsilon), -clip, clip)
+
+
 class RunningMeanStd:
     """Running mean and variance of observations, in float64 numpy (Chan et al.'s parallel update).
 
@@ -335,20 +355,16 @@ class RunningMeanStd:
         self.count = float(epsilon)  # a tiny prior count, as SB3, so the first update is defined
 
     def update(self, batch: np.ndarray) -> None:
-        """Fold a batch (B, *shape) into the statistics."""
-        batch = np.asarray(batch, dtype=np.float64)
-        batch_mean, batch_var, n = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
-        delta = batch_mean - self.mean
-        total = self.count + n
-        self.mean = self.mean + delta * n / total
-        m2 = self.var * self.count + batch_var * n + np.square(delta) * self.count * n / total
-        self.var = m2 / total
-        self.count = total
+        """Fold a batch (B, *shape) into the statistics (`running_moments` in float64)."""
+        self.mean, self.var, self.count = running_moments(
+            (self.mean, self.var, self.count), np.asarray(batch, dtype=np.float64))
 
     def normalize(self, x: np.ndarray, clip: float, epsilon: float = 1e-8) -> np.ndarray:
-        """`clip((x - mean) / sqrt(var + epsilon), -clip, clip)` as float32."""
-        z = (np.asarray(x, dtype=np.float64) - self.mean) / np.sqrt(self.var + epsilon)
-        return np.clip(z, -clip, clip).astype(np.float32)
+        """`clip((x - mean) / sqrt(var + epsilon), -clip, clip)` as float32 (`standardize` in
+        float64)."""
+        z = standardize((self.mean, self.var, self.count), np.asarray(x, dtype=np.float64), clip,
+                        epsilon)
+        return z.astype(np.float32)
 
     def normalize_graph(self, x, clip: float, epsilon: float = 1e-8):
         """`normalize` in keras.ops on a float32 tensor (inside exported graphs)."""

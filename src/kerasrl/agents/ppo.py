@@ -30,7 +30,7 @@ from keras import tree
 
 from kerasrl import backend
 from kerasrl.agents.base import Agent
-from kerasrl.agents.learner import Learner
+from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
 from kerasrl.exploration import RolloutSampler
@@ -44,12 +44,25 @@ from kerasrl.networks import (NATURE_MIN_SIDE, encode_leaves, image_input_scale,
                               nature_features)
 from kerasrl.optim import Adam
 from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
-                              normalize_observations, sample_categorical, sample_gaussian)
+                              normalize_observations, running_moments, sample_categorical,
+                              sample_gaussian)
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import FlatObservations, categorical_sizes, structure_of
 
 # The order of the figures each compiled update reports (means over the minibatches it ran).
 METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def scale_rewards(return_moments, discounted, rewards, done, gamma: float, xp=np):
+    """Rewards divided by the running std of the discounted return, clipped to +-10 (SB3's
+    VecNormalize): `discounted` (N,) each env's running discounted return, `rewards` and `done`
+    (N,), `return_moments` the running `(mean, var, count)` of those returns. Returns `(new
+    moments, new discounted returns (0 where an episode ended), scaled rewards)`. The one
+    definition: the Python loop runs it in float64 numpy, the compiled loop with `xp=keras.ops`."""
+    discounted = discounted * gamma + rewards
+    return_moments = running_moments(return_moments, discounted, xp)
+    scaled = xp.clip(rewards / xp.sqrt(return_moments[1] + 1e-8), -10.0, 10.0)
+    return return_moments, xp.where(done, 0.0, discounted), scaled
 
 
 def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64),
@@ -221,7 +234,12 @@ class PPO(Agent):
         self._log_std = None if self.discrete else self.learner.parameter("log_std")[0]
         self._forward = backend.compile(
             lambda params, non_trainable, obs: self._outputs(params, non_trainable, obs, False)[:2])
+        # Every minibatch step in one compiled loop where that runs fast; unrolled where XLA's CPU
+        # loops slow the networks' gradients down (Keras convolutions: learner.unrolled_steps).
+        # PyTorch's traced update is unrolled already, its loop being Python.
+        self.unrolled = backend.COMPILED_LOOPS and unrolled_steps(self.learner.models.values())
         self._train = backend.compile(self._train_epochs, donate_state=True)
+        self._train_part = backend.compile(self._train_steps, donate_state=True)
         self.n_updates = 0
         self._policy = None
         self._eval_outputs = None
@@ -314,35 +332,61 @@ class PPO(Agent):
         return loss, (non_trainable, metrics)
 
     def _train_epochs(self, state, data, indices, learning_rate, clip_range):
-        """Every minibatch of every epoch, one Adam step each, in one compiled loop.
+        """Every minibatch of every epoch, one Adam step each, in one compiled call.
 
         `data`: the rollout's flat (T * N, ...) arrays; `indices`: (M, batch_size) int32, the
         minibatches of all epochs in order. With target_kl, the first minibatch whose approximate
         KL exceeds 1.5 * target_kl (before its step, as SB3) stops all further steps. Returns
         `(state, metric sums (len(METRICS),), steps taken)`.
         """
-        target_kl = self.config.target_kl
+        return self._train_steps(state, ops.zeros((len(METRICS),), "float32"),
+                                 ops.zeros((), "float32"), data, indices, 0, learning_rate,
+                                 clip_range)
 
+    def _train_steps(self, state, sums, steps, data, indices, first, learning_rate, clip_range):
+        """The steps of the minibatches `indices` (G, batch_size), the update's numbers `first` to
+        `first + G - 1`, after `steps` taken with figures summing to `sums`: in a compiled loop,
+        or unrolled where such a loop runs slowly (`self.unrolled`); the same numbers either way.
+        Returns `(state, sums, steps)` after them."""
         def body(i, carry):
-            state, sums, steps = carry
-            batch = self._minibatch(data, indices[i])
-            new_state, loss, metrics = self.learner.descend(
-                state, self.optimizer_group, lambda params: self._loss(params, state["non_trainable"], batch,
-                                                        clip_range),
-                learning_rate, updates_non_trainable=True)
-            new_state = {**new_state, "step": new_state["step"] + 1}
-            figures = ops.stack([loss] + [metrics[k] for k in METRICS[1:]])
-            if target_kl is None:
-                return new_state, sums + figures, steps + 1.0
-            go = ops.logical_and(steps >= ops.cast(i, "float32"),
-                                 metrics["approx_kl"] <= 1.5 * target_kl)
-            new_state = tree.map_structure(lambda new, old: ops.where(go, new, old),
-                                           new_state, state)
-            weight = ops.cast(go, "float32")
-            return new_state, sums + weight * figures, steps + weight
+            return self._minibatch_step(carry, data, indices, i, first + i, learning_rate,
+                                        clip_range)
 
-        carry = (state, ops.zeros((len(METRICS),), "float32"), ops.zeros((), "float32"))
+        carry = (state, sums, steps)
+        if self.unrolled:
+            for i in range(indices.shape[0]):
+                carry = body(i, carry)
+            return carry
         return ops.fori_loop(0, indices.shape[0], body, carry)
+
+    def update_parts(self, n_minibatches: int) -> list[tuple[int, int]]:
+        """(start, stop) of the minibatches each compiled call of an update of `n_minibatches`
+        runs: one call, or where the steps are unrolled, calls of at most
+        UNROLLED_STEPS_PER_CALL (as the value learners' rounds: compiling more unrolled steps
+        at once costs more than the calls save)."""
+        per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_minibatches
+        return [(start, min(start + per_call, n_minibatches))
+                for start in range(0, n_minibatches, per_call)]
+
+    def _minibatch_step(self, carry, data, indices, i, number, learning_rate, clip_range):
+        """One Adam step on the minibatch `indices[i]`, the update's step `number`: `carry` is
+        `(state, metric sums, steps taken)`, as `_train_steps` passes it from step to step."""
+        state, sums, steps = carry
+        batch = self._minibatch(data, indices[i])
+        new_state, loss, metrics = self.learner.descend(
+            state, self.optimizer_group,
+            lambda params: self._loss(params, state["non_trainable"], batch, clip_range),
+            learning_rate, updates_non_trainable=True)
+        new_state = {**new_state, "step": new_state["step"] + 1}
+        figures = ops.stack([loss] + [metrics[k] for k in METRICS[1:]])
+        target_kl = self.config.target_kl
+        if target_kl is None:
+            return new_state, sums + figures, steps + 1.0
+        go = ops.logical_and(steps >= ops.cast(number, "float32"),
+                             metrics["approx_kl"] <= 1.5 * target_kl)
+        new_state = tree.map_structure(lambda new, old: ops.where(go, new, old), new_state, state)
+        weight = ops.cast(go, "float32")
+        return new_state, sums + weight * figures, steps + weight
 
     # -- what a loop compiled whole runs (kerasrl.compiled.ppo): this agent's math, on a state --
     def act_outputs(self, state, observations):
@@ -397,13 +441,11 @@ class PPO(Agent):
         the local envs')."""
         if self.return_rms is None:
             return rewards
+        rms = self.return_rms
         discounted = self._discounted_returns if discounted is None else discounted
-        discounted *= self.config.gamma
-        discounted += rewards
-        self.return_rms.update(discounted)
-        discounted[done] = 0.0
-        scaled = rewards / np.sqrt(self.return_rms.var + 1e-8)
-        return np.clip(scaled, -10.0, 10.0).astype(np.float32)
+        (rms.mean, rms.var, rms.count), discounted[...], scaled = scale_rewards(
+            (rms.mean, rms.var, rms.count), discounted, rewards, done, self.config.gamma)
+        return scaled.astype(np.float32)
 
     # -- the loop ------------------------------------------------------------------------------
     def clip_range(self, total_steps: int) -> float:
@@ -488,9 +530,20 @@ class PPO(Agent):
         to log)`."""
         data, indices = self._training_data(buffer)
         clip_range = np.float32(self.clip_range(total_steps))
-        self.learner.state, sums, steps = self._train(
-            self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,
-            clip_range)
+        parts = self.update_parts(len(indices))
+        if len(parts) == 1:
+            self.learner.state, sums, steps = self._train(
+                self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,
+                clip_range)
+        else:
+            with self.learner.on_device():
+                data = backend.to_tensors(data)  # moved once, read by every part
+            state, sums, steps = self.learner.state, np.zeros(len(METRICS), np.float32), np.float32(0)
+            for start, stop in parts:
+                state, sums, steps = self._train_part(
+                    state, sums, steps, data, backend.feed(indices[start:stop]), np.int32(start),
+                    learning_rate, clip_range)
+            self.learner.state = state
         sums, steps = backend.to_numpy((sums, steps))
         return sums, int(steps), {"clip_range": float(clip_range)}
 
@@ -554,6 +607,26 @@ class PPO(Agent):
         if not self.discrete:
             self._log_std = self.learner.parameter("log_std")[0]
         self.sync_model()
+
+    def running_statistics(self) -> dict:
+        """The normalizations' running state as numpy, for a loop compiled whole to carry
+        (kerasrl.compiled.ppo): "obs" and "return" as {"mean", "var", "count"} where observations
+        or rewards are normalized, "discounted" (n_envs,) the envs' running discounted returns
+        with reward normalization; {} with neither."""
+        statistics = {name: {k: np.asarray(v) for k, v in rms.state_dict().items()}
+                      for name, rms in (("obs", self.obs_rms), ("return", self.return_rms))
+                      if rms is not None}
+        if self.return_rms is not None:
+            statistics["discounted"] = self._discounted_returns.copy()
+        return statistics
+
+    def load_running_statistics(self, statistics: dict) -> None:
+        """Take what `running_statistics` gives (as a compiled loop carried it on)."""
+        for name, rms in (("obs", self.obs_rms), ("return", self.return_rms)):
+            if rms is not None:
+                rms.load_state_dict(statistics[name])
+        if self.return_rms is not None:
+            self._discounted_returns[...] = statistics["discounted"]
 
     def _named_learner_arrays(self, arrays):
         """Checkpoints of kerasrl 0.1's own PPO learner held one list of weights (actor, critic,

@@ -11,8 +11,15 @@ streams), GAE backwards over the rollout
 from V(true final observation)), then the update on minibatches of a fresh random permutation per
 epoch (a remainder that does not fill a minibatch is left out, as the agent does).
 
-Not supported here (raises): target_kl, observation and reward normalization, a shared
-actor-critic model, models with non-trainable state (batch norm); use the agent. A standalone
+Observation and reward normalization run the agent's math (`policies.running_moments`,
+`standardize`, `agents.ppo.scale_rewards`) in keras.ops on float32 running statistics that the
+runner state carries (its "statistics" entry, handed to and from the agent as
+`PPO.running_statistics`), in the Python loop's order: each step folds the observations into the
+statistics before normalizing them for acting; final and last observations are normalized
+without folding in. target_kl is the agent's update's own early stop.
+
+Not supported here (raises): a shared actor-critic model, models with non-trainable state
+(batch norm); use the agent. A standalone
 `CompiledPPO` builds the default networks; `kerasrl.PPO(model=...).fit` on an ops env runs this
 loop on the user's models.
 """
@@ -41,16 +48,21 @@ from kerasrl.compiled.common import (
 )
 from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
+from kerasrl.policies import running_moments, standardize
 from kerasrl.schedules import linear_schedule
 
 
 def unsupported(config: PPOConfig) -> str | None:
     """The first setting of `config` the compiled PPO loop does not run (as `name=value`), or None."""
-    for flag, default in (("target_kl", None), ("normalize_observations", False), ("normalize_reward", False),
-                          ("shared_network", False)):
+    for flag, default in (("shared_network", False),):
         if getattr(config, flag) != default:
             return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
     return None
+
+
+def _moments(statistics: dict) -> tuple:
+    """(mean, var, count) of a {"mean", "var", "count"} entry of the runner state's statistics."""
+    return statistics["mean"], statistics["var"], statistics["count"]
 
 
 def agent_env(ops_env, params):
@@ -136,7 +148,48 @@ class CompiledPPO(CompiledLoop):
                                                  {"actor": [], "critic": []}, copies=n_seeds)
         return {"env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
                 "learner": learner, "action_rng": action_rng, "shuffle_rng": shuffle_rng,
-                "rounds": np.zeros(n_seeds, np.int32)}
+                "rounds": np.zeros(n_seeds, np.int32),
+                **self._statistics_entry(self.agent, lambda tree: repeat(tree, n_seeds))}
+
+    def _statistics_entry(self, agent, place=lambda tree: tree) -> dict:
+        """The runner state's "statistics" (float32 numpy, through `place`) from `agent`'s running
+        statistics (`PPO.running_statistics`); no entry without normalization."""
+        statistics = agent.running_statistics()
+        if not statistics:
+            return {}
+        from keras import tree
+
+        return {"statistics": place(tree.map_structure(lambda x: np.asarray(x, np.float32), statistics))}
+
+    def _observations(self, state, observations, update: bool = False):
+        """(`observations` as the networks see them, the state with its statistics updated):
+        with observation normalization, folded into the running statistics first when `update`
+        (each rollout step, as the agent's `_normalize`), then standardized and clipped."""
+        from keras import ops
+
+        if not self.config.normalize_observations:
+            return observations, state
+        statistics = state["statistics"]
+        moments = _moments(statistics["obs"])
+        if update:
+            moments = running_moments(moments, observations, ops)
+            state = dict(state, statistics=dict(statistics, obs=dict(zip(("mean", "var", "count"), moments))))
+        return standardize(moments, observations, self.config.clip_obs, xp=ops), state
+
+    def _rewards(self, state, rewards, done):
+        """(the rewards as the rollout stores them, the state): with reward normalization, scaled
+        by the running std of the discounted return (`agents.ppo.scale_rewards`)."""
+        from keras import ops
+
+        from kerasrl.agents.ppo import scale_rewards
+
+        if not self.config.normalize_reward:
+            return rewards, state
+        statistics = state["statistics"]
+        moments, discounted, scaled = scale_rewards(_moments(statistics["return"]), statistics["discounted"],
+                                                    rewards, done, self.config.gamma, ops)
+        statistics = dict(statistics, discounted=discounted, **{"return": dict(zip(("mean", "var", "count"), moments))})
+        return scaled, dict(state, statistics=statistics)
 
     def _env_step(self, i, carry):
         """One vector step: sample from the categorical policy (Gumbel-max with this loop's
@@ -147,7 +200,8 @@ class CompiledPPO(CompiledLoop):
 
         state, rollout = carry
         n = self.n_envs
-        policy, values = self.agent.act_outputs(state["learner"], state["obs"])
+        obs_in, state = self._observations(state, state["obs"], update=True)
+        policy, values = self.agent.act_outputs(state["learner"], obs_in)
         if self.discrete:
             action_rng, u = uniform01(state["action_rng"])
             u = ops.reshape(u, (n, self.n_actions)) + 0.5 / (1 << 24)  # in (0, 1): Gumbel needs log(u) finite
@@ -163,11 +217,12 @@ class CompiledPPO(CompiledLoop):
             env_actions = self._clip(actions)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], env_actions, self.env_params)
         # A time-limit cut bootstraps from the value of the true final observation (GAE's next value).
-        _, final_values = self.agent.act_outputs(state["learner"], info["final_obs"])
+        _, final_values = self.agent.act_outputs(state["learner"], self._observations(state, info["final_obs"])[0])
         row = ops.reshape(ops.cast(i, "int32"), (1, 1))
         done = ops.logical_or(terminated, truncated)
-        step = {"observations": state["obs"], "actions": actions, "old_log_probs": log_probs, "old_values": values,
-                "rewards": reward, "terminated": ops.cast(terminated, "float32"),
+        scaled, state = self._rewards(state, reward, done)
+        step = {"observations": obs_in, "actions": actions, "old_log_probs": log_probs, "old_values": values,
+                "rewards": scaled, "terminated": ops.cast(terminated, "float32"),
                 "episode_ends": ops.cast(done, "float32"), "final_values": final_values}
         rollout = {key: ops.scatter_update(rollout[key], row, ops.expand_dims(step[key], 0)) for key in rollout}
         episodes, ended = episode_update(state["episodes"], reward, done)
@@ -194,9 +249,13 @@ class CompiledPPO(CompiledLoop):
             state["shuffle_rng"], ops.zeros((cfg.n_epochs * self.n_minibatches, cfg.batch_size), "int32")))
 
     def _round(self, state, metrics, total_steps):
-        from keras import ops
+        state, rollout, metrics = self._collect(state, metrics)
+        return self._learn(state, rollout, metrics, total_steps)
 
-        from kerasrl.returns import gae_ops
+    def _collect(self, state, metrics):
+        """A rollout of `n_steps` vector steps from `state`: (state, rollout {key: (n_steps,
+        n_envs, ...)}, metrics with the episodes that ended)."""
+        from keras import ops
 
         cfg, n = self.config, self.n_envs
         obs_shape = self.env.observation_space.shape
@@ -213,9 +272,19 @@ class CompiledPPO(CompiledLoop):
             state, rollout, ended = env_step(ops.convert_to_tensor(i, "int32"), state, rollout)
             return state, rollout, log_episodes(metrics, ended)
 
-        state, rollout, metrics = backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
+        return backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
+
+    def _update_inputs(self, state, rollout, total_steps):
+        """What the agent's update (`train_epochs`) takes after a rollout: (data {key: (n_samples,
+        ...)} with GAE's advantages and returns, minibatch indices of all epochs, learning rate,
+        clip range), and the advanced shuffle stream."""
+        from keras import ops
+
+        from kerasrl.returns import gae_ops
+
+        cfg = self.config
         # GAE as the agent's RolloutBuffer.compute_advantages (returns.gae, here in keras.ops).
-        _, last_values = self.agent.act_outputs(state["learner"], state["obs"])
+        _, last_values = self.agent.act_outputs(state["learner"], self._observations(state, state["obs"])[0])
         values = rollout["old_values"]
         next_values = ops.concatenate([values[1:], ops.expand_dims(last_values, 0)], axis=0)
         next_values = ops.where(rollout["episode_ends"] > 0, rollout["final_values"], next_values)
@@ -231,6 +300,13 @@ class CompiledPPO(CompiledLoop):
         learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else ops.ones_like(remaining))
         clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else ops.ones_like(remaining))
         shuffle_rng, indices = self._minibatch_indices(state)
+        return (data, indices, learning_rate, clip_range), shuffle_rng
+
+    def _learn(self, state, rollout, metrics, total_steps):
+        """The agent's update on the rollout (`_update_inputs`); (state, metrics) after it."""
+        from keras import ops
+
+        (data, indices, learning_rate, clip_range), shuffle_rng = self._update_inputs(state, rollout, total_steps)
         learner, sums, steps = self._piece("update", self.agent.train_epochs)(
             state["learner"], data, indices, learning_rate, clip_range)
         returns_variance = ops.var(data["returns"])
@@ -241,7 +317,7 @@ class CompiledPPO(CompiledLoop):
                        updates=metrics["updates"] + ops.cast(steps, "int32"),
                        figure_sums=metrics["figure_sums"] + sums[1:],
                        round_sums=metrics["round_sums"] + ops.stack([explained, clip_range, learning_rate, 1.0]))
-        return dict(state, learner=learner, shuffle_rng=shuffle_rng, rounds=rounds), metrics
+        return dict(state, learner=learner, shuffle_rng=shuffle_rng, rounds=state["rounds"] + 1), metrics
 
     # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
     STREAMS = ("action_rng", "shuffle_rng")
@@ -299,7 +375,8 @@ class CompiledPPO(CompiledLoop):
         return {**games_from_agent(agent),
                 "learner": backend.to_numpy(agent.learner.state),
                 **{key: np.asarray(value, np.int32) for key, value in streams.items()},
-                "rounds": np.int32(agent.num_timesteps // self.n_samples)}
+                "rounds": np.int32(agent.num_timesteps // self.n_samples),
+                **self._statistics_entry(agent)}
 
     def state_to_agent(self, state: dict, agent) -> None:
         """Write a runner state back into `agent` (copies)."""
@@ -307,6 +384,8 @@ class CompiledPPO(CompiledLoop):
 
         s = backend.to_numpy(state)
         agent.learner.load_state(s["learner"])
+        if "statistics" in s:  # float32 values in the agent's float64 statistics: exact both ways
+            agent.load_running_statistics(s["statistics"])
         games_to_agent(s, agent)
         agent.loop.num_timesteps = int(s["rounds"]) * self.n_samples
         agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
@@ -319,15 +398,17 @@ class CompiledPPO(CompiledLoop):
         """Mean and per-game returns of the greedy (argmax) policy of seed `index`."""
         from kerasrl.compiled.dqn import greedy_returns
 
-        return greedy_returns(self.env, self.env_params, self.actor, self.seed_state(index)["learner"], n_episodes,
+        state = self.seed_state(index)
+        return greedy_returns(self.env, self.env_params, self.actor,
+                              {key: state[key] for key in ("learner", "statistics") if key in state}, n_episodes,
                               seed, max_steps, cache=self._calls, act=self._greedy)
 
-    def _greedy(self, learner, observations):
-        """The most probable actions of the policy in the learner state `learner` (a Gaussian's
-        mean clipped to the bounds)."""
+    def _greedy(self, state, observations):
+        """The most probable actions of the policy in the learner state `state["learner"]` (a
+        Gaussian's mean clipped to the bounds), observations normalized by its statistics."""
         from keras import ops
 
-        policy, _ = self.agent.act_outputs(learner, observations)
+        policy, _ = self.agent.act_outputs(state["learner"], self._observations(state, observations)[0])
         if self.discrete:
             return ops.cast(ops.argmax(policy, axis=-1), "int32")
         return self._clip(policy)
