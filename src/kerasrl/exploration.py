@@ -17,6 +17,8 @@ engine never needs to know the algorithm. Explorers hold no Keras object and pic
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 
@@ -87,12 +89,17 @@ class ActionNoise:
         draws = rng.standard_normal(self.state.shape)
         if self.kind == "normal":
             return (self.std * draws).astype(np.float32)
-        self.state = (self.state - self.theta * self.state * self.dt
-                      + self.std * np.sqrt(self.dt) * draws)
+        self.state = ornstein_uhlenbeck_step(self.state, draws, self.theta, self.dt, self.std)
         return self.state.astype(np.float32)
 
     def reset(self, done: np.ndarray) -> None:
         self.state[np.asarray(done, bool)] = 0.0
+
+
+def ornstein_uhlenbeck_step(state, normals, theta: float, dt: float, std: float):
+    """The Ornstein-Uhlenbeck process's next state (its noise) from standard normal `normals`, in
+    numpy (`ActionNoise`) or keras.ops (the compiled loop): `x - theta * x * dt + std * sqrt(dt) * N`."""
+    return state - theta * state * dt + std * math.sqrt(dt) * normals
 
 
 class NoisyActor(Explorer):

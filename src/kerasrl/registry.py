@@ -57,7 +57,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "ddpg": Algorithm("kerasrl.agents.ddpg:DDPG", "kerasrl.config:DDPGConfig",
                       compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
-    "naf": Algorithm("kerasrl.agents.naf:NAF", "kerasrl.config:NAFConfig"),
+    "naf": Algorithm("kerasrl.agents.naf:NAF", "kerasrl.config:NAFConfig",
+                     compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "cem": Algorithm("kerasrl.agents.cem:CEM", "kerasrl.config:CEMConfig"),
 }
 """Algorithm name (each agent's `algorithm`, as saved in checkpoints) -> its registration. Adding

@@ -186,12 +186,13 @@ class ContinuousAgent(Agent):
         by (0 with action_noise='none')."""
         return 0.0 if self.config.action_noise == "none" else float(self.config.action_noise_std)
 
-    def explore(self, state, observations, normals):
+    def explore(self, state, observations, noise):
         """Pure `keras.ops`: exploring unit-box actions (B, D) of the learner `state` for
-        observations (B, *obs_shape) as the networks see them, from standard normal draws
-        `normals` (B, D) (scaled by `exploration_std`)."""
+        observations (B, *obs_shape) as the networks see them, with the exploration `noise` (B, D)
+        as `explore_from_outputs` takes it (Gaussian: `exploration_std` times standard normals;
+        Ornstein-Uhlenbeck: the process's state; SAC: standard normals)."""
         outputs = self.learner.apply("actor", state["params"], state, observations)
-        return self.explore_from_outputs(outputs, self.exploration_std * normals, ops=keras.ops)
+        return self.explore_from_outputs(outputs, noise, ops=keras.ops)
 
     def greedy(self, state, observations):
         """Pure `keras.ops`: the deterministic unit-box actions (B, D) of the learner `state`."""

@@ -1,9 +1,11 @@
-"""DDPG, TD3 and SAC with the whole loop compiled: env step, acting, replay write and gradient steps.
+"""DDPG, TD3, SAC and NAF with the whole loop compiled: env step, acting, replay write and gradient steps.
 
-The algorithms of `kerasrl.agents.ddpg`, `td3` and `sac` on an ops env with a Box action space
+The algorithms of `kerasrl.agents.ddpg`, `td3`, `sac` and `naf` on an ops env with a Box action space
 (`Pendulum`), not copies of them: the loop holds the agent (the user's,
-when `fit` runs it) and runs its acting (`explore`: the actor's action plus Gaussian noise in the
-unit box for DDPG and TD3, a sample of the policy for SAC), its gradient step (`train_step`, with
+when `fit` runs it) and runs its acting (`explore`: the actor's action plus Gaussian or
+Ornstein-Uhlenbeck noise in the unit box for DDPG, TD3 and NAF, the OU process stepped by
+`exploration.ornstein_uhlenbeck_step` as the agent's `ActionNoise` steps it and restarted when an
+env's episode ends; a sample of the policy for SAC), its gradient step (`train_step`, with
 the noise its `batch_noise_scales` names) and its learner state layout (the runner state's
 "learner" entry is `agent.learner.state`); tests/test_one_definition.py holds a step through both
 loops together. One round is `train_freq` vector steps (uniform random unit actions before
@@ -15,7 +17,7 @@ in the runner state (standard normals by Box-Muller), so a seed gives the same r
 backend up to float rounding.
 
 Not supported here (raises, naming the setting): normalize_observations (the running statistics
-are numpy), Ornstein-Uhlenbeck action noise (its per-env process is numpy); use the agent.
+are numpy); use the agent.
 """
 
 from __future__ import annotations
@@ -41,20 +43,18 @@ from kerasrl.compiled.common import (
     uniform01,
 )
 from kerasrl.envs.ops.gym import make_ops_env
+from kerasrl.exploration import ornstein_uhlenbeck_step
 from kerasrl.policies import scale_to_bounds, unit_from_bounds
 from kerasrl.schedules import linear_schedule
 
-ALGORITHMS = ("ddpg", "td3", "sac")
+ALGORITHMS = ("ddpg", "td3", "sac", "naf")
 
 
 def unsupported(config) -> str | None:
-    """The first setting of `config` (a DDPG, TD3 or SAC config) the compiled loop does not run
-    (as `name=value`), or None."""
+    """The first setting of `config` (a DDPG, TD3, SAC or NAF config) the compiled loop does not
+    run (as `name=value`), or None."""
     if config.normalize_observations:
         return "normalize_observations=True (only normalize_observations=False)"
-    noise = getattr(config, "action_noise", "normal")
-    if noise not in ("normal", "none"):
-        return f"action_noise={noise!r} (only 'normal' or 'none')"
     return None
 
 
@@ -65,11 +65,11 @@ def _box_reason(space, name: str) -> str | None:
 
 
 class CompiledOffPolicy(CompiledLoop):
-    """DDPG, TD3 or SAC on an ops env with env, acting, storage and learning in one compiled call.
+    """DDPG, TD3, SAC or NAF on an ops env with env, acting, storage and learning in one compiled call.
 
     Args:
         env: an ops env name ("Pendulum") or `OpsEnv` with one-dimensional Box actions.
-        algorithm: "ddpg", "td3" or "sac" (default: the one `config` is for, else "td3").
+        algorithm: "ddpg", "td3", "sac" or "naf" (default: the one `config` is for, else "td3").
         config: a `DDPGConfig`, `TD3Config` or `SACConfig` (or its fields as keywords).
         seeds: an int, a list of ints or "0-15": independent runs trained together.
         env_params: keyword changes to the env's params (e.g. `max_steps=100`).
@@ -134,6 +134,8 @@ class CompiledOffPolicy(CompiledLoop):
         self.steps_per_round = cfg.train_freq * cfg.n_envs
         self.vector_steps_per_round = cfg.train_freq
         self.noise_scales = agent.batch_noise_scales()
+        # DDPG's, TD3's or NAF's Ornstein-Uhlenbeck exploration: its process (n_envs, D) is state.
+        self.ornstein_uhlenbeck = getattr(cfg, "action_noise", None) == "ornstein_uhlenbeck"
         self.loss_names = tuple(agent.loss_names)
         self.checked_figure = self.loss_names[0]
         self.FIGURE_SUMS = {"loss_sums": (len(self.loss_names),)}
@@ -157,8 +159,10 @@ class CompiledOffPolicy(CompiledLoop):
                   "next_obs": np.zeros((size, *obs_shape), np.float32),
                   "actions": np.zeros((size, self.action_dim), np.float32), "rewards": np.zeros(size, np.float32),
                   "terminated": np.zeros(size, np.float32), "truncated": np.zeros(size, np.float32)}
+        noise = ({"ou_state": np.zeros((n_seeds, n, self.action_dim), np.float32)}
+                 if self.ornstein_uhlenbeck else {})
         return {"env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
-                "buffer": repeat(buffer, n_seeds),
+                "buffer": repeat(buffer, n_seeds), **noise,
                 "learner": self.agent.learner.fresh_state(weights, non_trainable, copies=n_seeds),
                 **dict(zip(self.STREAMS, streams)), "vector_steps": np.zeros(n_seeds, np.int32)}
 
@@ -172,17 +176,29 @@ class CompiledOffPolicy(CompiledLoop):
         n, d = self.n_envs, self.action_dim
         action_rng, u = uniform01(state["action_rng"])
         explore_rng, normals = normal01(state["explore_rng"])
-        explored = self.agent.explore(state["learner"], state["obs"], ops.reshape(normals, (n, d)))
+        normals = ops.reshape(normals, (n, d))
         warmup = state["vector_steps"] * n < self.config.learning_starts
+        if self.ornstein_uhlenbeck:
+            # The process moves only on the steps the agent explores (not in the warm-up).
+            cfg = self.config
+            noise = ornstein_uhlenbeck_step(state["ou_state"], normals, cfg.ou_theta, cfg.ou_dt,
+                                            cfg.action_noise_std)
+            ou_state = ops.where(warmup, state["ou_state"], noise)
+        else:
+            noise = self.agent.exploration_std * normals
+        explored = self.agent.explore(state["learner"], state["obs"], noise)
         unit = ops.where(warmup, ops.reshape(2.0 * u - 1.0, (n, d)), explored)
         actions = scale_to_bounds(unit, self.low, self.high, ops=ops)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
         rows = (state["vector_steps"] % self.capacity) * n + ops.arange(n, dtype="int32")
         transition = {"obs": state["obs"], "next_obs": info["final_obs"], "actions": actions, "rewards": reward,
                       "terminated": ops.cast(terminated, "float32"), "truncated": ops.cast(truncated, "float32")}
-        episodes, ended = episode_update(state["episodes"], reward, ops.logical_or(terminated, truncated))
+        done = ops.logical_or(terminated, truncated)
+        episodes, ended = episode_update(state["episodes"], reward, done)
         state = dict(state, env=env_state, obs=obs, action_rng=action_rng, explore_rng=explore_rng,
                      vector_steps=state["vector_steps"] + 1, episodes=episodes)
+        if self.ornstein_uhlenbeck:  # restarted at 0 where an episode ended (`ActionNoise.reset`)
+            state["ou_state"] = ops.where(ops.expand_dims(done, -1), 0.0, ou_state)
         return state, rows, transition, ended
 
     def _env_step(self, state, metrics):
@@ -342,6 +358,7 @@ class CompiledOffPolicy(CompiledLoop):
             "learner": backend.to_numpy(agent.learner.state),
             **{key: np.asarray(value, np.int32) for key, value in streams.items()},
             "vector_steps": np.int32(agent.loop_counters()["vector_steps"]),
+            **({"ou_state": np.asarray(agent.noise.state, np.float32)} if self.ornstein_uhlenbeck else {}),
         }
 
     def state_to_agent(self, state: dict, agent) -> None:
@@ -362,6 +379,8 @@ class CompiledOffPolicy(CompiledLoop):
         agent.load_loop_counters(vector_steps)
         agent.loop.num_timesteps = vector_steps * self.n_envs
         agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
+        if self.ornstein_uhlenbeck:
+            agent.noise.state[...] = s["ou_state"]
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The actor's weights (trainable, then non-trainable) of seed `index`."""
