@@ -86,17 +86,20 @@ def test_the_python_loop_where_the_compiled_one_cannot_run_says_why_once(caplog)
     assert len(python_loop_lines(caplog)) == 1 and "not a keras.ops environment" in python_loop_lines(caplog)[0]
     assert agent.loop.compiled_streams is None and agent.num_timesteps == 40
     caplog.clear()
-    n_step = kerasrl.DQN(OPS_CARTPOLE, n_step_return=3, **TINY)
-    n_step.fit(20, progress=False)
-    assert "n_step_return=3" in python_loop_lines(caplog)[0] and n_step.loop.compiled_streams is None
-    with pytest.raises(ValueError, match="n_step_return=3"):
-        n_step.fit(40, progress=False, engine="compiled")
+    normalized_sac = kerasrl.SAC("kerasrl/OpsPendulum-v1", normalize_observations=True, n_envs=2, seed=3)
+    normalized_sac.fit(20, progress=False)  # random warm-up steps only
+    assert "normalize_observations=True" in python_loop_lines(caplog)[0]
+    assert normalized_sac.loop.compiled_streams is None
+    with pytest.raises(ValueError, match="normalize_observations=True"):
+        normalized_sac.fit(40, progress=False, engine="compiled")
     a2c = kerasrl.A2C(OPS_CARTPOLE, n_envs=2)
     with pytest.raises(ValueError, match="A2C has no compiled loop yet"):
         a2c.fit(32, progress=False, engine="compiled")
-    shared = kerasrl.PPO(OPS_CARTPOLE, n_envs=2, n_steps=16, batch_size=16, shared_network=True)
-    with pytest.raises(ValueError, match="shared_network=True"):
-        shared.fit(32, progress=False, engine="compiled")
+    batch_norm = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.BatchNormalization(),
+                                   keras.layers.Dense(2)])
+    normalized = kerasrl.PPO(OPS_CARTPOLE, model=batch_norm, n_envs=2, n_steps=16, batch_size=16)
+    with pytest.raises(ValueError, match="batch norm"):
+        normalized.fit(32, progress=False, engine="compiled")
 
 
 def test_short_learning_check_dqn_on_ops_cartpole():

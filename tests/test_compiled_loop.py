@@ -94,12 +94,8 @@ def test_short_learning_check_ppo_cartpole():
 
 
 def test_unsupported_settings_are_named():
-    with pytest.raises(ValueError, match="n_step_return=3"):
-        CompiledDQN("CartPole", n_step_return=3)
     with pytest.raises(ValueError, match="discrete actions"):
         CompiledDQN("Pendulum")
-    with pytest.raises(ValueError, match="shared_network=True"):
-        CompiledPPO("CartPole", shared_network=True)
     with pytest.raises(ValueError, match="'0-15'"):
         parse_seeds("0:15")
     with pytest.raises(ValueError, match="distinct"):

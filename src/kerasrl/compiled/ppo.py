@@ -18,8 +18,9 @@ runner state carries (its "statistics" entry, handed to and from the agent as
 statistics before normalizing them for acting; final and last observations are normalized
 without folding in. target_kl is the agent's update's own early stop.
 
-Not supported here (raises): a shared actor-critic model, models with non-trainable state
-(batch norm); use the agent. A standalone
+A shared actor-critic model (`shared_network=True`, or a two-output model) is the learner's
+"actor", as in the agent. Not supported here (raises): models with non-trainable state (batch
+norm); use the agent. A standalone
 `CompiledPPO` builds the default networks; `kerasrl.PPO(model=...).fit` on an ops env runs this
 loop on the user's models.
 """
@@ -50,14 +51,6 @@ from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.policies import running_moments, standardize
 from kerasrl.schedules import linear_schedule
-
-
-def unsupported(config: PPOConfig) -> str | None:
-    """The first setting of `config` the compiled PPO loop does not run (as `name=value`), or None."""
-    for flag, default in (("shared_network", False),):
-        if getattr(config, flag) != default:
-            return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
-    return None
 
 
 def _moments(statistics: dict) -> tuple:
@@ -98,9 +91,6 @@ class CompiledPPO(CompiledLoop):
             config = PPOConfig(**fields)
         elif fields:
             config = dataclasses.replace(config, **fields)
-        reason = unsupported(config)
-        if reason:
-            raise ValueError(f"CompiledPPO does not support {reason} yet; use kerasrl.PPO (the Python loop) for it.")
         ops_env = make_ops_env(env)
         seeds = parse_seeds(seeds)
         params = ops_env.params(**(env_params or {}))
@@ -110,10 +100,12 @@ class CompiledPPO(CompiledLoop):
                     config=dataclasses.replace(config, seed=seeds[0], check_env=False))
         self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone (the models are not touched per seed).
-        actor_draws, critic_draws = WeightDraws(self.actor), WeightDraws(self.critic)
-        self._start(self._initial_states(
-            actor_draws.seeded_many(self.actor.trainable_variables, seeds, "policy"),
-            critic_draws.seeded_many(self.critic.trainable_variables, seeds, "value")))
+        # (A shared actor-critic model is the learner's "actor", drawn as the agent seeds it.)
+        models = {"actor": (self.actor, "actor-critic" if self.critic is None else "policy")}
+        if self.critic is not None:
+            models["critic"] = (self.critic, "value")
+        self._start(self._initial_states({name: WeightDraws(model).seeded_many(model.trainable_variables, seeds, stream)
+                                          for name, (model, stream) in models.items()}))
 
     def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], agent) -> None:
         check_ops_env(env, env_params, config.n_envs)
@@ -132,20 +124,19 @@ class CompiledPPO(CompiledLoop):
         # The PPO agent whose acting (`act_outputs`), update (`train_epochs`) and learner state
         # layout this loop runs: the one definition of the algorithm.
         self.agent = agent
-        self.actor, self.critic = agent.learner.models["actor"], agent.learner.models["critic"]
+        self.actor, self.critic = agent.learner.models["actor"], agent.learner.models.get("critic")
         self.n_envs = cfg.n_envs
         self.steps_per_round = self.n_samples
         self.vector_steps_per_round = cfg.n_steps
 
-    def _initial_states(self, actor_params: list[np.ndarray], critic_params: list[np.ndarray]) -> dict:
+    def _initial_states(self, params: dict[str, list[np.ndarray]]) -> dict:
         """The runner states of `self.seeds` (weights each (seeds, ...)) as one numpy tree with a
         leading seed axis, made at once: one reset of every seed's games, the learner's state
         (`Learner.fresh_state`), the streams from numpy."""
         n, n_seeds = self.n_envs, len(self.seeds)
         env_rng, action_rng, shuffle_rng = many_seed_streams(self.seeds, n, n * self.n_actions, self.n_samples)
         obs, env_state = reset_many(self.env, env_rng, self.env_params)
-        learner = self.agent.learner.fresh_state({"actor": actor_params, "critic": critic_params},
-                                                 {"actor": [], "critic": []}, copies=n_seeds)
+        learner = self.agent.learner.fresh_state(params, {name: [] for name in params}, copies=n_seeds)
         return {"env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
                 "learner": learner, "action_rng": action_rng, "shuffle_rng": shuffle_rng,
                 "rounds": np.zeros(n_seeds, np.int32),
@@ -338,9 +329,6 @@ class CompiledPPO(CompiledLoop):
     @staticmethod
     def why_not(agent) -> str | None:
         """Why this loop cannot run `agent`'s fit (a `kerasrl.PPO` on an ops env), or None."""
-        reason = unsupported(agent.config)
-        if reason:
-            return f"the compiled loop does not run {reason}"
         if any(model.non_trainable_variables for model in agent.learner.models.values()):
             return "the compiled PPO loop takes models without non-trainable state (batch norm)"
         if agent.num_timesteps % (agent.config.n_steps * agent.config.n_envs) != agent.buffer.position * agent.config.n_envs:
