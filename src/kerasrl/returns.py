@@ -1,4 +1,5 @@
-"""Returns and advantages in numpy, computed on collected rollouts (outside any gradient).
+"""Returns and advantages in numpy, computed on collected rollouts (outside any gradient), and
+their keras.ops twins for the loops compiled whole (kerasrl.compiled), held together by tests.
 
 Shapes: T steps of a rollout, N environments. Arrays are (T, N), time first, as the rollout buffer
 stores them.
@@ -69,3 +70,67 @@ def gae_ops(rewards, values, next_values, terminated, episode_ends, gamma: float
     advantages, _ = backend.fori_loop(0, steps, body,
                                       (ops.zeros_like(deltas), ops.zeros_like(deltas[0])))
     return advantages, advantages + values
+
+
+def n_step_returns(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, rows: np.ndarray,
+                   envs: np.ndarray, newest: int, n_step: int, gamma: float):
+    """Discounted sums of up to `n_step` rewards from each stored step (rows[i], envs[i]) of a
+    replay ring (the Python loop's `ReplayBuffer`), vectorized over the batch.
+
+    Args:
+        rewards, terminated, truncated: (T, N) the ring's rows (T steps of N envs).
+        rows, envs: (B,) int, the sampled steps.
+        newest: the ring's newest written row (no sum reads past it).
+        n_step, gamma: the n of the n-step return and the discount.
+
+    The sum stops at an episode's end: a termination does not bootstrap, a truncation bootstraps
+    from its final observation. Returns (last_rows, returns, discounts), each (B,): the row whose
+    next observation bootstraps, the reward sum (float64), and gamma**k (k rewards summed) or 0
+    if the episode terminated within them.
+    """
+    capacity = rewards.shape[0]
+    available = (newest - rows) % capacity  # steps stored after each row, up to the newest
+    returns = np.zeros(len(rows), dtype=np.float64)
+    scale = np.ones(len(rows), dtype=np.float64)  # gamma**k for the k-th reward
+    last_rows = rows.copy()
+    active = np.ones(len(rows), dtype=bool)
+    ended_terminal = np.zeros(len(rows), dtype=bool)
+    for k in range(n_step):
+        current = (rows + k) % capacity
+        returns += np.where(active, scale * rewards[current, envs], 0.0)
+        last_rows = np.where(active, current, last_rows)
+        ended_terminal |= active & terminated[current, envs]
+        ended = terminated[current, envs] | truncated[current, envs]
+        scale = np.where(active, scale * gamma, scale)
+        active &= ~ended & (available > k)
+    return last_rows, returns, np.where(ended_terminal, 0.0, scale)
+
+
+def n_step_returns_ops(rewards, terminated, truncated, rows, envs, newest, n_step: int, gamma: float):
+    """`n_step_returns` in keras.ops (float32), for the compiled DQN loop, whose replay rows live in
+    its state: the same arguments as tensors (`terminated` and `truncated` 0/1 floats, `rows`,
+    `envs` int32 (B,), `newest` an int32 scalar). Returns (last_rows (B,) int32, returns, discounts).
+    tests/test_returns.py holds it to `n_step_returns` within float32 rounding."""
+    from keras import ops
+
+    capacity, n_envs = rewards.shape[0], rewards.shape[1]
+
+    def at(values, current):  # values[current, envs], from the flat rows
+        return ops.take(ops.reshape(values, (-1,)), current * n_envs + envs, axis=0)
+
+    available = (newest - rows + capacity) % capacity
+    returns = ops.zeros(rows.shape, "float32")
+    scale = ops.ones(rows.shape, "float32")
+    last_rows = rows
+    active = ops.ones(rows.shape, "bool")
+    ended_terminal = ops.zeros(rows.shape, "bool")
+    for k in range(n_step):
+        current = (rows + k) % capacity
+        step_terminated = at(terminated, current) > 0
+        returns = returns + ops.where(active, scale * at(rewards, current), 0.0)
+        last_rows = ops.where(active, current, last_rows)
+        ended_terminal = ops.logical_or(ended_terminal, ops.logical_and(active, step_terminated))
+        ended = ops.logical_or(step_terminated, at(truncated, current) > 0)
+        scale = ops.where(active, scale * gamma, scale)
+        active = ops.logical_and(active, ops.logical_and(ops.logical_not(ended), available > k))
+    return last_rows, returns, ops.where(ended_terminal, 0.0, scale)

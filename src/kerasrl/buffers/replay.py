@@ -11,6 +11,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from kerasrl.returns import n_step_returns
+
 
 def action_layout(action_space) -> tuple[tuple[int, ...], type]:
     """(shape, dtype) in which a buffer stores actions of `action_space`: () int32 for Discrete,
@@ -136,28 +138,11 @@ class ReplayBuffer:
         return batch
 
     def _n_step_returns(self, rows, envs):
-        """Discounted sums of up to n_step rewards from each (row, env), vectorized over the batch.
-
-        Returns (last_rows, returns, discounts): the row whose next observation bootstraps, the
-        reward sum, and gamma**k (k steps summed) or 0 if the episode terminated within them.
-        """
+        """Discounted sums of up to n_step rewards from each (row, env) (`returns.n_step_returns`:
+        the row whose next observation bootstraps, the reward sum, gamma**k or 0)."""
         newest = (self.position - 1) % self.capacity_per_env
-        # Steps available after each row before reaching the newest written one.
-        available = (newest - rows) % self.capacity_per_env
-        returns = np.zeros(len(rows), dtype=np.float64)
-        scale = np.ones(len(rows), dtype=np.float64)  # gamma**k for the k-th reward
-        last_rows = rows.copy()
-        active = np.ones(len(rows), dtype=bool)
-        terminated = np.zeros(len(rows), dtype=bool)
-        for k in range(self.n_step):
-            current = (rows + k) % self.capacity_per_env
-            returns += np.where(active, scale * self.rewards[current, envs], 0.0)
-            last_rows = np.where(active, current, last_rows)
-            terminated |= active & self.terminated[current, envs]
-            ended = self.terminated[current, envs] | self.truncated[current, envs]
-            scale = np.where(active, scale * self.gamma, scale)
-            active &= ~ended & (available > k)
-        return last_rows, returns, np.where(terminated, 0.0, scale)
+        return n_step_returns(self.rewards, self.terminated, self.truncated, rows, envs, newest,
+                              self.n_step, self.gamma)
 
     def sample(self, batch_size: int, rng: np.random.Generator, n_batches: int = 1):
         """`n_batches` batches of `batch_size`, stacked on a leading axis: (n_batches, batch_size, ...)."""

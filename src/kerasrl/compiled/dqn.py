@@ -8,7 +8,7 @@ own `QLearner`'s (`greedy`, `round`), run on the learner's state layout (the run
 through both loops bit for bit. One round is
 `train_freq` vector steps (act epsilon-greedily, step every env, write the transitions), then,
 once more than `learning_starts` env steps are in, any due target sync and `gradient_steps` Adam
-steps on uniformly sampled batches, as the Python loop does. A call runs `rounds_per_call` rounds
+steps on sampled batches, as the Python loop does. A call runs `rounds_per_call` rounds
 (a compiled loop on JAX and TensorFlow; on PyTorch, whose loops are Python, one round per call).
 
 Branch-free on purpose: a round computes its training step and keeps it only once learning has
@@ -22,8 +22,11 @@ streams) in one call, vmapped on JAX; on TensorFlow and PyTorch one after the ot
 Exploration as the agent's: epsilon-greedy, or Boltzmann (one uniform draw per env against the
 cumulative softmax, as `policies.boltzmann` draws), uniform random actions during the warm-up.
 
-Not supported here (raises): n-step returns, prioritized replay (the replay rows live in the runner
-state; their n-step sums and priority tree are the Python buffers' for now); use the agent.
+Replay as the agent's buffers (kerasrl.buffers), on rows held in the runner state: n-step returns
+are `returns.n_step_returns_ops` (the Python buffer's `n_step_returns` in keras.ops, tested
+together); prioritized replay keeps one priority**alpha per row ("priorities", the sum tree's
+leaves) and the largest priority seen, and samples, weights and updates them as
+`PrioritizedReplayBuffer` does (`prioritized_sample`, `updated_priorities`).
 """
 
 from __future__ import annotations
@@ -53,12 +56,49 @@ from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
 
 
-def unsupported(config: DQNConfig) -> str | None:
-    """The first setting of `config` the compiled DQN loop does not run (as `name=value`), or None."""
-    for flag, default in (("n_step_return", 1), ("prioritized_replay", False)):
-        if getattr(config, flag) != default:
-            return f"{flag}={getattr(config, flag)!r} (only {flag}={default!r})"
-    return None
+def prioritized_sample(priorities, stored, u, beta):
+    """Rows drawn in proportion to `priorities` (p**alpha per row, 0 for rows not yet written),
+    and their importance weights: `PrioritizedReplayBuffer.sample_indices` and `gather` in
+    keras.ops.
+
+    Stratified as the buffer draws: draw j of the (G, B) `u` (uniform in [0, 1), in row-major
+    order) takes the mass (j + u_j) * total / (G * B). A sum tree finds a mass's row in log time
+    per draw where priorities change a few at a time; inside a compiled round the inverse CDF over
+    one cumulative sum of all rows (searchsorted) finds the same row, so the distribution is the
+    buffer's. `stored` (int32): rows written (the ones with priorities); `beta`: the importance
+    exponent now. Weights (N P(i))**-beta over the largest of the round's draws, as the buffer's.
+    Returns (rows (G, B) int32, weights (G, B) float32)."""
+    from keras import ops
+
+    shape, count = u.shape, u.shape[0] * u.shape[1]
+    cumulative = ops.cumsum(priorities)
+    total = cumulative[-1]
+    masses = (ops.reshape(ops.arange(count, dtype="float32"), shape) + u) * (total / count)
+    rows = ops.searchsorted(cumulative, ops.reshape(masses, (-1,)), side="right")
+    # A mass rounded up to the total would land past the last row written: the buffer clips it
+    # below the total, the same row.
+    rows = ops.minimum(ops.cast(rows, "int32"), stored - 1)
+    probabilities = ops.take(priorities, rows, axis=0) / total
+    weights = ops.power(ops.cast(stored, "float32") * probabilities, -beta)
+    weights = weights / ops.max(weights)
+    return ops.reshape(rows, shape), ops.reshape(weights, shape)
+
+
+def updated_priorities(priorities, max_priority, rows, td_errors, alpha: float, eps: float):
+    """`PrioritizedReplayBuffer.update_priorities` in keras.ops: rows (any shape, int32) get
+    (|TD error| + eps)**alpha, the last of a row drawn twice winning (as the buffer's sum tree
+    writes them), and the largest priority seen grows. Returns (priorities, max_priority)."""
+    from keras import ops
+
+    rows = ops.reshape(rows, (-1,))  # in draw order: the round's batches one after another
+    new = ops.abs(ops.reshape(td_errors, (-1,))) + eps
+    # Scatters with repeated indices write in no set order: each row takes the value of its
+    # last draw (the largest position drawing it), so repeated writes are of one value.
+    positions = ops.arange(new.shape[0], dtype="int32")
+    last = ops.take(ops.segment_max(positions, rows, num_segments=priorities.shape[0]), rows, axis=0)
+    write = backend.write_rows or backend.scatter_rows
+    priorities = write(priorities, rows, ops.power(ops.take(new, last, axis=0), alpha))
+    return priorities, ops.maximum(max_priority, ops.max(new))
 
 
 def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action):
@@ -82,19 +122,22 @@ def behaviour_actions(learner, learner_state, observations, exploration: str, ra
 def round_in_parts(loop, learner_state, batches, learning_rate, target_tau):
     """A value learner's round on `batches` (G, B, ...) as its Python loop runs it: in the parts
     `loop.learner.round_parts(G)` gives, the target sync with the first; each part a compiled
-    piece where loops are Python (`CompiledLoop._piece`). Returns (learner state, loss sum)."""
+    piece where loops are Python (`CompiledLoop._piece`). Returns (learner state, loss sum, the
+    head's priorities (G, B): DQN's TD errors)."""
     from keras import ops
     from keras import tree
 
     n_steps = batches["actions"].shape[0]
     loss_sum = ops.zeros((), "float32")
+    td_errors = []
     for start, stop in loop.learner.round_parts(n_steps):
         part = tree.map_structure(lambda x: x[start:stop], batches)
         tau = target_tau if start == 0 else ops.zeros((), "float32")
-        learner_state, loss, _ = loop._piece(("round", stop - start), loop.learner.round)(
+        learner_state, loss, td = loop._piece(("round", stop - start), loop.learner.round)(
             learner_state, part, learning_rate, tau)
         loss_sum = loss_sum + loss * (stop - start)
-    return learner_state, loss_sum
+        td_errors.append(td)
+    return learner_state, loss_sum, td_errors[0] if len(td_errors) == 1 else ops.concatenate(td_errors)
 
 
 def sync_tau_and_learning_rate(config, pending_syncs, timesteps, total_steps):
@@ -132,9 +175,6 @@ class CompiledDQN(CompiledLoop):
             config = DQNConfig.from_dict(fields)
         elif fields:
             config = dataclasses.replace(config, **DQNConfig.upgrade(fields))
-        reason = unsupported(config)
-        if reason:
-            raise ValueError(f"CompiledDQN does not support {reason} yet; use kerasrl.DQN (the Python loop) for it.")
         ops_env = make_ops_env(env)
         space = ops_env.action_space
         if not hasattr(space, "n"):
@@ -189,18 +229,27 @@ class CompiledDQN(CompiledLoop):
             "learner": self.learner.fresh_state({"q": weights}, {"q": non_trainable}, copies=n_seeds),
             "explore_rng": explore_rng, "action_rng": action_rng, "sample_rng": sample_rng,
             "vector_steps": np.zeros(n_seeds, np.int32), "pending_syncs": np.zeros(n_seeds, np.int32),
+            # Prioritized replay: p**alpha per row (0 until written) and the largest p seen, as
+            # the buffer's sum tree leaves and max_priority (1 at the start).
+            **({"priorities": np.zeros((n_seeds, size), np.float32),
+                "max_priority": np.ones(n_seeds, np.float32)} if cfg.prioritized_replay else {}),
         }
 
     # -- the compiled round ------------------------------------------------------------------
     def _env_step(self, state, metrics, total_steps):
         """One vector step: act, step the envs (a compiled piece on PyTorch), then write the
         transitions into the replay buffer (in place on PyTorch, see `backend.write_rows`)."""
+        from keras import ops
+
         act = self._piece(("act", total_steps), lambda s: self._act(s, total_steps))
-        buffer = state["buffer"]
-        state, rows, transition, ended = act({key: value for key, value in state.items() if key != "buffer"})
+        stored = {key: state[key] for key in ("buffer", "priorities") if key in state}
+        state, rows, transition, ended = act({key: value for key, value in state.items() if key not in stored})
         write = backend.write_rows or backend.scatter_rows
-        buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
-        return dict(state, buffer=buffer), log_episodes(metrics, ended)
+        stored["buffer"] = {key: write(stored["buffer"][key], rows, transition[key]) for key in stored["buffer"]}
+        if "priorities" in stored:  # new rows get the largest priority seen, as the buffer's `add`
+            new = ops.power(state["max_priority"], self.config.prioritized_replay_alpha)
+            stored["priorities"] = write(stored["priorities"], rows, ops.full((self.n_envs,), new, "float32"))
+        return dict(state, **stored), log_episodes(metrics, ended)
 
     def _act(self, state, total_steps):
         """Epsilon-greedy actions and one env step: the state without its buffer, the buffer
@@ -230,37 +279,74 @@ class CompiledDQN(CompiledLoop):
                      pending_syncs=state["pending_syncs"] + ops.cast(vector_steps % self.sync_every == 0, "int32"))
         return state, rows, transition, ended
 
-    def _sample(self, state, n_steps: int):
-        """`n_steps` uniform batches (n_steps, batch_size, ...) of the replay rows written so far,
-        as the learner takes them (ReplayBuffer.sample's keys), and the advanced sample stream."""
+    def _sample(self, state, n_steps: int, beta=None):
+        """`n_steps` batches (n_steps, batch_size, ...) of the replay rows written so far, as the
+        agent's buffer samples them (`ReplayBuffer.sample`'s keys: n-step returns with
+        `n_step_return > 1`; with prioritized replay, drawn by priority with importance weights
+        at exponent `beta` (default `prioritized_replay_beta0`) and the rows drawn as
+        "indices"), and the advanced sample stream."""
         from keras import ops
 
-        cfg = self.config
-        size = ops.minimum(state["vector_steps"], self.capacity) * self.n_envs
+        from kerasrl.returns import n_step_returns_ops
+
+        cfg, n = self.config, self.n_envs
+        stored = ops.minimum(state["vector_steps"], self.capacity) * n
 
         def draw(i, carry):
-            rng, rows = carry
-            rng, drawn = random_ints(rng, size)
-            return rng, ops.slice_update(rows, (i, 0), ops.expand_dims(drawn, 0))
+            rng, drawn = carry
+            if cfg.prioritized_replay:
+                rng, row = uniform01(rng)
+            else:
+                rng, row = random_ints(rng, stored)
+            return rng, ops.slice_update(drawn, (i, 0), ops.expand_dims(row, 0))
 
-        sample_rng, rows = backend.fori_loop(
-            0, n_steps, draw, (state["sample_rng"], ops.zeros((n_steps, cfg.batch_size), "int32")))
+        dtype = "float32" if cfg.prioritized_replay else "int32"
+        sample_rng, drawn = backend.fori_loop(
+            0, n_steps, draw, (state["sample_rng"], ops.zeros((n_steps, cfg.batch_size), dtype)))
+        if cfg.prioritized_replay:
+            beta = cfg.prioritized_replay_beta0 if beta is None else beta
+            rows, weights = prioritized_sample(state["priorities"], stored, drawn, beta)
+        else:
+            rows, weights = drawn, ops.ones((n_steps, cfg.batch_size), "float32")
         buffer = state["buffer"]
-        batches = {"observations": ops.take(buffer["obs"], rows, axis=0),
-                   "next_observations": ops.take(buffer["next_obs"], rows, axis=0),
-                   "actions": ops.take(buffer["actions"], rows, axis=0),
-                   "rewards": ops.take(buffer["rewards"], rows, axis=0),
-                   "discounts": ops.where(ops.take(buffer["terminated"], rows, axis=0) > 0, 0.0, cfg.gamma),
-                   "weights": ops.ones((n_steps, cfg.batch_size), "float32")}
+        rows = ops.reshape(rows, (-1,))
+        next_rows = rows
+        if cfg.n_step_return == 1:
+            rewards = ops.take(buffer["rewards"], rows, axis=0)
+            discounts = ops.where(ops.take(buffer["terminated"], rows, axis=0) > 0, 0.0, cfg.gamma)
+        else:
+            ring = lambda key: ops.reshape(buffer[key], (self.capacity, n))  # noqa: E731  (T, n_envs)
+            newest = (state["vector_steps"] - 1) % self.capacity
+            last, rewards, discounts = n_step_returns_ops(ring("rewards"), ring("terminated"), ring("truncated"),
+                                                          rows // n, rows % n, newest, cfg.n_step_return, cfg.gamma)
+            next_rows = last * n + rows % n
+        batch = {"observations": ops.take(buffer["obs"], rows, axis=0),
+                 "next_observations": ops.take(buffer["next_obs"], next_rows, axis=0),
+                 "actions": ops.take(buffer["actions"], rows, axis=0),
+                 "rewards": rewards, "discounts": discounts}
+        shape = (n_steps, cfg.batch_size)
+        batches = {key: ops.reshape(value, (*shape, *value.shape[1:])) for key, value in batch.items()}
+        batches["weights"] = weights
+        if cfg.prioritized_replay:
+            batches["indices"] = ops.reshape(rows, shape)
         return sample_rng, batches
 
-    def _train(self, state, learning_rate, target_tau):
+    def _train(self, state, learning_rate, target_tau, beta=None):
         """One training round of the learner (its own `round`, in the parts its Python loop runs
-        it as) on batches sampled here. Returns (state, sum of the steps' losses)."""
-        n_steps = self.config.gradient_steps
-        sample_rng, batches = self._piece(("sample", n_steps), lambda s: self._sample(s, n_steps))(state)
-        learner, loss_sum = round_in_parts(self, state["learner"], batches, learning_rate, target_tau)
-        return dict(state, learner=learner, sample_rng=sample_rng), loss_sum
+        it as) on batches sampled here, then, with prioritized replay, the priorities of the rows
+        drawn from its TD errors. Returns (state, sum of the steps' losses)."""
+        cfg = self.config
+        n_steps = cfg.gradient_steps
+        sample_rng, batches = self._piece(("sample", n_steps), lambda s: self._sample(s, n_steps, beta))(state)
+        indices = batches.pop("indices", None)
+        learner, loss_sum, td_errors = round_in_parts(self, state["learner"], batches, learning_rate, target_tau)
+        state = dict(state, learner=learner, sample_rng=sample_rng)
+        if indices is not None:
+            update = self._piece(("priorities", n_steps), lambda p, m, i, td: updated_priorities(
+                p, m, i, td, cfg.prioritized_replay_alpha, cfg.prioritized_replay_eps))
+            state["priorities"], state["max_priority"] = update(
+                state["priorities"], state["max_priority"], indices, td_errors)
+        return state, loss_sum
 
     def _round(self, state, metrics, total_steps, env_steps=None, train_after=True):
         """`train_freq` vector steps then the training part; or `env_steps` of them, and the
@@ -280,9 +366,13 @@ class CompiledDQN(CompiledLoop):
         timesteps = state["vector_steps"] * self.n_envs
         train = timesteps > cfg.learning_starts
         tau, learning_rate = sync_tau_and_learning_rate(cfg, state["pending_syncs"], timesteps, total_steps)
-        trained, loss_sum = self._train(state, learning_rate, tau)
+        # Prioritized replay's importance exponent, annealed to 1 over the run (DQN._train_round).
+        beta = linear_schedule(cfg.prioritized_replay_beta0, 1.0, ops.cast(timesteps, "float32") / total_steps)
+        trained, loss_sum = self._train(state, learning_rate, tau, beta)
         trained["pending_syncs"] = ops.zeros_like(state["pending_syncs"])
-        keep = ("learner", "sample_rng", "pending_syncs")
+        keep = ["learner", "sample_rng", "pending_syncs"]
+        if cfg.prioritized_replay:
+            keep += ["priorities", "max_priority"]
         for key in keep:
             state[key] = tree.map_structure(lambda new, old: ops.where(train, new, old), trained[key], state[key])
         metrics = dict(metrics, loss_sum=metrics["loss_sum"] + ops.where(train, loss_sum, 0.0),
@@ -300,9 +390,6 @@ class CompiledDQN(CompiledLoop):
     @staticmethod
     def why_not(agent) -> str | None:
         """Why this loop cannot run `agent`'s fit (a `kerasrl.DQN` on an ops env), or None."""
-        reason = unsupported(agent.config)
-        if reason:
-            return f"the compiled loop does not run {reason}"
         capacity = agent.buffer.capacity_per_env
         if agent.buffer.position != agent.loop_counters()["vector_steps"] % capacity or (
                 agent.buffer.full != (agent.loop_counters()["vector_steps"] >= capacity)):
@@ -347,6 +434,9 @@ class CompiledDQN(CompiledLoop):
             **{key: np.asarray(value, np.int32) for key, value in streams.items()},
             **{key: np.int32(value) for key, value in agent.loop_counters().items()},
         }
+        if cfg.prioritized_replay:  # the sum tree's leaves (p**alpha) and the largest p seen
+            state["priorities"] = buffer.tree.leaves(np.arange(size)).astype(np.float32)
+            state["max_priority"] = np.float32(buffer.max_priority)
         return state
 
     def state_to_agent(self, state: dict, agent) -> None:
@@ -364,6 +454,9 @@ class CompiledDQN(CompiledLoop):
         vector_steps = int(s["vector_steps"])
         buffer.position = vector_steps % self.capacity
         buffer.full = buffer.full or vector_steps >= self.capacity
+        if self.config.prioritized_replay:  # float32 leaves go into the float64 tree exactly
+            buffer.tree.update(np.arange(self.capacity * self.n_envs), s["priorities"].astype(np.float64))
+            buffer.max_priority = float(s["max_priority"])
         agent.load_loop_counters(vector_steps, int(s["pending_syncs"]))
         loop.num_timesteps = vector_steps * self.n_envs
         agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}

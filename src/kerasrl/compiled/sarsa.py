@@ -160,8 +160,9 @@ class CompiledSARSA(CompiledLoop):
     def _train(self, learner, rollout, learning_rate, target_tau):
         """The agent's training round on one round's transitions: its learner's `round` in the
         parts its Python loop runs it as. Returns (learner state, sum of the steps' losses)."""
-        return round_in_parts(self, learner, self._batch(rollout, self.config.gradient_steps),
-                              learning_rate, target_tau)
+        learner, loss_sum, _ = round_in_parts(self, learner, self._batch(rollout, self.config.gradient_steps),
+                                              learning_rate, target_tau)
+        return learner, loss_sum
 
     def _round(self, state, metrics, total_steps):
         from keras import ops
