@@ -118,6 +118,37 @@ def test_a_round_with_n_step_returns_and_prioritized_replay_is_the_python_loops(
         np.testing.assert_allclose(compiled["priorities"], own[0], rtol=1e-6)
 
 
+@pytest.mark.backend
+def test_prioritized_draws_are_the_sum_trees_for_the_same_uniforms():
+    """The compiled loop's inverse CDF over a cumulative sum (searchsorted) finds the row the
+    Python buffer's sum tree finds for the same stratified mass, so it samples the same
+    distribution; its importance weights are the buffer's formula. Unwritten rows (priority 0)
+    are never drawn."""
+    from kerasrl.buffers import SumTree
+    from kerasrl.compiled.dqn import prioritized_sample
+
+    rng = np.random.default_rng(0)
+    size, stored, beta = 1000, 700, 0.5
+    priorities = np.zeros(size, np.float32)
+    priorities[:stored] = rng.uniform(1e-3, 3.0, stored) ** 0.6
+    u = rng.random((8, 64)).astype(np.float32)
+    u[-1, -1] = np.float32(1 - 2 ** -24)  # the last slice's top: clipped below the total
+    rows, weights = backend.to_numpy(backend.compile(prioritized_sample)(
+        *backend.to_tensors([priorities, np.int32(stored), u, np.float32(beta)])))
+    tree = SumTree(size)
+    tree.update(np.arange(size), priorities.astype(np.float64))
+    masses = (np.arange(u.size) + u.ravel().astype(np.float64)) * (tree.total / u.size)
+    expected = tree.find(np.minimum(masses, np.nextafter(tree.total, 0)))  # PrioritizedReplayBuffer's
+    assert rows.shape == (8, 64) and rows.max() == stored - 1
+    # float32 sums against the tree's float64 ones: a mass within rounding of a row's edge may
+    # fall in the next row.
+    np.testing.assert_allclose(rows.ravel(), expected, atol=1)
+    assert np.mean(rows.ravel() == expected) > 0.99
+    probabilities = priorities[rows.ravel()] / tree.total
+    expected_weights = (stored * probabilities) ** -beta
+    np.testing.assert_allclose(weights.ravel(), expected_weights / expected_weights.max(), rtol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.backend
 def test_a_dueling_dqn_on_an_ops_env_trains_in_the_compiled_loop_on_the_agents_network(caplog):
@@ -312,19 +343,20 @@ NORMALIZED_PPO = dict(SMALL_PPO, normalize_observations=True, normalize_reward=T
 @pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("shared", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_normalized_ppo_round_with_target_kl_is_the_agents_through_the_compiled_loop(shared):
-    """A compiled round with observation and reward normalization and target_kl (and with one
-    shared actor-critic model, `shared_network=True`): its rollout is
-    what the Python loop's steps (`PPO._normalize`, `PPO._scale_rewards`) make of the same games
-    and actions (float32 statistics beside float64 ones), the statistics it carries go to the
-    agent and back exactly, and its update, stopped early by the approximate KL, is the agent's
-    own (`_update_on`'s compiled `_train` on the same data), bit for bit on JAX."""
-    from keras import ops
+    """`PPO.fit` on an ops env with observation and reward normalization and target_kl (and with
+    one shared actor-critic model, `shared_network=True`) runs the compiled loop, whose round is
+    the Python loop's: its rollout is what the Python loop's steps (`PPO._normalize`,
+    `PPO._scale_rewards`) make of the same games and actions (float32 statistics beside float64
+    ones), the statistics it carries go to the agent and back exactly, and its update, stopped
+    early by the approximate KL, is the agent's own (`_update_on`'s compiled `_train` on the same
+    data), bit for bit on JAX."""
+    import kerasrl
 
-    from kerasrl.compiled import CompiledPPO
-
-    loop = CompiledPPO("CartPole", seeds=0, shared_network=shared, **NORMALIZED_PPO)
-    assert ("critic" in loop.agent.learner.state["params"]) is not shared
-    state = backend.to_tensors(loop.seed_state(0))
+    agent = kerasrl.PPO("kerasrl/OpsCartPole-v1", seed=0, shared_network=shared, **NORMALIZED_PPO)
+    assert ("critic" in agent.learner.state["params"]) is not shared
+    loop = agent.compiled_engine(required=False).loop  # fit's choice: the compiled loop (None: the Python one)
+    agent.reset_envs(seed=0)  # as a fit starts
+    state = backend.to_tensors(loop.state_from_agent(agent))
     metrics = backend.to_tensors({"loss_sum": np.float32(0), "updates": np.int32(0),
                                   **{key: np.zeros(shape, np.float32) for key, shape in loop.FIGURE_SUMS.items()}})
 
@@ -337,8 +369,6 @@ def test_a_normalized_ppo_round_with_target_kl_is_the_agents_through_the_compile
     after_np, rollout, learned, learned_metrics = backend.to_numpy((after, rollout, learned, learned_metrics))
 
     # The Python loop's steps on the same games and actions, from the same statistics.
-    agent = loop.agent
-    agent.load_running_statistics(backend.to_numpy(state["statistics"]))
     step = backend.compile(lambda s, a: loop.env.step(s, a, loop.env_params))
     obs, env_state = backend.to_numpy(state["obs"]), state["env"]
     for t in range(NORMALIZED_PPO["n_steps"]):
@@ -354,8 +384,9 @@ def test_a_normalized_ppo_round_with_target_kl_is_the_agents_through_the_compile
             np.testing.assert_allclose(after_np["statistics"][key][moment], python[key][moment], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(after_np["statistics"]["discounted"], python["discounted"], rtol=1e-5, atol=1e-5)
     # Handed to the agent and back (what a compiled fit does between calls): the same bits.
-    agent.load_running_statistics(after_np["statistics"])
-    for (path, a), (_, b) in zip(_leaves(loop._statistics_entry(agent)), _leaves({"statistics": after_np["statistics"]})):
+    loop.state_to_agent(after_np, agent)
+    assert agent.policy.obs_rms is agent.obs_rms
+    for (path, a), (_, b) in zip(_leaves(loop.state_from_agent(agent)["statistics"]), _leaves(after_np["statistics"])):
         np.testing.assert_array_equal(a, b, err_msg=path)
 
     # The update: the compiled round's against the agent's compiled update on its inputs.
