@@ -61,32 +61,32 @@ def test_a_dqn_round_is_the_same_through_the_compiled_loop_and_the_learners_trai
 
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
-def test_a_round_with_n_step_returns_and_prioritized_replay_is_the_python_loops(caplog):
-    """`fit` on an ops env runs n-step returns and prioritized replay in the compiled loop (no
-    Python-loop fallback). From the agent's state, the loop's round is the Python loop's: the
-    batch it draws is what the agent's buffer gathers at those rows (n-step sums over episode ends,
-    importance weights), the learner after the round is `QLearner.train`'s bit for bit on JAX,
-    and the priorities it writes back are the buffer's `update_priorities` of the round's TD
-    errors (equal bit for bit on JAX to the loop's own update run on the Python loop's TD errors)."""
-    import logging
-
+def test_a_round_with_n_step_returns_and_prioritized_replay_is_the_python_loops():
+    """n-step returns and prioritized replay run in the compiled loop (`fit` picks it: no
+    Python-loop fallback; tests/test_compiled_fit.py trains with them). From an agent's state, the
+    loop's round is the Python loop's: the batch it draws is what the agent's buffer gathers at
+    those rows (n-step sums over episode ends, importance weights), the learner after the round is
+    `QLearner.train`'s bit for bit on JAX, and the priorities it writes back are the buffer's
+    `update_priorities` of the round's TD errors (bit for bit on JAX the loop's own update of the
+    Python loop's TD errors)."""
     import kerasrl
     from kerasrl.compiled.dqn import updated_priorities
+    from kerasrl.compiled.engine import CompiledEngine
 
     agent = kerasrl.DQN("kerasrl/OpsCartPole-v1", seed=0, n_step_return=3, prioritized_replay=True,
                         **dict(SMALL_DQN, n_envs=2))
-    with caplog.at_level(logging.INFO, logger="kerasrl"):
-        agent.fit(192, progress=False)
-    assert agent.loop.compiled_streams is not None  # the compiled loop ran it...
-    assert not [r for r in caplog.records if "Python loop" in r.getMessage()]  # ... with no fallback
+    assert CompiledEngine.why_not(agent) is None  # what fit(engine="auto") asks
+    # The Python loop fills the buffer and sets priorities (it compiles only the learner's round,
+    # which the comparison runs too).
+    agent.fit(192, progress=False, engine="local")
     buffer = agent.buffer
     assert buffer.max_priority > 1.0 and len(np.unique(buffer.tree.leaves(np.arange(256)))) > 100
     assert buffer.terminated[:96].sum() >= 3  # n-step sums over episode ends below
     loop = CompiledDQN.for_agent(agent)
     state = backend.to_tensors(loop.state_from_agent(agent))
     learning_rate, tau, beta = np.float32(1e-3), np.float32(0.75), np.float32(0.6)
-    compiled = backend.to_numpy(backend.compile(lambda s: loop._train(s, learning_rate, tau, beta))(state)[0])
-    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3, beta))(state))
+    compiled, (_, batches) = backend.to_numpy(backend.compile(
+        lambda s: (loop._train(s, learning_rate, tau, beta)[0], loop._sample(s, 3, beta)))(state))
 
     # The batches are the buffer's at the rows drawn.
     indices = batches.pop("indices")

@@ -97,3 +97,33 @@ def test_the_compiled_loops_gae_in_keras_ops_is_the_numpy_gae():
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert np.abs(expected[0]).max() > 1.0  # advantages that accumulate over many steps
+
+
+@pytest.mark.backend
+def test_the_compiled_loops_n_step_returns_in_keras_ops_are_the_replay_buffers():
+    """The compiled DQN loop's n-step returns (keras.ops, float32) and the replay buffer's (numpy,
+    float64) on the same ring: sums cut by terminations (no bootstrap) and truncations (bootstrap
+    from their own final observation), and at the newest row, in a full ring and a wrapped one."""
+    from kerasrl import backend
+    from kerasrl.returns import n_step_returns, n_step_returns_ops
+
+    rng = np.random.default_rng(0)
+    T, N, B, gamma = 40, 3, 600, 0.9
+    rewards = rng.normal(size=(T, N)).astype(np.float32)
+    ends = rng.random((T, N)) < 0.2
+    terminated = ends & (rng.random((T, N)) < 0.5)
+    truncated = ends & ~terminated
+    rows, envs = rng.integers(0, T, B), rng.integers(0, N, B)
+    flags = [x.astype(np.float32) for x in (terminated, truncated)]
+    for n_step in (3, 5):
+        ops_returns = backend.compile(lambda *a: n_step_returns_ops(*a, n_step, gamma))
+        for newest in (T - 1, 17):  # rows in order; a wrapped ring whose newest row is row 17
+            expected = n_step_returns(rewards, terminated, truncated, rows, envs, newest, n_step, gamma)
+            got = backend.to_numpy(ops_returns(*backend.to_tensors(
+                [rewards, *flags, rows.astype(np.int32), envs.astype(np.int32), np.int32(newest)])))
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_allclose(got[1], expected[1], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got[2], expected[2], rtol=1e-6)
+            discounts = expected[2]
+            assert (discounts == 0).any() and np.isclose(discounts, gamma ** n_step).any()
+            assert ((discounts > 0) & ~np.isclose(discounts, gamma ** n_step)).any()  # cut short
