@@ -308,8 +308,10 @@ def test_the_running_statistics_in_keras_ops_are_the_numpy_ones():
 
     rng = np.random.default_rng(0)
     rms, returns_rms = RunningMeanStd((3,)), RunningMeanStd(())
-    moments = (np.zeros(3, np.float32), np.ones(3, np.float32), np.float32(1e-4))
-    return_moments, discounted = (np.float32(0.0), np.float32(1.0), np.float32(1e-4)), np.zeros(8, np.float32)
+    moments = tuple(ops.convert_to_tensor(x) for x in (np.zeros(3, np.float32), np.ones(3, np.float32),
+                                                        np.float32(1e-4)))  # as the runner state holds them
+    return_moments = tuple(ops.convert_to_tensor(np.float32(x)) for x in (0.0, 1.0, 1e-4))
+    discounted = ops.zeros((8,), "float32")
     numpy_discounted = np.zeros(8)
     for _ in range(50):
         batch = rng.normal([5.0, -2.0, 0.0], [3.0, 0.1, 100.0], size=(8, 3)).astype(np.float32)
