@@ -120,6 +120,22 @@ def test_short_learning_check_dqn_on_ops_cartpole():
     assert history.mean_return(last=100) >= 50, history.mean_return(last=100)
 
 
+@pytest.mark.slow  # about 15 s on JAX (the fast tier runs one round of it: tests/test_one_definition.py)
+def test_dqn_with_n_step_returns_and_prioritized_replay_learns_in_the_compiled_loop(caplog):
+    """The short check above with `n_step_return=3` and `prioritized_replay=True`: `fit` runs them
+    compiled (no Python-loop line). Measured on JAX, seeds 0-11 at 20,000 steps: the last 100
+    training episodes average 136 to 180 steps on 11 seeds and 53 on seed 3 (random play: about 22)."""
+    caplog.set_level(logging.INFO, logger="kerasrl")
+    agent = kerasrl.DQN(OPS_CARTPOLE, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                        learning_starts=1000, target_update_interval=10, train_freq=256, gradient_steps=128,
+                        exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(64, 64), seed=0,
+                        n_step_return=3, prioritized_replay=True)
+    history = agent.fit(20_000, progress=False)
+    assert agent.loop.compiled_streams is not None and python_loop_lines(caplog) == []
+    assert agent.buffer.max_priority > 1.0  # priorities came back from the loop
+    assert history.mean_return(last=100) >= 100, history.mean_return(last=100)
+
+
 @pytest.mark.slow_on_other_backends  # one seed after another there: the same check, three times the time
 @pytest.mark.backend
 def test_seeds_trained_together_are_each_the_run_of_its_own_fit(tmp_path):
