@@ -105,8 +105,6 @@ def test_unsupported_settings_are_named():
         parse_seeds("4-2")
     from kerasrl.compiled import CompiledOffPolicy
 
-    with pytest.raises(ValueError, match="action_noise='ornstein_uhlenbeck'"):
-        CompiledOffPolicy("Pendulum", "ddpg", action_noise="ornstein_uhlenbeck")
     with pytest.raises(ValueError, match="normalize_observations=True"):
         CompiledOffPolicy("Pendulum", "sac", normalize_observations=True)
     with pytest.raises(ValueError, match="one-dimensional Box"):
