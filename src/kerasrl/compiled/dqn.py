@@ -96,8 +96,9 @@ def updated_priorities(priorities, max_priority, rows, td_errors, alpha: float, 
     # last draw (the largest position drawing it), so repeated writes are of one value.
     positions = ops.arange(new.shape[0], dtype="int32")
     last = ops.take(ops.segment_max(positions, rows, num_segments=priorities.shape[0]), rows, axis=0)
-    write = backend.write_rows or backend.scatter_rows
-    priorities = write(priorities, rows, ops.power(ops.take(new, last, axis=0), alpha))
+    # A functional scatter (in place inside XLA's loops): this runs inside compiled pieces on
+    # PyTorch too, where `backend.write_rows` may not.
+    priorities = backend.scatter_rows(priorities, rows, ops.power(ops.take(new, last, axis=0), alpha))
     return priorities, ops.maximum(max_priority, ops.max(new))
 
 
