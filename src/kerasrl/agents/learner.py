@@ -43,12 +43,22 @@ from keras import tree
 
 from kerasrl import backend, devices
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
+from kerasrl.backend.layers import slow_in_loops
 from kerasrl.models import stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
 
 # A round longer than this runs as several calls of fully unrolled steps where loops are Python
 # anyway (PyTorch), and for Q-networks with convolutions: see q_learner.py.
 UNROLLED_STEPS_PER_CALL = 16
+
+
+def unrolled_steps(models) -> bool:
+    """Whether gradient steps through `models` (Keras models) run unrolled rather than in a
+    compiled loop: where loops are Python anyway (PyTorch), and on XLA's CPU backend (JAX,
+    TensorFlow) when a model has layers whose gradient is slow inside its loops (Keras's
+    convolutions, `backend.layers.slow_in_loops`). The value learners' rounds, PPO's update and
+    the compiled engine's choice of loop all ask this one question."""
+    return not backend.COMPILED_LOOPS or (backend.on_cpu() and bool(slow_in_loops(models)))
 
 
 class Learner:

@@ -17,8 +17,7 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner
-from kerasrl.backend.layers import convolutions
+from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
 from kerasrl.heads import ValueHead, head_spec
 from kerasrl.masks import masked_argmax
 from kerasrl.models import build_model, stateless_apply
@@ -35,14 +34,10 @@ TargetFn = Callable[..., object]
 
 # XLA on the CPU runs a convolution inside a loop body about 10x slower than outside one, while an
 # MLP runs as fast in a rolled loop as unrolled and compiles five times sooner (a 128-step round of
-# the RL-Zoo CartPole net: 1 s against 5 s). So a round is one call with a rolled loop, except for
-# networks with convolutions, and on backends whose loops are Python anyway: there it is split
-# into calls of UNROLLED_STEPS_PER_CALL fully unrolled steps.
-
-
-def has_convolutions(model: keras.Model) -> bool:
-    """True when any layer of `model`, nested models included, is a convolution."""
-    return bool(convolutions(model))
+# the RL-Zoo CartPole net: 1 s against 5 s). So a round is one call with a rolled loop, except
+# where `learner.unrolled_steps` says otherwise (Keras convolutions on XLA's CPU backend, and
+# backends whose loops are Python anyway): there it is split into calls of
+# UNROLLED_STEPS_PER_CALL fully unrolled steps.
 
 
 def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
@@ -90,7 +85,7 @@ class QLearner(Learner):
         self._train_round = backend.compile(self._train_rounds, donate_state=True)
         # Gradient steps per call: the whole round in a rolled loop where that runs fast, else
         # calls of fully unrolled steps (see UNROLLED_STEPS_PER_CALL).
-        self.unrolled = not backend.COMPILED_LOOPS or has_convolutions(model)
+        self.unrolled = unrolled_steps([model])
 
     # -- the compiled round -------------------------------------------------------------------
     def _targets(self, state, batch):

@@ -20,20 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from kerasrl import backend, registry
-from kerasrl.backend.layers import walk_layers
+from kerasrl.agents.learner import unrolled_steps
+from kerasrl.backend.layers import slow_in_loops
 from kerasrl.compiled.common import episode_init, stack, unstack, vmaps_seeds
 from kerasrl.envs.ops.gym import ops_vector_env
-
-def _convolutions() -> tuple[type, ...]:
-    import keras
-
-    names = ("Conv1D", "Conv2D", "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D",
-             "DepthwiseConv2D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose")
-    return tuple(getattr(keras.layers, name) for name in names if hasattr(keras.layers, name))
-
-
-# Keras convolutions (see `CompiledEngine.slower_here`).
-CONVOLUTIONS = _convolutions()
 
 # Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
 # (booking episodes, copying state back) is small, short enough that the bar moves and callbacks
@@ -95,15 +85,11 @@ class CompiledEngine:
         `kerasrl.networks.PatchConv2D` computes the same convolution as a matrix product, which
         stays fast in the loop (11.7 ms for the same network, kerasrl.networks.snake_fast_network).
         """
-        if not backend.COMPILED_LOOPS or not backend.on_cpu():
+        models = agent.learner.models.values()
+        if not backend.COMPILED_LOOPS or not unrolled_steps(models):  # the learners' own rule
             return None
-        convolutions = sorted({type(layer).__name__ for model in agent.learner.models.values()
-                               for layer in walk_layers(model)
-                               if isinstance(layer, CONVOLUTIONS)})
-        if not convolutions:
-            return None
-        return (f"its model has {', '.join(convolutions)} layers, whose weight gradient runs about "
-                f"10x slower inside XLA's compiled CPU loops than in the Python loop's step; build "
+        return (f"its model has {', '.join(slow_in_loops(models))} layers, whose weight gradient "
+                f"runs about 10x slower inside XLA's compiled CPU loops than in the Python loop's step; build "
                 f"the model with kerasrl.networks.PatchConv2D to run compiled, or pass "
                 f"engine='compiled' to run the compiled loop anyway")
 
