@@ -72,6 +72,17 @@ class A2C(PPO):
         new_state = {**new_state, "step": new_state["step"] + 1}
         return new_state, ops.stack([loss] + [metrics[k] for k in self.metrics[1:]])
 
+    def update_batches(self) -> tuple[int, int]:
+        """One epoch of one minibatch: the whole rollout."""
+        return 1, self.config.n_steps * self.config.n_envs
+
+    def train_epochs(self, state, data, indices, learning_rate, clip_range):
+        """A2C's update as the compiled loop runs PPO's (`PPO.train_epochs`): its one step on the
+        whole rollout `data` in order (`indices` and `clip_range` unused). Returns `(state,
+        figures of self.metrics, 1 step)`."""
+        state, figures = self._train_step(state, data, learning_rate)
+        return state, figures, ops.ones((), "float32")
+
     def _update_on(self, buffer, learning_rate, total_steps: int):
         """A2C's update of a rollout whose advantages are computed: one step (see `_update_on`
         of PPO for what it returns)."""

@@ -396,6 +396,11 @@ class PPO(Agent):
                                           training=False)
         return policy, values
 
+    def update_batches(self) -> tuple[int, int]:
+        """(epochs, minibatch size) of an update: the rows of `train_epochs`'s `indices`, which a
+        loop compiled whole draws itself."""
+        return self.config.n_epochs, self.config.batch_size
+
     def train_epochs(self, state, data, indices, learning_rate, clip_range):
         """PPO's update of one rollout as a pure function of the learner `state` (what this
         agent's update compiles): `data` as `RolloutBuffer.training_data()` gives it (tensors),

@@ -1,4 +1,4 @@
-"""PPO with the whole loop compiled: rollout, GAE, and every epoch's minibatch steps in one call.
+"""PPO and A2C with the whole loop compiled: rollout, GAE, and every epoch's minibatch steps in one call.
 
 The algorithm of `kerasrl.agents.ppo` (a `PPOConfig`) on an ops env, discrete or continuous
 actions, not a copy of it: the loop holds a PPO agent (the user's, when `PPO.fit` runs it) and runs its
@@ -18,6 +18,11 @@ runner state carries (its "statistics" entry, handed to and from the agent as
 statistics before normalizing them for acting; final and last observations are normalized
 without folding in. target_kl is the agent's update's own early stop.
 
+A2C is PPO's loop with its own update: `kerasrl.A2C(...).fit` on an ops env runs this loop on the
+A2C agent, whose `train_epochs` is its one gradient step on the whole rollout (its
+`update_batches()`: one epoch of one minibatch, the rollout itself) and whose `metrics` are the
+figures summed.
+
 A shared actor-critic model (`shared_network=True`, or a two-output model) is the learner's
 "actor", as in the agent. Not supported here (raises): models with non-trainable state (batch
 norm); use the agent. A standalone
@@ -32,7 +37,6 @@ import dataclasses
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.agents.ppo import METRICS
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -116,9 +120,11 @@ class CompiledPPO(CompiledLoop):
         # Discrete: one Gumbel draw per action; Box: one Gaussian draw per action dimension.
         self.n_actions = int(space.n) if self.discrete else int(np.prod(space.shape))
         self.n_samples = cfg.n_steps * cfg.n_envs
-        self.n_minibatches = self.n_samples // cfg.batch_size
+        # The agent's update reads (epochs, minibatch size) rows: PPO's config; A2C's one batch.
+        self.n_epochs, self.batch_size = agent.update_batches()
+        self.n_minibatches = self.n_samples // self.batch_size
         if self.n_minibatches < 1:
-            raise ValueError(f"batch_size={cfg.batch_size} is larger than a rollout of n_steps * n_envs = "
+            raise ValueError(f"batch_size={self.batch_size} is larger than a rollout of n_steps * n_envs = "
                              f"{self.n_samples}; use a smaller batch_size or more steps.")
         self.seeds = seeds
         # The PPO agent whose acting (`act_outputs`), update (`train_epochs`) and learner state
@@ -128,6 +134,9 @@ class CompiledPPO(CompiledLoop):
         self.n_envs = cfg.n_envs
         self.steps_per_round = self.n_samples
         self.vector_steps_per_round = cfg.n_steps
+        # Per gradient step: the agent's figures after the loss (`agent.metrics`); per rollout:
+        # the explained variance of its value predictions, the clip range, the learning rate, 1.
+        self.FIGURE_SUMS = {"figure_sums": (len(agent.metrics) - 1,), "round_sums": (4,)}
 
     def _initial_states(self, params: dict[str, list[np.ndarray]]) -> dict:
         """The runner states of `self.seeds` (weights each (seeds, ...)) as one numpy tree with a
@@ -226,18 +235,17 @@ class CompiledPPO(CompiledLoop):
         advanced stream."""
         from keras import ops
 
-        cfg = self.config
-        used = self.n_minibatches * cfg.batch_size
+        used = self.n_minibatches * self.batch_size
 
         def epoch(e, carry):
             rng, indices = carry
             rng, u = uniform01(rng)
             order = ops.cast(ops.argsort(u), "int32")[:used]
-            rows = ops.reshape(order, (self.n_minibatches, cfg.batch_size))
+            rows = ops.reshape(order, (self.n_minibatches, self.batch_size))
             return rng, ops.slice_update(indices, (e * self.n_minibatches, 0), rows)
 
-        return backend.fori_loop(0, cfg.n_epochs, epoch, (
-            state["shuffle_rng"], ops.zeros((cfg.n_epochs * self.n_minibatches, cfg.batch_size), "int32")))
+        return backend.fori_loop(0, self.n_epochs, epoch, (
+            state["shuffle_rng"], ops.zeros((self.n_epochs * self.n_minibatches, self.batch_size), "int32")))
 
     def _round(self, state, metrics, total_steps):
         state, rollout, metrics = self._collect(state, metrics)
@@ -289,7 +297,10 @@ class CompiledPPO(CompiledLoop):
         progress = ops.cast(rounds * self.n_samples, "float32") / total_steps
         remaining = linear_schedule(1.0, 0.0, progress)
         learning_rate = cfg.learning_rate * (remaining if cfg.lr_schedule == "linear" else ops.ones_like(remaining))
-        clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else ops.ones_like(remaining))
+        if self.clipped:
+            clip_range = cfg.clip_range * (remaining if cfg.clip_range_schedule == "linear" else ops.ones_like(remaining))
+        else:  # A2C: no probability ratio to clip
+            clip_range = ops.zeros_like(remaining)
         shuffle_rng, indices = self._minibatch_indices(state)
         return (data, indices, learning_rate, clip_range), shuffle_rng
 
@@ -312,23 +323,26 @@ class CompiledPPO(CompiledLoop):
 
     # -- Agent.fit on this loop (kerasrl.compiled.engine) -------------------------------------
     STREAMS = ("action_rng", "shuffle_rng")
-    # Per gradient step: the PPO figures after the loss (agents.ppo.METRICS); per rollout: the
-    # explained variance of its value predictions, the clip range, the learning rate, 1 (the count).
-    FIGURE_SUMS = {"figure_sums": (len(METRICS) - 1,), "round_sums": (4,)}
     partial_rounds = False  # a rollout is whole: a fit stopping mid-rollout ends in the Python loop
 
     def figures(self, metrics: dict) -> dict[str, float]:
         """What the Python loop logs after a rollout's update, averaged over the call's rollouts."""
         updates, rounds = max(int(metrics["updates"]), 1), max(float(metrics["round_sums"][3]), 1.0)
-        per_step = dict(zip(METRICS, [float(metrics["loss_sum"]) / updates,
-                                      *(np.asarray(metrics["figure_sums"], np.float64) / updates).tolist()]))
+        per_step = dict(zip(self.agent.metrics, [float(metrics["loss_sum"]) / updates,
+                                                 *(np.asarray(metrics["figure_sums"], np.float64) / updates).tolist()]))
         explained, clip_range, learning_rate, _ = (np.asarray(metrics["round_sums"], np.float64) / rounds).tolist()
-        return {**per_step, "explained_variance": explained, "learning_rate": learning_rate, "clip_range": clip_range,
+        clipping = {"clip_range": clip_range} if self.clipped else {}
+        return {**per_step, "explained_variance": explained, "learning_rate": learning_rate, **clipping,
                 "gradient_steps": int(metrics["updates"]) / rounds}
+
+    @property
+    def clipped(self) -> bool:
+        """PPO's clipped objective (A2C has none: no clip range to schedule or log)."""
+        return hasattr(self.config, "clip_range")
 
     @staticmethod
     def why_not(agent) -> str | None:
-        """Why this loop cannot run `agent`'s fit (a `kerasrl.PPO` on an ops env), or None."""
+        """Why this loop cannot run `agent`'s fit (a `kerasrl.PPO` or `A2C` on an ops env), or None."""
         if any(model.non_trainable_variables for model in agent.learner.models.values()):
             return "the compiled PPO loop takes models without non-trainable state (batch norm)"
         if agent.num_timesteps % (agent.config.n_steps * agent.config.n_envs) != agent.buffer.position * agent.config.n_envs:
@@ -337,7 +351,7 @@ class CompiledPPO(CompiledLoop):
 
     @classmethod
     def for_agent(cls, agent) -> CompiledPPO:
-        """The loop of `agent` (a `kerasrl.PPO` on an ops env): its config, its actor and critic
+        """The loop of `agent` (a `kerasrl.PPO` or `A2C` on an ops env): its config, its actor and critic
         models (not copies), its games' env and params (see `CompiledDQN.for_agent`)."""
         return cls._on_agent(agent, agent)
 
