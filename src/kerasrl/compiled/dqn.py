@@ -336,9 +336,14 @@ class CompiledDQN(CompiledLoop):
         """One training round of the learner (its own `round`, in the parts its Python loop runs
         it as) on batches sampled here, then, with prioritized replay, the priorities of the rows
         drawn from its TD errors. Returns (state, sum of the steps' losses)."""
+        from keras import ops
+
         cfg = self.config
         n_steps = cfg.gradient_steps
-        sample_rng, batches = self._piece(("sample", n_steps), lambda s: self._sample(s, n_steps, beta))(state)
+        beta = ops.convert_to_tensor(cfg.prioritized_replay_beta0 if beta is None else beta, "float32")
+        # beta is an input of the piece: a compiled piece (PyTorch) would keep a captured tensor's
+        # first value.
+        sample_rng, batches = self._piece(("sample", n_steps), lambda s, b: self._sample(s, n_steps, b))(state, beta)
         indices = batches.pop("indices", None)
         learner, loss_sum, td_errors = round_in_parts(self, state["learner"], batches, learning_rate, target_tau)
         state = dict(state, learner=learner, sample_rng=sample_rng)
