@@ -58,7 +58,7 @@ def filled_buffer(agent, rng):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--paths", nargs="+", default=["rolled", "unrolled"], choices=["rolled", "unrolled", "per_step"])
+    parser.add_argument("--paths", nargs="+", default=["rolled", "unrolled"], choices=["rolled", "unrolled"])
     args = parser.parse_args()
 
     import kerasrl
@@ -71,9 +71,7 @@ def main() -> None:
     print(f"backend {backend.NAME}; PPO decides unrolled={agent.unrolled}", flush=True)
     weights = {}
     for path in args.paths:
-        agent.unrolled = path != "rolled"
-        import kerasrl.agents.ppo as P
-        P.PER_STEP = path == "per_step"
+        agent.unrolled = path == "unrolled"
         agent._train = backend.compile(agent._train_epochs, donate_state=True)  # traced anew
         times = []
         for _ in range(1 + args.repeats):
