@@ -1,7 +1,8 @@
 """Training throughput on Breakout: kerasrl against Stable-Baselines3 and SBX, one core each.
 
     python benchmarks/atari.py --out benchmarks/results/atari_throughput.md [--core 1] [--backends jax torch]
-    python benchmarks/atari.py --worker kerasrl-jax|sb3|sbx --algo dqn|ppo --json OUT
+        [--algos dqn ppo] [--slices WARM TIMED]
+    python benchmarks/atari.py --worker kerasrl-jax|sb3|sbx --algo dqn|ppo --json OUT [--slices WARM TIMED]
 
 RL Baselines3 Zoo's Atari hyperparameters for both algorithms (kerasrl's presets breakout-dqn and
 breakout-ppo; SB3 and SBX with `make_atari_env` + `VecFrameStack(4)` and "CnnPolicy": the same
@@ -13,7 +14,12 @@ agent step, frame skip 4), training included. Every run is its own process pinne
 `taskset -c CORE`, one after the other; libraries' threads pinned to one.
 
 - dqn: 2,000 steps warm-up (1,000 random), 4,000 timed (1,000 updates of 32).
-- ppo: 8 envs, 2 rollouts of 1,024 steps warm-up, 3 timed (each 16 updates of 256).
+- ppo: 8 envs, 2 rollouts of 1,024 steps warm-up, 3 timed (each 16 updates of 256). kerasrl's
+  PPO unrolls its update's minibatch steps for the Nature CNN on XLA's CPU backend (JAX):
+  inside one compiled loop an update took about 30x as long (benchmarks/ppo_update.py).
+
+`--slices WARM TIMED` replaces both algorithms' slices (agent steps), e.g. `--slices 1024 1024
+--algos ppo` for a quick check that every library's PPO runs; such figures are not the benchmark.
 """
 
 from __future__ import annotations
@@ -46,13 +52,13 @@ def zoo(algo: str) -> dict:
     return config
 
 
-def run_kerasrl(backend: str, algo: str) -> dict:
+def run_kerasrl(backend: str, algo: str, slices: tuple[int, int]) -> dict:
     os.environ["KERAS_BACKEND"] = backend
     import kerasrl
 
     cls = kerasrl.DQN if algo == "dqn" else kerasrl.PPO
     agent = cls("kerasrl/Breakout-v5", seed=0, **zoo(algo))
-    warm, timed = SLICES[algo]
+    warm, timed = slices
     agent.fit(warm + timed, stop_at=warm, progress=False)
     start, cpu = time.perf_counter(), time.process_time()
     agent.fit(warm + timed, progress=False)
@@ -60,7 +66,7 @@ def run_kerasrl(backend: str, algo: str) -> dict:
     return {"steps": agent.num_timesteps - warm, "wall": wall, "cpu": cpu}
 
 
-def run_peer(library: str, algo: str) -> dict:
+def run_peer(library: str, algo: str, slices: tuple[int, int]) -> dict:
     import ale_py
     import gymnasium as gym
     from stable_baselines3.common.env_util import make_atari_env
@@ -90,7 +96,7 @@ def run_peer(library: str, algo: str) -> dict:
         lr, clip = config.pop("learning_rate"), config.pop("clip_range")
         model = PPO("CnnPolicy", env, seed=0, learning_rate=lambda p: lr * p, clip_range=lambda p: clip * p,
                     **config)
-    warm, timed = SLICES[algo]
+    warm, timed = slices
     model.learn(warm)
     start, cpu = time.perf_counter(), time.process_time()
     model.learn(timed, reset_num_timesteps=False)
@@ -103,10 +109,11 @@ def drive(args) -> None:
 
     libraries = [f"kerasrl-{b}" for b in args.backends] + ["sb3", "sbx"]
     rows = []
-    for algo in ("dqn", "ppo"):
+    slices = ["--slices", *map(str, args.slices)] if args.slices else []
+    for algo in args.algos:
         for library in libraries:
             result = run_worker(lambda out, library=library, algo=algo: [
-                __file__, "--worker", library, "--algo", algo, "--json", out], args.core)
+                __file__, "--worker", library, "--algo", algo, "--json", out, *slices], args.core)
             result = result or {"error": "the run failed (see its output above)"}
             rows.append(dict(algo=algo, library=library, **result))
             print(rows[-1], flush=True)
@@ -138,15 +145,19 @@ def main() -> None:
     parser.add_argument("--core", type=int, default=1)
     parser.add_argument("--backends", nargs="+", default=["jax", "torch"])
     parser.add_argument("--out", default="benchmarks/results/atari_throughput.md")
+    parser.add_argument("--algos", nargs="+", default=["dqn", "ppo"], choices=["dqn", "ppo"])
+    parser.add_argument("--slices", nargs=2, type=int, metavar=("WARM", "TIMED"),
+                        help="agent steps of warm-up and timed slice, for every algorithm (a quick check)")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     if args.worker is None:
         drive(args)
         return
+    slices = tuple(args.slices) if args.slices else SLICES[args.algo]
     if args.worker.startswith("kerasrl-"):
-        result = run_kerasrl(args.worker.split("-", 1)[1], args.algo)
+        result = run_kerasrl(args.worker.split("-", 1)[1], args.algo, slices)
     else:
-        result = run_peer(args.worker, args.algo)
+        result = run_peer(args.worker, args.algo, slices)
     Path(args.json).write_text(json.dumps(result))
 
 
