@@ -101,7 +101,7 @@ def test_the_python_loop_where_the_compiled_one_cannot_run_says_why_once(caplog)
     with pytest.raises(ValueError, match="normalize_observations=True"):
         normalized_sac.fit(40, progress=False, engine="compiled")
     cem = kerasrl.CEM(OPS_CARTPOLE, n_envs=2)
-    with pytest.raises(ValueError, match="CEM has no compiled loop yet"):
+    with pytest.raises(ValueError, match="CEM has no compiled loop yet: it scores a population"):
         cem.fit(32, progress=False, engine="compiled")
     batch_norm = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.BatchNormalization(),
                                    keras.layers.Dense(2)])

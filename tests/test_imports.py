@@ -190,6 +190,11 @@ def test_every_public_name_resolves_and_the_documented_modules_are_attributes():
     assert kerasrl.networks.__name__ == "kerasrl.networks"
 
 
+def test_every_algorithm_has_a_compiled_loop_or_says_why_not():
+    for name, algorithm in registry.ALGORITHMS.items():
+        assert (algorithm.compiled is None) == bool(algorithm.not_compiled), name
+
+
 def test_every_registered_env_id_is_registered_with_gymnasium():
     import gymnasium as gym
 

@@ -31,6 +31,8 @@ class Algorithm:
     compiled: str | None = None
     """Its whole loop compiled, "module:Class", which `fit` runs on a kerasrl.envs.ops env (the
     loop runs the agent's own learner), or None where it has none."""
+    not_compiled: str | None = None
+    """Where `compiled` is None: why (what `fit(engine="compiled")` says)."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -48,8 +50,10 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ppo": Algorithm("kerasrl.agents.ppo:PPO", "kerasrl.config:PPOConfig",
                      search_space="kerasrl.tune:sample_ppo",
                      compiled="kerasrl.compiled.ppo:CompiledPPO"),
-    "recurrent_ppo": Algorithm("kerasrl.agents.recurrent_ppo:RecurrentPPO",
-                               "kerasrl.config:RecurrentPPOConfig"),
+    "recurrent_ppo": Algorithm(
+        "kerasrl.agents.recurrent_ppo:RecurrentPPO", "kerasrl.config:RecurrentPPOConfig",
+        not_compiled="its update replays each rollout's sequences from their stored LSTM states, "
+                     "step by step, which the compiled PPO loop's flat minibatches do not carry"),
     "a2c": Algorithm("kerasrl.agents.a2c:A2C", "kerasrl.config:A2CConfig",
                      compiled="kerasrl.compiled.ppo:CompiledPPO"),
     "td3": Algorithm("kerasrl.agents.td3:TD3", "kerasrl.config:TD3Config",
@@ -60,7 +64,10 @@ ALGORITHMS: dict[str, Algorithm] = {
                       compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "naf": Algorithm("kerasrl.agents.naf:NAF", "kerasrl.config:NAFConfig",
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
-    "cem": Algorithm("kerasrl.agents.cem:CEM", "kerasrl.config:CEMConfig"),
+    "cem": Algorithm("kerasrl.agents.cem:CEM", "kerasrl.config:CEMConfig",
+                     not_compiled="it scores a population of weight vectors, one per env, which "
+                                  "needs a forward pass per candidate's weights in each step "
+                                  "(vectorized over weights), not one model's"),
 }
 """Algorithm name (each agent's `algorithm`, as saved in checkpoints) -> its registration. Adding
 an algorithm is one line here."""

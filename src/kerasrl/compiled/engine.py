@@ -69,8 +69,9 @@ class CompiledEngine:
             return (f"{agent.env_name} is not a keras.ops environment (the compiled loop runs "
                     f"kerasrl.envs.ops envs, e.g. kerasrl/OpsCartPole-v1)")
         if agent.algorithm not in registry.COMPILED_LOOPS:
-            return (f"{type(agent).__name__} has no compiled loop yet (the algorithms with one: "
-                    f"{', '.join(sorted(registry.COMPILED_LOOPS))})")
+            why = registry.ALGORITHMS[agent.algorithm].not_compiled
+            return (f"{type(agent).__name__} has no compiled loop yet" + (f": {why}" if why else "") +
+                    f" (the algorithms with one: {', '.join(sorted(registry.COMPILED_LOOPS))})")
         return registry.load(registry.COMPILED_LOOPS[agent.algorithm]).why_not(agent)
 
     @staticmethod
