@@ -11,6 +11,7 @@ from kerasrl import backend
 from kerasrl.compiled import CompiledDQN, CompiledPPO
 from kerasrl.compiled.common import parse_seeds
 from kerasrl.envs.ops.cartpole import CartPole
+from state_trees import leaves
 
 TINY_DQN = dict(learning_starts=32, train_freq=4, gradient_steps=2, batch_size=16, buffer_size=256,
                 target_update_interval=40, hidden_sizes=(16,))
@@ -52,17 +53,6 @@ def test_seeds_trained_together_are_the_seeds_trained_alone_and_resume_exactly(t
         CompiledDQN("CartPole", seeds=[3, 5], **TINY_DQN).load(tmp_path / "run.npz")
 
 
-def _leaves(tree, path=""):
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from _leaves(value, f"{path}/{key}")
-    elif isinstance(tree, (list, tuple)):
-        for i, value in enumerate(tree):
-            yield from _leaves(value, f"{path}/{i}")
-    else:
-        yield path, np.asarray(tree)
-
-
 @pytest.mark.parametrize("make", [
     lambda seeds: CompiledDQN("CartPole", seeds=seeds, **dict(TINY_DQN, n_envs=3)),
     lambda seeds: CompiledPPO("CartPole", seeds=seeds, n_envs=3, n_steps=8, batch_size=8),
@@ -72,8 +62,8 @@ def test_many_seeds_are_set_up_at_once_as_each_seed_alone(make):
     one optimizer state) gives each seed exactly the runner state it has alone."""
     together = make([7, 2])
     for index, seed in enumerate([7, 2]):
-        alone = dict(_leaves(make(seed).seed_state(0)))
-        mine = dict(_leaves(together.seed_state(index)))
+        alone = dict(leaves(make(seed).seed_state(0)))
+        mine = dict(leaves(together.seed_state(index)))
         assert mine.keys() == alone.keys()
         for key in alone:
             assert mine[key].dtype == alone[key].dtype and mine[key].shape == alone[key].shape, key

@@ -7,21 +7,11 @@ import numpy as np
 import pytest
 
 from kerasrl import backend
+from state_trees import assert_same_leaves, leaves
 from kerasrl.compiled import CompiledDQN
 
 SMALL_DQN = dict(learning_starts=32, train_freq=4, gradient_steps=3, batch_size=16, buffer_size=256,
                  target_update_interval=8, tau=0.5, hidden_sizes=(16,))
-
-
-def _leaves(tree, prefix=""):
-    if isinstance(tree, dict):
-        for key in sorted(tree):
-            yield from _leaves(tree[key], f"{prefix}/{key}")
-    elif isinstance(tree, (list, tuple)):
-        for i, item in enumerate(tree):
-            yield from _leaves(item, f"{prefix}/{i}")
-    else:
-        yield prefix, np.asarray(tree)
 
 
 @pytest.mark.backend
@@ -45,16 +35,16 @@ def test_a_dqn_round_is_the_same_through_the_compiled_loop_and_the_learners_trai
     exact = backend.NAME == "jax"
     python_state = backend.to_numpy(learner.state)
     compared = 0
-    for (path, a), (_, b) in zip(_leaves(compiled_state["learner"]), _leaves(python_state)):
+    for (path, a), (_, b) in zip(leaves(compiled_state["learner"]), leaves(python_state)):
         if exact:
             np.testing.assert_array_equal(a, b, err_msg=path)
         else:
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
         compared += 1
-    assert compared == len(list(_leaves(python_state))) > 10
+    assert compared == len(list(leaves(python_state))) > 10
     np.testing.assert_allclose(float(loss_sum) / 3, loss, rtol=1e-6)
     # The round moved the weights and the target (so equality is not of two untouched states).
-    before = dict(_leaves(loop.seed_state(0)["learner"]))
+    before = dict(leaves(loop.seed_state(0)["learner"]))
     assert not np.array_equal(before["/params/q/0"], python_state["params"]["q"][0])
     assert not np.array_equal(before["/target_params/q/0"], python_state["target_params"]["q"][0])
 
@@ -103,7 +93,7 @@ def test_a_round_with_n_step_returns_and_prioritized_replay_is_the_python_loops(
     before = backend.to_numpy(state)
     agent.learner.load_state(before["learner"])
     _, td_errors = agent.learner.train(batches, learning_rate, tau)
-    _assert_same_leaves(compiled["learner"], backend.to_numpy(agent.learner.state), backend.NAME == "jax")
+    assert_same_leaves(compiled["learner"], backend.to_numpy(agent.learner.state), backend.NAME == "jax")
     buffer.update_priorities(indices, td_errors)
     np.testing.assert_allclose(compiled["priorities"], buffer.tree.leaves(np.arange(256)), rtol=1e-6)
     np.testing.assert_allclose(compiled["max_priority"], buffer.max_priority, rtol=1e-6)
@@ -187,8 +177,8 @@ def test_the_distributional_agents_run_the_same_round_in_the_compiled_loop(agent
         backend.compile(lambda s: loop._train(s, learning_rate, tau))(state))
     _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
     agent.learner.train(batches, learning_rate, tau)
-    for (path, a), (_, b) in zip(_leaves(compiled_state["learner"]),
-                                 _leaves(backend.to_numpy(agent.learner.state))):
+    for (path, a), (_, b) in zip(leaves(compiled_state["learner"]),
+                                 leaves(backend.to_numpy(agent.learner.state))):
         if backend.NAME == "jax":
             np.testing.assert_array_equal(a, b, err_msg=path)
         else:
@@ -255,9 +245,9 @@ def test_a_ppo_update_is_the_same_through_the_compiled_loop_and_the_agent():
 
     compiled = backend.to_numpy(backend.compile(inside_a_bigger_call)(state, *args))
     alone = backend.to_numpy(backend.compile(loop.agent.train_epochs)(state["learner"], *args))
-    leaves = list(zip(_leaves(compiled[0]), _leaves(alone[0])))
-    assert len(leaves) > 10 and compiled[2] == alone[2] == 4
-    for (path, a), (_, b) in leaves:
+    pairs = list(zip(leaves(compiled[0]), leaves(alone[0])))
+    assert len(pairs) > 10 and compiled[2] == alone[2] == 4
+    for (path, a), (_, b) in pairs:
         if backend.NAME == "jax":
             np.testing.assert_array_equal(a, b, err_msg=path)
         else:
@@ -388,29 +378,19 @@ def test_a_normalized_ppo_round_with_target_kl_is_the_agents_through_the_compile
     # Handed to the agent and back (what a compiled fit does between calls): the same bits.
     loop.state_to_agent(after_np, agent)
     assert agent.policy.obs_rms is agent.obs_rms
-    for (path, a), (_, b) in zip(_leaves(loop.state_from_agent(agent)["statistics"]), _leaves(after_np["statistics"])):
+    for (path, a), (_, b) in zip(leaves(loop.state_from_agent(agent)["statistics"]), leaves(after_np["statistics"])):
         np.testing.assert_array_equal(a, b, err_msg=path)
 
     # The update: the compiled round's against the agent's compiled update on its inputs.
     python_state, sums, steps = backend.to_numpy(agent._train(after["learner"], *inputs))
     assert 0 < steps < NORMALIZED_PPO["n_epochs"] * 2 and int(learned_metrics["updates"]) == steps  # target_kl stopped it
-    _assert_same_leaves(learned["learner"], python_state, exact=backend.NAME == "jax")
+    assert_same_leaves(learned["learner"], python_state, exact=backend.NAME == "jax")
     np.testing.assert_allclose(learned_metrics["figure_sums"], sums[1:], rtol=1e-6, atol=1e-7)
     assert not np.array_equal(after_np["learner"]["params"]["actor"][0], python_state["params"]["actor"][0])
 
 
 SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidden_sizes=(16,), seed=0,
                         check_env=False)
-
-
-def _assert_same_leaves(compiled, python, exact):
-    leaves = list(zip(_leaves(compiled), _leaves(python)))
-    assert len(leaves) == len(list(_leaves(python))) > 10
-    for (path, a), (_, b) in leaves:
-        if exact:
-            np.testing.assert_array_equal(a, b, err_msg=path)
-        else:
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
 
 
 @pytest.mark.backend
@@ -453,12 +433,12 @@ def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_
         losses = agent.update(batches, learning_rate)
         python = backend.to_numpy(agent.learner.state)
         (stepped, sums), _ = backend.to_numpy(steps(state, backend.to_tensors(batches)))
-        _assert_same_leaves(stepped, python, exact)  # bit for bit on JAX
+        assert_same_leaves(stepped, python, exact)  # bit for bit on JAX
         np.testing.assert_allclose(sums, [losses[name] for name in agent.loss_names], rtol=1e-6, atol=1e-7)
         # With its sampling in the same call, XLA may fuse the gathered rewards and discounts into
         # the target's arithmetic (one float32 rounding apart on JAX).
         state, _ = train(state)
-        for (path, a), (_, b) in zip(_leaves(backend.to_numpy(state["learner"])), _leaves(python)):
+        for (path, a), (_, b) in zip(leaves(backend.to_numpy(state["learner"])), leaves(python)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
     after = backend.to_numpy(state["learner"])
     for name in agent.learner.models:  # every network learned (NAF's: actor, value, l)
@@ -546,8 +526,8 @@ def test_off_policy_seeds_trained_together_are_each_seed_trained_alone():
     for index, seed in enumerate([0, 1]):
         alone = CompiledOffPolicy("Pendulum", "sac", seeds=seed, **small)
         alone.fit(96, rounds_per_call=24)
-        leaves = list(zip(_leaves(together.seed_state(index)), _leaves(alone.seed_state(0))))
-        for (path, a), (_, b) in leaves:
+        pairs = list(zip(leaves(together.seed_state(index)), leaves(alone.seed_state(0))))
+        for (path, a), (_, b) in pairs:
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=path)
     assert not np.allclose(together.weights(0)[0], together.weights(1)[0])
 
@@ -577,7 +557,7 @@ def test_a_sarsa_round_is_the_same_through_the_compiled_loop_and_the_agent(expec
     assert batches["temperature"].shape == (3, 16) and np.all(batches["temperature"] == np.float32(0.8))
     loop.learner.load_state(backend.to_numpy(state["learner"]))
     loop.learner.train(batches, learning_rate, tau)
-    for (path, a), (_, b) in zip(_leaves(compiled), _leaves(backend.to_numpy(loop.learner.state))):
+    for (path, a), (_, b) in zip(leaves(compiled), leaves(backend.to_numpy(loop.learner.state))):
         if backend.NAME == "jax":
             np.testing.assert_array_equal(a, b, err_msg=path)
         else:
