@@ -83,6 +83,21 @@ def test_short_learning_check_ppo_cartpole():
     assert np.isfinite(history[-1]["loss"])
 
 
+def test_a_fits_shorter_last_call_runs_the_same_compiled_function():
+    """The round count is an input of the compiled call (JAX, TensorFlow): a fit of 7 rounds in
+    calls of 3 (3, 3, 1) compiles one function, and gives the run of 7 calls of one round.
+    (PyTorch's call is a Python loop over compiled pieces: one per count, nothing compiled.)"""
+    tiny = dict(TINY_DQN, learning_starts=8)
+    split = CompiledDQN("CartPole", seeds=0, **tiny)
+    split.fit(7 * 4, rounds_per_call=3)
+    assert len(split._calls) == (1 if backend.COMPILED_LOOPS else 2)
+    assert [r["timesteps"] for r in split.history] == [12, 24, 28]
+    one_by_one = CompiledDQN("CartPole", seeds=0, **tiny)
+    one_by_one.fit(7 * 4, rounds_per_call=1)
+    for (path, a), (_, b) in zip(leaves(split.seed_state(0)), leaves(one_by_one.seed_state(0))):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+
+
 def test_unsupported_settings_are_named():
     with pytest.raises(ValueError, match="discrete actions"):
         CompiledDQN("Pendulum")

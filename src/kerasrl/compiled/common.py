@@ -273,10 +273,12 @@ class CompiledLoop:
             pieces[key] = backend.compile(fn)
         return pieces[key]
 
-    def _run(self, state, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None):
+    def _run(self, state, rounds, total_steps: int, partial: tuple[int, bool] | None = None,
+             max_rounds: int | None = None):
         """`rounds` rounds from `state`; returns (state, metrics of the call). `partial=(env_steps,
         train)` runs one part of a round instead: `env_steps` vector steps, then the round's
-        training if `train` (a fit that stops or starts mid-round, kerasrl.compiled.engine)."""
+        training if `train` (a fit that stops or starts mid-round, kerasrl.compiled.engine).
+        `rounds` may be a traced int (at most `max_rounds`, which sizes the episode log)."""
         from keras import ops
 
         state = dict(state, episodes=dict(state["episodes"], **{
@@ -284,7 +286,7 @@ class CompiledLoop:
         metrics = {"loss_sum": ops.zeros((), "float32"), "updates": ops.zeros((), "int32"),
                    **{key: ops.zeros(shape, "float32") for key, shape in self.FIGURE_SUMS.items()}}
         if self.log_episodes:
-            rows = partial[0] if partial else rounds * self.vector_steps_per_round
+            rows = partial[0] if partial else (max_rounds or rounds) * self.vector_steps_per_round
             metrics["log"] = {"return": ops.zeros((rows, self.n_envs), "float32"),
                               "length": ops.zeros((rows, self.n_envs), "int32"), "row": ops.zeros((), "int32")}
 
@@ -301,24 +303,36 @@ class CompiledLoop:
         return state, metrics
 
     def compiled_call(self, rounds: int, total_steps: int, partial: tuple[int, bool] | None = None,
-                      vmap: bool | None = None):
+                      vmap: bool | None = None, max_rounds: int | None = None):
         """The compiled call `state -> (state, metrics)` of `rounds` rounds (or a part of one, see
         `_run`), over one runner state, or with `vmap` over a stack of them (default: as this
-        loop's seeds are held). Made once per argument set."""
+        loop's seeds are held).
+
+        Where loops compile (JAX, TensorFlow) the number of rounds is an input of one compiled
+        function for any `rounds` up to `max_rounds` (default `rounds`), so that a fit's last,
+        shorter call does not compile the loop again (4 s for PPO on CartPole, more than the
+        100k-step run after it took). Made once per (max_rounds, total_steps, partial, vmap)."""
         import keras
 
         vmap = self._vmap if vmap is None else vmap
-        key = (rounds, total_steps, partial, vmap)
+        if partial is not None or not backend.COMPILED_LOOPS:
+            max_rounds = rounds
+        max_rounds = max(rounds, max_rounds or rounds)
+        key = (max_rounds, total_steps, partial, vmap)
         if key not in self._calls:
-            run = lambda state: self._run(state, rounds, total_steps, partial)  # noqa: E731
             if not backend.COMPILED_LOOPS:
-                self._calls[key] = run  # a Python loop over compiled pieces (see `_piece`)
-            elif vmap:
-                many = lambda state: keras.ops.vectorized_map(run, state)  # noqa: E731
-                self._calls[key] = backend.compile(many)
+                # A Python loop over compiled pieces (see `_piece`): the count stays a Python int.
+                self._calls[key] = lambda state, count: self._run(state, count, total_steps, partial)
             else:
+                run = lambda state, count: self._run(state, count, total_steps, partial, max_rounds)  # noqa: E731
+                if vmap:
+                    run_one = run
+                    run = lambda state, count: keras.ops.vectorized_map(  # noqa: E731
+                        lambda one: run_one(one, count), state)
                 self._calls[key] = backend.compile(run)
-        return self._calls[key]
+        compiled = self._calls[key]
+        count = rounds if not backend.COMPILED_LOOPS or partial is not None else np.int32(rounds)
+        return lambda state: compiled(state, count)
 
     def fit(self, total_steps: int, *, rounds_per_call: int | None = None, callback=None) -> list[dict]:
         """Train every seed for `total_steps` env steps (rounded up to whole rounds).
@@ -336,7 +350,7 @@ class CompiledLoop:
         done = self.num_timesteps // per_round  # resumes after `load`
         while done < n_rounds:
             rounds = min(rounds_per_call, n_rounds - done)
-            call = self.compiled_call(rounds, total_steps)
+            call = self.compiled_call(rounds, total_steps, max_rounds=rounds_per_call)
             if self._seed_states is not None:
                 results = [call(s) for s in self._seed_states]
                 self._seed_states = [r[0] for r in results]

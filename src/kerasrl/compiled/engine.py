@@ -157,7 +157,8 @@ class CompiledEngine:
             if stop:
                 return
         while left() >= per_round:
-            if call(self._compiled(min(max_rounds, left() // per_round), total_steps, None, together)):
+            rounds = min(max_rounds, left() // per_round)
+            if call(self._compiled(rounds, total_steps, None, together, max_rounds)):
                 return
         if left():
             if loop.partial_rounds:
@@ -165,9 +166,10 @@ class CompiledEngine:
             else:
                 python_loop(stop_at)
 
-    def _compiled(self, rounds: int, total_steps: int, partial, together: bool):
-        """The loop's compiled call, for one runner state or for a stack of them (vmapped)."""
-        return self.loop.compiled_call(rounds, total_steps, partial, vmap=together)
+    def _compiled(self, rounds: int, total_steps: int, partial, together: bool, max_rounds=None):
+        """The loop's compiled call, for one runner state or for a stack of them (vmapped); one
+        compiled function serves every count of whole rounds up to `max_rounds`."""
+        return self.loop.compiled_call(rounds, total_steps, partial, vmap=together, max_rounds=max_rounds)
 
     def _book(self, agent, start: int, metrics: dict, total_steps: int, logger) -> bool:
         """Record one call's episodes, losses and scalars; True if an episode ended."""
