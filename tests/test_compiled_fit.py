@@ -222,6 +222,10 @@ SNAKE_TINY = dict(learning_starts=32, train_freq=4, gradient_steps=1, batch_size
                   n_envs=2, seed=0)
 
 
+# 29 s (it compiles the Conv2D network into the compiled loop, the slow path it is about); the fast
+# tier checks the rule itself (tests/agents/test_unrolled_steps.py, one rule for the learners and
+# `CompiledEngine.slower_here`).
+@pytest.mark.slow
 def test_auto_takes_the_python_loop_for_keras_convolutions_on_xla_cpu(caplog):
     """Conv2D's weight gradient is ~10x slower inside XLA's CPU loops (CompiledEngine.slower_here):
     "auto" runs such a model in the Python loop and says why; PatchConv2D runs compiled."""
