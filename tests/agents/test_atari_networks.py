@@ -89,3 +89,18 @@ def test_the_policy_takes_raw_frames():
     np.testing.assert_allclose(q, np.asarray(agent.model(frames.astype(np.float32))), rtol=1e-5)
     unscaled = np.asarray(agent.model(frames.astype(np.float32) / 255.0))
     assert not np.allclose(q, unscaled)  # the model scales: a scaled input is read differently
+
+
+@pytest.mark.slow  # about 30 minutes on one core with PyTorch (960,000 frames); longer on JAX
+def test_breakout_ppo_moves_the_score_well_above_random_play():
+    """The breakout-ppo preset's settings (RL Zoo's) on kerasrl/Breakout-v5 for 240,000 agent steps
+    of its 10M: the training episodes' mean return per life (clipped rewards) over the last 40,000
+    steps against the first 40,000 (random play: 0.23 to 0.31 measured). Measured with PyTorch,
+    seeds 0 and 1 (2026-11-26): 0.26 -> 1.94 and 0.26 -> 1.91. Bar: 1.0 (four times random)."""
+    from kerasrl.registry import ATARI_PPO
+
+    agent = kerasrl.PPO("kerasrl/Breakout-v5", seed=0, **ATARI_PPO)
+    history = agent.fit(10_000_000, stop_at=240_000, progress=False)
+    first = [e["return"] for e in history.episodes if e["step"] <= 40_000]
+    last = [e["return"] for e in history.episodes if e["step"] > 200_000]
+    assert np.mean(first) < 0.5 and np.mean(last) >= 1.0, (np.mean(first), np.mean(last))
