@@ -1,0 +1,71 @@
+"""The hyperparameters of the cross-entropy method (`CEMConfig`), which searches a policy
+network's weights instead of following a gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kerasrl.config.common import CommonConfig, check, hp
+
+
+@dataclass(frozen=True, kw_only=True)
+class CEMConfig(CommonConfig):
+    """The cross-entropy method over a policy network's weights (keras-rl's CEMAgent; Szita and
+    Lorincz, 2006, for the added noise). No gradients: `learning_rate`, `lr_schedule`,
+    `max_grad_norm`, `adam_epsilon` and `gamma` (returns are undiscounted) are not used.
+
+    The defaults learn CartPole-v1 to 500 with keras-rl's linear policy (docs/agents.md).
+    """
+
+    n_envs: int = hp(10, "Environments stepped together, each running one candidate's episode "
+                         "(one forward pass acts for all of them).")
+    hidden_sizes: tuple[int, ...] = hp((), "Hidden layers of the default MLP; () is a linear "
+                                           "policy, keras-rl's example (ignored with model=).")
+    batch_size: int = hp(50, "Candidate weight vectors drawn per iteration (keras-rl's batch_size).")
+    elite_frac: float = hp(0.2, "Fraction of each iteration's candidates, the best by return, that "
+                                "the mean and std are refitted to (at least one: batch_size * "
+                                "elite_frac >= 1).")
+    episodes_per_candidate: int = hp(1, "Episodes each candidate is run for; its score is their "
+                                        "mean return.")
+    initial_std: float = hp(1.0, "Std of the initial Gaussian over the weights (keras-rl's 1.0).")
+    initial_mean: str = hp("zeros", "Mean of the initial Gaussian: 'zeros' (keras-rl's) or "
+                                    "'model' (the model's initial weights, e.g. pretrained).")
+    noise_ampl: float = hp(0.0, "Extra std added after each refit: noise_ampl * exp(-"
+                                "noise_decay_const * env steps) keeps the search from collapsing "
+                                "(keras-rl's noise_ampl; 0: none).")
+    noise_decay_const: float = hp(0.0, "Decay of the extra std per env step (keras-rl's "
+                                       "noise_decay_const).")
+    sample_actions: bool = hp(False, "Discrete actions while searching: False takes the argmax "
+                                     "of the outputs (what the policy does); True samples the "
+                                     "softmax of the outputs, as keras-rl's training.")
+    policy_weights: str = hp("mean", "The weights the policy and the Keras model get: 'mean' "
+                                     "(the Gaussian's mean) or 'best' (the candidate with the "
+                                     "highest score so far, keras-rl's: one lucky episode can "
+                                     "make it the best).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(0.0 < self.elite_frac <= 1.0, "elite_frac", self.elite_frac, "in (0, 1]")
+        check(self.n_elite >= 1, "elite_frac", self.elite_frac,
+              f"at least 1 / batch_size = {1 / self.batch_size:.3g} (batch_size * elite_frac "
+              f"candidates are kept; raise elite_frac or batch_size)")
+        check(self.episodes_per_candidate >= 1, "episodes_per_candidate",
+              self.episodes_per_candidate, "at least 1")
+        check(self.initial_std > 0 and math.isfinite(self.initial_std), "initial_std",
+              self.initial_std, "a positive number")
+        check(self.initial_mean in ("zeros", "model"), "initial_mean", self.initial_mean,
+              "'zeros' or 'model'")
+        check(self.noise_ampl >= 0 and math.isfinite(self.noise_ampl), "noise_ampl",
+              self.noise_ampl, "a non-negative number")
+        check(self.noise_decay_const >= 0 and math.isfinite(self.noise_decay_const),
+              "noise_decay_const", self.noise_decay_const, "a non-negative number")
+        check(self.policy_weights in ("best", "mean"), "policy_weights", self.policy_weights,
+              "'best' or 'mean'")
+
+    @property
+    def n_elite(self) -> int:
+        """Candidates kept per iteration: batch_size * elite_frac, rounded down (keras-rl's)."""
+        return int(math.floor(self.batch_size * self.elite_frac + 1e-9))

@@ -1,0 +1,182 @@
+"""What every config shares: `hp` (a field with its help text), `CommonConfig` (the fields every
+agent has, and reading a config from a dict) and the checks of field types and values.
+
+The per-algorithm configs build on these in the modules named for what they configure
+(`kerasrl.config.value`, `on_policy`, `continuous`, `cem`); `kerasrl.config` exports them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def hp(default, help: str):  # noqa: A002  (the word the CLI uses)
+    """A config field with its help text."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("Use tuples for sequence defaults: configs are frozen.")
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommonConfig:
+    """Fields every agent has."""
+
+    RENAMED: ClassVar[dict[str, str]] = {}
+    """Old field name -> new one: accepted by `from_dict` with a DeprecationWarning."""
+
+    seed: int = hp(0, "Seed of every random stream: weights, exploration, sampling, env resets.")
+    n_envs: int = hp(1, "Environments stepped together; one forward pass acts for all of them.")
+    learning_rate: float = hp(1e-4, "Adam step size (decays linearly to 0 if lr_schedule='linear').")
+    lr_schedule: str = hp("constant", "'constant' or 'linear' (to 0 at the end of fit).")
+    gamma: float = hp(0.99, "Discount factor.")
+    max_grad_norm: float | None = hp(10.0, "Clip the global gradient norm to this; None: no clipping.")
+    adam_epsilon: float = hp(1e-7, "Epsilon of Adam (Keras's placement, outside the square root).")
+    hidden_sizes: tuple[int, ...] = hp((64, 64), "Hidden layers of the default MLP (ignored with model=).")
+    vectorization: str = hp("sync", "'sync' (one process) or 'subprocess' (one worker process per env).")
+    check_env: bool = hp(True, "Run kerasrl.check_env on the env when the agent is made (100 random "
+                               "steps); False skips it, e.g. for an expensive env.")
+    initial_weights: str = hp("seed", "'seed': draw the networks' initial weights from `seed` with numpy, "
+                              "the same on every backend; 'keep': keep the weights the model has "
+                              "(pretrained, or drawn by the backend).")
+
+    def __post_init__(self):
+        check_types(self)
+        check(self.n_envs >= 1, "n_envs", self.n_envs, "at least 1")
+        check(self.learning_rate > 0, "learning_rate", self.learning_rate, "positive")
+        check(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "in [0, 1]")
+        check(self.lr_schedule in ("constant", "linear"), "lr_schedule", self.lr_schedule,
+              "'constant' or 'linear'")
+        check(self.max_grad_norm is None or (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm)),
+              "max_grad_norm", self.max_grad_norm, "a positive number or None")
+        check(self.vectorization in ("sync", "subprocess"), "vectorization", self.vectorization,
+              "'sync' or 'subprocess'")
+        check(self.initial_weights in ("seed", "keep"), "initial_weights", self.initial_weights,
+              "'seed' or 'keep'")
+        check(all(int(h) > 0 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes,
+              "positive layer sizes")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready field values."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def upgrade(cls, values: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
+        """`values` with renamed fields under their new names (a DeprecationWarning for each old
+        one when `warn`; checkpoints written before a rename load silently)."""
+        values = dict(values)
+        for old, new in cls.RENAMED.items():
+            if old not in values:
+                continue
+            if new in values:
+                raise TypeError(f"{cls.__name__}: {old!r} is the old name of {new!r}; pass only {new!r}.")
+            if warn:
+                warnings.warn(f"{cls.__name__} field {old!r} is now called {new!r}; the old name "
+                              f"will stop working in a future release.", DeprecationWarning, stacklevel=4)
+            values[new] = values.pop(old)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        """The config for `values`, with a clear error for a name this config does not have (an old
+        name of a renamed field is accepted, with a DeprecationWarning: see `RENAMED`)."""
+        values = cls.upgrade(values)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__} has no field {', '.join(map(repr, unknown))}. "
+                f"Known fields: {', '.join(sorted(known))}."
+            )
+        converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**converted)
+
+
+def check_types(config) -> None:
+    """Check every field of `config` against its annotation, before any range check: one
+    TypeError naming the field, the value and the type it must have. Lossless forms are taken
+    and stored as the annotated type: numpy scalars, an integral float for an int (1e5), an int
+    for a float, a list for a tuple."""
+    hints = _type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        ok, converted = _as_type(value, hints[f.name])
+        if not ok:
+            raise TypeError(f"{type(config).__name__}: {f.name} must be {_describe_type(hints[f.name])}, "
+                            f"got {value!r} ({type(value).__name__}).")
+        if converted is not value:
+            object.__setattr__(config, f.name, converted)
+
+
+@functools.cache
+def _type_hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _as_type(value, annotation) -> tuple[bool, Any]:
+    """(whether `value` is of `annotation` in a lossless form, the value in the annotated type)."""
+    import numpy as np
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return True, None
+        for arg in args:
+            if arg is not type(None):
+                ok, converted = _as_type(value, arg)
+                if ok:
+                    return True, converted
+        return False, value
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False, value
+        item = args[0] if args else Any
+        items = [_as_type(v, item) for v in value]
+        if not all(ok for ok, _ in items):
+            return False, value
+        return True, tuple(v for _, v in items)
+    if annotation is Any:
+        return True, value
+    if annotation is bool:
+        return (True, bool(value)) if isinstance(value, (bool, np.bool_)) else (False, value)
+    if isinstance(value, (bool, np.bool_)):
+        return False, value  # True is an int to Python, never a number here
+    if annotation is int:
+        if isinstance(value, (int, np.integer)):
+            return True, int(value)
+        if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+            return True, int(value)
+        return False, value
+    if annotation is float:
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            return True, float(value)
+        return False, value
+    if annotation is str:
+        return isinstance(value, str), value
+    return isinstance(value, annotation), value
+
+
+_PLURAL = {int: "ints", float: "numbers", str: "strings"}
+
+
+def _describe_type(annotation) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe_type(arg) for arg in args)
+    if origin is tuple:
+        return f"a tuple of {_PLURAL.get(args[0], 'values')}" if args else "a tuple"
+    return {int: "an int", float: "a number (float)", str: "a string", bool: "True or False",
+            type(None): "None"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def check(ok: bool, name: str, value, expected: str) -> None:
+    """Raise a ValueError naming the field, its value and what it must be."""
+    if not ok:
+        raise ValueError(f"{name} must be {expected}, got {value!r}.")

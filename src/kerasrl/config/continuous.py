@@ -1,0 +1,137 @@
+"""The hyperparameters of the off-policy continuous-control agents: DDPG, TD3, SAC and NAF, over
+what they share (`ContinuousConfig`: the replay buffer, soft target updates, action noise).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kerasrl.config.common import CommonConfig, check, hp
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuousConfig(CommonConfig):
+    """What the off-policy continuous-control agents (DDPG, TD3, SAC, NAF) share; defaults are
+    RL-Zoo's Pendulum-v1 settings (Stable-Baselines3's defaults where the zoo sets none)."""
+
+    learning_rate: float = hp(1e-3, "Adam step size of the actor, the critics (and SAC's entropy coefficient).")
+    gamma: float = hp(0.98, "Discount factor.")
+    max_grad_norm: float | None = hp(None, "Clip the global gradient norm to this; None: no clipping (as SB3).")
+    adam_epsilon: float = hp(1e-8, "Epsilon of Adam (PyTorch's default, as SB3).")
+    hidden_sizes: tuple[int, ...] = hp((400, 300), "Hidden layers of the default actor and critic MLPs.")
+    buffer_size: int = hp(200_000, "Replay capacity in transitions (preallocated).")
+    learning_starts: int = hp(10_000, "Env steps (over all envs) of uniform random actions before the first update.")
+    batch_size: int = hp(256, "Transitions per gradient step.")
+    tau: float = hp(0.005, "Polyak step of the target networks at each target update.")
+    train_freq: int = hp(1, "Env steps (per env) between training rounds.")
+    gradient_steps: int = hp(1, "Gradient steps per training round (fused into one compiled call).")
+    normalize_observations: bool = hp(False, "Normalize observations with running mean/var of the observations "
+                                             "acted on (keras-rl's WhiteningNormalizerProcessor; kept in the "
+                                             "policy); the replay buffer keeps raw ones.")
+    clip_obs: float = hp(10.0, "With normalize_observations: clip normalized observations to +-clip_obs.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.clip_obs > 0, "clip_obs", self.clip_obs, "positive")
+        check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
+        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "non-negative")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(0.0 < self.tau <= 1.0, "tau", self.tau, "in (0, 1]")
+        check(self.train_freq >= 1, "train_freq", self.train_freq, "at least 1")
+        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, "at least 1")
+
+
+ACTION_NOISES = ("normal", "ornstein_uhlenbeck", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPGConfig(ContinuousConfig):
+    """Deep Deterministic Policy Gradient (Lillicrap et al., 2016); RL-Zoo Pendulum-v1 settings."""
+
+    action_noise: str = hp("normal", "Exploration noise added to the actor's action: 'normal' "
+                                     "(Gaussian), 'ornstein_uhlenbeck' (keras-rl's) or 'none'.")
+    action_noise_std: float = hp(0.1, "Standard deviation of the exploration noise, in units of "
+                                      "half the action range.")
+    ou_theta: float = hp(0.15, "Ornstein-Uhlenbeck noise: pull towards 0 per unit of time.")
+    ou_dt: float = hp(1e-2, "Ornstein-Uhlenbeck noise: time step of one env step.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.action_noise in ACTION_NOISES, "action_noise", self.action_noise,
+              " or ".join(map(repr, ACTION_NOISES)))
+        check(self.action_noise_std >= 0, "action_noise_std", self.action_noise_std, "non-negative")
+        check(self.ou_theta >= 0, "ou_theta", self.ou_theta, "non-negative")
+        check(self.ou_dt > 0, "ou_dt", self.ou_dt, "positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TD3Config(DDPGConfig):
+    """Twin Delayed DDPG (Fujimoto et al., 2018); RL-Zoo Pendulum-v1 settings."""
+
+    policy_delay: int = hp(2, "Critic updates per actor (and target) update.")
+    target_policy_noise: float = hp(0.2, "Std of the Gaussian noise on the target action (smoothing).")
+    target_noise_clip: float = hp(0.5, "The target action noise is clipped to +-this.")
+    n_critics: int = hp(2, "Critics; the target takes their minimum (clipped double Q).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.policy_delay >= 1, "policy_delay", self.policy_delay, "at least 1")
+        check(self.target_policy_noise >= 0, "target_policy_noise", self.target_policy_noise,
+              "non-negative")
+        check(self.target_noise_clip >= 0, "target_noise_clip", self.target_noise_clip,
+              "non-negative")
+        check(self.n_critics >= 1, "n_critics", self.n_critics, "at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SACConfig(ContinuousConfig):
+    """Soft Actor-Critic (Haarnoja et al., 2018) with automatic entropy tuning; RL-Zoo Pendulum-v1
+    settings (learning_rate 1e-3, the rest Stable-Baselines3's defaults)."""
+
+    gamma: float = hp(0.99, "Discount factor.")
+    hidden_sizes: tuple[int, ...] = hp((256, 256), "Hidden layers of the default actor and critic MLPs.")
+    buffer_size: int = hp(1_000_000, "Replay capacity in transitions (preallocated).")
+    learning_starts: int = hp(100, "Env steps (over all envs) of uniform random actions before the first update.")
+    ent_coef_init: float = hp(1.0, "Initial entropy coefficient alpha.")
+    auto_entropy: bool = hp(True, "Tune alpha towards target_entropy; False keeps ent_coef_init.")
+    target_entropy: float | None = hp(None, "Entropy target of the tuning; None: -action_dim.")
+    target_update_interval: int = hp(1, "Gradient steps between target syncs.")
+    n_critics: int = hp(2, "Critics; targets and the actor take their minimum.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.ent_coef_init > 0 and math.isfinite(self.ent_coef_init), "ent_coef_init",
+              self.ent_coef_init, "a positive number")
+        check(self.target_entropy is None or math.isfinite(self.target_entropy),
+              "target_entropy", self.target_entropy, "a finite number or None")
+        check(self.target_update_interval >= 1, "target_update_interval",
+              self.target_update_interval, "at least 1")
+        check(self.n_critics >= 1, "n_critics", self.n_critics, "at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NAFConfig(DDPGConfig):
+    """Normalized Advantage Functions (Gu et al., 2016); the defaults are keras-rl's
+    examples/naf_pendulum.py where kerasrl has the knob (see the pendulum-naf preset)."""
+
+    learning_rate: float = hp(1e-3, "Adam step size of mu, V and L (one optimizer, one loss).")
+    gamma: float = hp(0.99, "Discount factor.")
+    max_grad_norm: float | None = hp(1.0, "Clip the global gradient norm to this (keras-rl's clipnorm); None: no clipping.")
+    hidden_sizes: tuple[int, ...] = hp((32, 32, 32), "Hidden layers of the default mu, V and L MLPs.")
+    buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
+    learning_starts: int = hp(100, "Env steps (over all envs) of uniform random actions before the first update.")
+    batch_size: int = hp(32, "Transitions per gradient step.")
+    tau: float = hp(1e-3, "Polyak step of the target V network at each gradient step.")
+    action_noise: str = hp("ornstein_uhlenbeck", "Exploration noise added to mu(s): 'normal', "
+                                                 "'ornstein_uhlenbeck' (keras-rl's) or 'none'.")
+    action_noise_std: float = hp(0.15, "Standard deviation of the exploration noise, in units of half the action "
+                                       "range (keras-rl's sigma 0.3 on Pendulum's [-2, 2]).")
+    reward_scale: float = hp(1.0, "Rewards are multiplied by this in the TD target (keras-rl's example "
+                                  "divides Pendulum's by 100).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.reward_scale > 0 and math.isfinite(self.reward_scale), "reward_scale",
+              self.reward_scale, "a positive number")
+
