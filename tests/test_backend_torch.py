@@ -1,4 +1,5 @@
-"""The PyTorch backend's traced graphs (kerasrl/backend/torch_fast.py) against eager execution.
+"""The PyTorch backend's traced graphs (kerasrl/backend/torch_fast.py, their rewrites in
+torch_fast_rewrites.py) against eager execution.
 
 The private PyTorch APIs behind the graphs fall back to public ones (eager PyTorch, or a slower
 graph) with one warning and the same results when they fail, or with KERASRL_FAST_PATHS=0.
@@ -32,7 +33,7 @@ else:
     import kerasrl
     from kerasrl import backend
     from kerasrl.backend import torch as torch_backend
-    from kerasrl.backend import torch_fast
+    from kerasrl.backend import torch_fast, torch_fast_rewrites
     from kerasrl.agents.base import variable_values
     from kerasrl.optim import Adam
 
@@ -324,7 +325,7 @@ else:
             assert not np.array_equal(a, backend.to_numpy(p))  # an update happened
         assert backend.adam_moments_step is torch_backend.adam_moments_step
 
-    # -- fast paths on private PyTorch APIs fall back to public ones (torch_fast.py) -------------
+    # -- fast paths on private PyTorch APIs fall back to public ones (torch_fast*.py) ------------
     def kerasrl_warnings(record):
         return [str(w.message) for w in record if str(w.message).startswith("kerasrl:")]
 
@@ -345,7 +346,7 @@ else:
         back as they were afterwards."""
         monkeypatch.setattr(backend, "_FELL_BACK", set())
         monkeypatch.setattr(torch_fast, "_support", None)
-        monkeypatch.setattr(torch_fast, "_onednn", None)
+        monkeypatch.setattr(torch_fast_rewrites, "_onednn", None)
 
     @pytest.fixture(scope="module")
     def eager_dqn():
@@ -419,7 +420,7 @@ else:
 
     def test_without_op_schemas_graphs_run_unsimplified_with_one_warning(
             monkeypatch, fresh_fast_paths, eager_dqn):
-        monkeypatch.setattr(torch_fast, "OpOverload", None)
+        monkeypatch.setattr(torch_fast_rewrites, "OpOverload", None)
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             traced = assert_dqn_matches_eager(eager_dqn)
@@ -458,7 +459,7 @@ else:
         assert "_linear_pointwise" in message and "aten.mm" in message
         (graph,) = traced.graphs.values()
         targets = [node.target for node in graph.fx.graph.nodes]
-        assert torch.ops.aten.mm.default in targets and torch_fast.onednn_mm() is None
+        assert torch.ops.aten.mm.default in targets and torch_fast_rewrites.onednn_mm() is None
 
     def test_fast_paths_off_in_process_compiles_eagerly_without_warnings(monkeypatch, eager_dqn):
         monkeypatch.setenv("KERASRL_FAST_PATHS", "0")
@@ -471,7 +472,7 @@ else:
         products through oneDNN."""
         traced = [v for v in vars(learner).values() if isinstance(v, torch_fast.Traced)]
         graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
-        onednn = any(node.target is torch_fast.onednn_mm() for g in graphs
+        onednn = any(node.target is torch_fast_rewrites.onednn_mm() for g in graphs
                      for node in g.fx.graph.nodes)
         return [bool(traced), bool(graphs), bool(graphs) and all(g.scripted for g in graphs), onednn]
 

@@ -25,7 +25,8 @@ BACKEND_MODULES = {
     "jax": {"kerasrl.backend.jax"},
     "tensorflow": {"kerasrl.backend.tensorflow", "kerasrl.backend.tensorflow_fast",
                    "kerasrl.backend.saved_model"},
-    "torch": {"kerasrl.backend.torch", "kerasrl.backend.torch_fast"},
+    "torch": {"kerasrl.backend.torch", "kerasrl.backend.torch_fast",
+              "kerasrl.backend.torch_fast_rewrites"},
 }
 
 

@@ -32,13 +32,14 @@ argument (JAX does that by itself). See docs/gpu.md.
 
 Everything else in kerasrl is written once with `keras.ops` and numpy.
 
-Fast paths on private framework APIs. Where a private API measurably pays, it lives in one module
-per backend: `torch_fast` (graphs traced with make_fx and replayed by TorchScript, oneDNN matrix
-products) and `tensorflow_fast` (calling traced functions through `ConcreteFunction._call_flat`,
-shapes through `EagerTensor._shape_tuple`). Each is guarded: when a private API is missing, raises
-or computes something else (a framework upgrade), kerasrl uses the public path instead (eager
-PyTorch or a slower graph; TensorFlow's public calls), with one RuntimeWarning naming what failed,
-and the same results. Set the environment variable `KERASRL_FAST_PATHS=0` (before the backend is
+Fast paths on private framework APIs. Where a private API measurably pays, it lives in the
+fast-path modules of its backend: `torch_fast` (graphs traced with make_fx and replayed by
+TorchScript; its graph rewrites, oneDNN matrix products among them, in `torch_fast_rewrites`) and
+`tensorflow_fast` (calling traced functions through `ConcreteFunction._call_flat`, shapes through
+`EagerTensor._shape_tuple`). Each is guarded: when a private API is missing, raises or computes
+something else (a framework upgrade), kerasrl uses the public path instead (eager PyTorch or a
+slower graph; TensorFlow's public calls), with one RuntimeWarning naming what failed, and the same
+results. Set the environment variable `KERASRL_FAST_PATHS=0` (before the backend is
 first used) to take the public paths only; JAX has no fast paths.
 
 Which backend runs: one rule, applied when kerasrl is imported.

@@ -1,7 +1,8 @@
 """PyTorch's fast path: compiled functions traced into graphs of aten ops and replayed.
 
-This is the one module of kerasrl that uses private PyTorch APIs; `kerasrl.backend.torch` imports
-it, and everything here has a public fallback (see the list below).
+This module and its graph rewrites (`kerasrl.backend.torch_fast_rewrites`) are the only ones of
+kerasrl that use private PyTorch APIs; `kerasrl.backend.torch` imports this one, and everything
+in both has a public fallback (see the list below).
 
 Eager PyTorch pays for Keras's Python on every op: a DQN gradient step through Keras layers took
 about 2 ms, acting on one observation about 350 us. `torch.compile` costs 13 to 33 s of
@@ -12,8 +13,8 @@ the backward ops of `torch.autograd.grad` inside `value_and_grad` (as AOTAutogra
 below Keras, whose Python then runs only once. The graph is then replayed by TorchScript's C++
 interpreter (about 1 us per op, against 4 us for the FX graph's Python). Later calls run only the
 graph: the same kernels in the same order, so results are bit-identical to eager execution, with
-one exception: large matrix products run through oneDNN instead of MKL (see ONEDNN_MIN_MACS), which
-differs by float summation order.
+one exception: large matrix products run through oneDNN instead of MKL (see
+`torch_fast_rewrites.ONEDNN_MIN_MACS`), which differs by float summation order.
 
 What a trace would get wrong runs eagerly instead, with one warning per function: a function that
 reads a tensor's value into Python (data-dependent control flow; Keras's seeded random ops, whose
@@ -29,17 +30,17 @@ first use; one RuntimeWarning names it; results stay the same):
   faster with one; without it make_fx makes its own.
 - TorchScript replay (`torch.jit.trace` of an FX graph, run with
   `torch._C._get_graph_executor_optimize` off): without it graphs run as the FX graph's Python code.
-- `torch.ops.mkldnn._linear_pointwise`, registered as `kerasrl::onednn_mm`: without it large
-  matrix products stay on `aten.mm`.
-- op schemas (`torch._ops.OpOverload._schema`), to merge repeated ops safely: without them graphs
-  run as traced, unsimplified.
+- `torch.ops.mkldnn._linear_pointwise`, registered as `kerasrl::onednn_mm` (in
+  `torch_fast_rewrites`): without it large matrix products stay on `aten.mm`.
+- op schemas (`torch._ops.OpOverload._schema`, in `torch_fast_rewrites`), to merge repeated ops
+  safely: without them graphs run as traced, unsimplified.
 - a graph that fails when first run: that signature runs eagerly.
 - Keras's current device read through `keras.src.backend.torch.core.get_device` (a private Keras
   function, 0.3 us) where `kerasrl.backend.torch` makes a tensor: without it, the device of a
   tensor that Keras makes (public, about 5 us a conversion).
 
 `KERASRL_FAST_PATHS=0` turns all of it off: `kerasrl.backend.torch.compile` then runs functions
-eagerly and this module is not used.
+eagerly and neither module is used.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kerasrl.backend import fall_back
+from kerasrl.backend.torch_fast_rewrites import onednn_matmuls, simplify
 from kerasrl.backend.tree import flatten as _flatten
 from kerasrl.backend.tree import unflatten as _unflatten
 
@@ -74,11 +76,6 @@ try:
 except Exception as _error:  # noqa: BLE001
     TracingContext = tracing = FakeTensorMode = None
     _IMPORT_ERRORS["TracingContext"] = _error
-try:
-    from torch._ops import OpOverload
-except Exception as _error:  # noqa: BLE001
-    OpOverload = None
-    _IMPORT_ERRORS["OpOverload"] = _error
 
 # Signatures kept per compiled function: acting at batch 1 and at n_envs, a training round with
 # and without a target sync, a last shorter chunk, need a handful.
@@ -90,8 +87,6 @@ MAX_OPS = 20_000
 # grows faster than linearly (0.5 s at 3,000 ops, 5 s at 13,000).
 MAX_SCRIPTED_OPS = 8_000
 
-# Ops that do nothing when no gradient is recorded.
-_NO_OPS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
 _EAGER = object()  # cache entry of a signature that runs eagerly
 
 
@@ -337,8 +332,8 @@ class Graph:
 
     def __init__(self, graph: torch.fx.GraphModule, out_structure, out_leaves, example_inputs,
                  script: bool):
-        _simplify(graph)
-        _onednn_matmuls(graph)
+        simplify(graph)
+        onednn_matmuls(graph)
         self.fx = self.module = self.run = graph
         self.scripted = False
         if script:
@@ -383,150 +378,6 @@ def _as_input(leaf, device):
     else:
         return None
     return tensor if device is None or device.type == "cpu" else tensor.to(device)
-
-
-# -- graph rewriting ---------------------------------------------------------------------------------
-def _simplify(graph: torch.fx.GraphModule) -> None:
-    """Fewer ops to dispatch, same results: drop detach and alias (no-ops without autograd), ops
-    repeated on the same inputs (Keras recomputes `tau >= 1` for every weight), and dead code.
-
-    A repeat is merged only when it is pure and neither it nor the op it would reuse is written
-    to in place or returned (two outputs must not become one tensor). What is written to is read
-    from the op schemas; without them the graph is left as traced."""
-    nodes = graph.graph.nodes
-    try:
-        written = _written_nodes(nodes)
-    except Exception as error:  # noqa: BLE001 -- cannot tell what is safe to merge: merge nothing
-        fall_back("op schemas (torch._ops.OpOverload._schema)", error,
-                  "traced graphs run unsimplified")
-        return
-    returned = set(graph.graph.output_node().all_input_nodes)
-    first = {}
-    for node in list(nodes):
-        if node.op != "call_function":
-            continue
-        if node.target in _NO_OPS:
-            node.replace_all_uses_with(node.args[0])
-            graph.graph.erase_node(node)
-            continue
-        if node.is_impure() or node in written or node in returned:
-            continue
-        key = (node.target, _hashable(node.args), _hashable(node.kwargs))
-        try:
-            earlier = first.setdefault(key, node)
-        except TypeError:  # an argument that cannot be compared
-            continue
-        if earlier is not node:
-            node.replace_all_uses_with(earlier)
-            graph.graph.erase_node(node)
-    graph.graph.eliminate_dead_code()  # keeps random and in-place ops
-    graph.recompile()
-
-
-def _written_nodes(nodes) -> set:
-    """The results, and the bases of views, that an in-place op of the graph writes to."""
-    written = set()
-    for node in nodes:
-        for tensor in _written_args(node):
-            while isinstance(tensor, torch.fx.Node):
-                written.add(tensor)
-                tensor = tensor.args[0] if _is_view(tensor) else None
-    return written
-
-
-def _schema(node):
-    if node.op == "call_function" and isinstance(node.target, OpOverload):
-        return node.target._schema
-    return None
-
-
-def _written_args(node):
-    """The arguments of `node` that it writes to in place."""
-    schema = _schema(node)
-    if schema is None or not schema.is_mutable:
-        return []
-    values = dict(zip((a.name for a in schema.arguments), node.args), **node.kwargs)
-    return [values.get(a.name) for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write]
-
-
-def _is_view(node) -> bool:
-    """Whether `node`'s result shares memory with its first argument."""
-    schema = _schema(node)
-    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
-                and node.args)
-
-
-def _hashable(args):
-    """`args` as a hashable key; numbers keep their type (`x + 1` is not `x + 1.0`)."""
-    if isinstance(args, (list, tuple)):
-        return type(args), tuple(_hashable(a) for a in args)
-    if isinstance(args, dict):
-        return dict, tuple((k, _hashable(v)) for k, v in args.items())
-    return type(args), args
-
-
-# Matrix products of at least this many multiply-adds run through oneDNN instead of MKL. On this
-# machine's AMD CPU MKL's sgemm ran at about a third of XLA's speed (a 1024x256 by 256x256
-# product: 1.35 ms against 0.36 ms), oneDNN at 0.6 ms (64x256 by 256x256: 88, 50 and 41 us;
-# 1024x256 by 256x2: MKL 223 us, oneDNN 68); below about 500k multiply-adds oneDNN's fixed cost
-# (about 10 us) loses. A fixed rule, not a timing, so that a graph computes the same in every
-# run. Results differ from MKL's by summation order (~5e-7).
-ONEDNN_MIN_MACS = 1 << 19
-
-_onednn = None  # the op, False when unavailable, None before the first large product
-
-
-def onednn_mm():
-    """`kerasrl::onednn_mm(a, b) = a @ b` through oneDNN's linear op, defined and checked on first
-    use; None when this PyTorch has no oneDNN or its op fails."""
-    global _onednn
-    if _onednn is None:
-        _onednn = _define_onednn_mm() or False
-    return _onednn or None
-
-
-def _define_onednn_mm():
-    # An op of its own: TorchScript cannot record oneDNN's op directly (it takes a list of
-    # optional scalars).
-    if not torch.backends.mkldnn.is_available():
-        return None  # a build without oneDNN: nothing failed
-    try:
-        if not hasattr(torch.ops.kerasrl, "onednn_mm"):  # once per process (the library lives on)
-            torch.library.define("kerasrl::onednn_mm", "(Tensor a, Tensor b) -> Tensor")
-            torch.library.impl("kerasrl::onednn_mm", "CPU", lambda a, b: (
-                torch.ops.mkldnn._linear_pointwise.default(a, b.t(), None, "none", [], "")))
-        op = torch.ops.kerasrl.onednn_mm.default
-        # Small integers: exact in float32 whatever the summation order.
-        a = (torch.arange(24, dtype=torch.float32) % 7).reshape(4, 6)
-        b = (torch.arange(18, dtype=torch.float32) % 5).reshape(6, 3)
-        if not torch.equal(op(a, b), a @ b):
-            raise RuntimeError("it computed a wrong product")
-        return op
-    except Exception as error:  # noqa: BLE001
-        fall_back("oneDNN matrix products (torch.ops.mkldnn._linear_pointwise)", error,
-                  "large matrix products stay on aten.mm (MKL)")
-        return None
-
-
-def _onednn_matmuls(graph: torch.fx.GraphModule) -> None:
-    """Large float32 `mm` nodes of a traced graph to `kerasrl::onednn_mm` (see ONEDNN_MIN_MACS)."""
-    changed = False
-    for node in graph.graph.nodes:
-        if node.target is not torch.ops.aten.mm.default:
-            continue
-        a, b = (arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None for arg in node.args)
-        if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-                and a.device.type == b.device.type == "cpu"  # oneDNN is a CPU library
-                and a.dtype == b.dtype == torch.float32
-                and a.shape[0] * a.shape[1] * b.shape[1] >= ONEDNN_MIN_MACS):
-            op = onednn_mm()
-            if op is None:
-                return
-            node.target = op
-            changed = True
-    if changed:
-        graph.recompile()
 
 
 # -- tracing helpers ---------------------------------------------------------------------------------
