@@ -60,7 +60,7 @@ def test_a_round_with_n_step_returns_and_prioritized_replay_is_the_python_loops(
     `update_priorities` of the round's TD errors (bit for bit on JAX the loop's own update of the
     Python loop's TD errors)."""
     import kerasrl
-    from kerasrl.compiled.dqn import updated_priorities
+    from kerasrl.compiled.value_learning import updated_priorities
     from kerasrl.compiled.engine import CompiledEngine
 
     agent = kerasrl.DQN("kerasrl/OpsCartPole-v1", seed=0, n_step_return=3, prioritized_replay=True,
@@ -115,7 +115,7 @@ def test_prioritized_draws_are_the_sum_trees_for_the_same_uniforms():
     distribution; its importance weights are the buffer's formula. Unwritten rows (priority 0)
     are never drawn."""
     from kerasrl.buffers import SumTree
-    from kerasrl.compiled.dqn import prioritized_sample
+    from kerasrl.compiled.value_learning import prioritized_sample
 
     rng = np.random.default_rng(0)
     size, stored, beta = 1000, 700, 0.5
@@ -196,7 +196,7 @@ def test_boltzmann_exploration_in_the_compiled_loop_follows_the_temperature():
     """Near zero temperature the draws are the greedy actions; at a huge one, uniform."""
     from keras import ops
 
-    from kerasrl.compiled.dqn import behaviour_actions
+    from kerasrl.compiled.value_learning import behaviour_actions
 
     def draws(temperature):
         loop = CompiledDQN("CartPole", seeds=0, exploration="boltzmann", random_warmup=False,

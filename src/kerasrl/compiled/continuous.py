@@ -389,7 +389,7 @@ class CompiledOffPolicy(CompiledLoop):
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the deterministic policy of seed `index` over `n_episodes`
         games (one episode each, run together in one compiled call)."""
-        from kerasrl.compiled.dqn import greedy_returns
+        from kerasrl.compiled.evaluation import greedy_returns
 
         return greedy_returns(self.env, self.env_params, self.agent.actor, self.seed_state(index)["learner"],
                               n_episodes, seed, max_steps, cache=self._calls, act=self._greedy)

@@ -26,7 +26,8 @@ Replay as the agent's buffers (kerasrl.buffers), on rows held in the runner stat
 are `returns.n_step_returns_ops` (the Python buffer's `n_step_returns` in keras.ops, tested
 together); prioritized replay keeps one priority**alpha per row ("priorities", the sum tree's
 leaves) and the largest priority seen, and samples, weights and updates them as
-`PrioritizedReplayBuffer` does (`prioritized_sample`, `updated_priorities`).
+`PrioritizedReplayBuffer` does (`compiled.value_learning`'s `prioritized_sample` and
+`updated_priorities`).
 """
 
 from __future__ import annotations
@@ -50,109 +51,18 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
+from kerasrl.compiled.evaluation import greedy_returns
+from kerasrl.compiled.value_learning import (
+    behaviour_actions,
+    prioritized_sample,
+    round_in_parts,
+    sync_tau_and_learning_rate,
+    updated_priorities,
+)
 from kerasrl.agents.q_learner import exploration_rate
 from kerasrl.config import DQNConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
-
-
-def prioritized_sample(priorities, stored, u, beta):
-    """Rows drawn in proportion to `priorities` (p**alpha per row, 0 for rows not yet written),
-    and their importance weights: `PrioritizedReplayBuffer.sample_indices` and `gather` in
-    keras.ops.
-
-    Stratified as the buffer draws: draw j of the (G, B) `u` (uniform in [0, 1), in row-major
-    order) takes the mass (j + u_j) * total / (G * B). A sum tree finds a mass's row in log time
-    per draw where priorities change a few at a time; inside a compiled round the inverse CDF over
-    one cumulative sum of all rows (searchsorted) finds the same row, so the distribution is the
-    buffer's. `stored` (int32): rows written (the ones with priorities); `beta`: the importance
-    exponent now. Weights (N P(i))**-beta over the largest of the round's draws, as the buffer's.
-    Returns (rows (G, B) int32, weights (G, B) float32)."""
-    from keras import ops
-
-    shape, count = u.shape, u.shape[0] * u.shape[1]
-    cumulative = ops.cumsum(priorities)
-    total = cumulative[-1]
-    masses = (ops.reshape(ops.arange(count, dtype="float32"), shape) + u) * (total / count)
-    rows = ops.searchsorted(cumulative, ops.reshape(masses, (-1,)), side="right")
-    # A mass rounded up to the total would land past the last row written: the buffer clips it
-    # below the total, the same row.
-    rows = ops.minimum(ops.cast(rows, "int32"), stored - 1)
-    probabilities = ops.take(priorities, rows, axis=0) / total
-    weights = ops.power(ops.cast(stored, "float32") * probabilities, -beta)
-    weights = weights / ops.max(weights)
-    return ops.reshape(rows, shape), ops.reshape(weights, shape)
-
-
-def updated_priorities(priorities, max_priority, rows, td_errors, alpha: float, eps: float):
-    """`PrioritizedReplayBuffer.update_priorities` in keras.ops: rows (any shape, int32) get
-    (|TD error| + eps)**alpha, the last of a row drawn twice winning (as the buffer's sum tree
-    writes them), and the largest priority seen grows. Returns (priorities, max_priority)."""
-    from keras import ops
-
-    rows = ops.reshape(rows, (-1,))  # in draw order: the round's batches one after another
-    new = ops.abs(ops.reshape(td_errors, (-1,))) + eps
-    # Scatters with repeated indices write in no set order: each row takes the value of its
-    # last draw (the largest position drawing it), so repeated writes are of one value.
-    positions = ops.arange(new.shape[0], dtype="int32")
-    last = ops.take(ops.segment_max(positions, rows, num_segments=priorities.shape[0]), rows, axis=0)
-    # A functional scatter (in place inside XLA's loops): this runs inside compiled pieces on
-    # PyTorch too, where `backend.write_rows` may not.
-    priorities = backend.scatter_rows(priorities, rows, ops.power(ops.take(new, last, axis=0), alpha))
-    return priorities, ops.maximum(max_priority, ops.max(new))
-
-
-def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action):
-    """A value agent's behaviour policy inside a compiled loop, drawn as its Python loop draws:
-    epsilon-greedy (`u < rate`: `random_action`, else greedy), or with
-    `exploration="boltzmann"` from softmax(Q / rate) by one uniform `u` per row against the
-    cumulative probabilities (`policies.boltzmann`). `u` (B,) in [0, 1), `random_action` (B,)."""
-    from keras import ops
-
-    from kerasrl.losses import boltzmann_probs
-
-    if exploration == "boltzmann":
-        q = learner.action_values(learner_state, observations)
-        cumulative = ops.cumsum(boltzmann_probs(q, rate), axis=-1)
-        cumulative = cumulative / cumulative[:, -1:]  # exactly 1 at the end, as the agent's
-        # The first action whose cumulative probability exceeds u.
-        return ops.sum(ops.cast(cumulative <= ops.expand_dims(u, -1), "int32"), axis=-1)
-    return ops.where(u < rate, random_action, learner.greedy(learner_state, observations))
-
-
-def round_in_parts(loop, learner_state, batches, learning_rate, target_tau):
-    """A value learner's round on `batches` (G, B, ...) as its Python loop runs it: in the parts
-    `loop.learner.round_parts(G)` gives, the target sync with the first; each part a compiled
-    piece where loops are Python (`CompiledLoop._piece`). Returns (learner state, loss sum, the
-    head's priorities (G, B): DQN's TD errors)."""
-    from keras import ops
-    from keras import tree
-
-    n_steps = batches["actions"].shape[0]
-    loss_sum = ops.zeros((), "float32")
-    td_errors = []
-    for start, stop in loop.learner.round_parts(n_steps):
-        part = tree.map_structure(lambda x: x[start:stop], batches)
-        tau = target_tau if start == 0 else ops.zeros((), "float32")
-        learner_state, loss, td = loop._piece(("round", stop - start), loop.learner.round)(
-            learner_state, part, learning_rate, tau)
-        loss_sum = loss_sum + loss * (stop - start)
-        td_errors.append(td)
-    return learner_state, loss_sum, td_errors[0] if len(td_errors) == 1 else ops.concatenate(td_errors)
-
-
-def sync_tau_and_learning_rate(config, pending_syncs, timesteps, total_steps):
-    """The Polyak step of the target syncs due (QAgentMixin._take_target_tau, in float32 here) and
-    the learning rate now (Agent._learning_rate), as tensors inside a compiled round."""
-    from keras import ops
-
-    k = ops.cast(pending_syncs, "float32")
-    tau = ops.where(k > 0, 1.0 - ops.power(1.0 - config.tau, k), 0.0)
-    learning_rate = ops.convert_to_tensor(config.learning_rate, "float32")
-    if config.lr_schedule == "linear":
-        learning_rate = config.learning_rate * linear_schedule(
-            1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
-    return tau, learning_rate
 
 
 class CompiledDQN(CompiledLoop):
@@ -476,53 +386,3 @@ class CompiledDQN(CompiledLoop):
         (one episode each, run together in one compiled call)."""
         return greedy_returns(self.env, self.env_params, self.model, self.seed_state(index)["learner"], n_episodes,
                               seed, max_steps, cache=self._calls, act=self.learner.greedy)
-
-
-def greedy_returns(env, params, model, weights, n_episodes: int, seed: int, max_steps: int | None = None,
-                   cache: dict | None = None, act=None):
-    """Returns of one episode in each of `n_episodes` games, acting by argmax of `model` with
-    `weights` (a list, trainable then non-trainable), or by `act(weights, observations)` with
-    `weights` any tree of arrays (a learner's state); the episode must end within `max_steps`
-    (default: the env's time limit). `cache` keeps the compiled evaluation between calls (one per
-    number of games and step limit)."""
-    from keras import ops
-
-    from kerasrl.envs.ops.base import make_rng
-    from kerasrl.models import stateless_apply
-
-    limit = max_steps or params.max_steps
-    if limit is None:
-        raise ValueError(f"{env.name} has no time limit: give max_steps= to evaluate.")
-    if act is None:
-        n_trainable = len(model.trainable_variables)
-
-        def act(weights, observations):
-            out, _ = stateless_apply(model, weights[:n_trainable], weights[n_trainable:], observations, False)
-            return ops.cast(ops.argmax(out, axis=-1), "int32")
-
-    def run(weights, rng):
-        obs, state = env.reset(rng, params)
-        returns = ops.zeros((n_episodes,), "float32")
-        running = ops.ones((n_episodes,), "bool")
-
-        def body(i, carry):
-            obs, state, returns, running = carry
-            actions = act(weights, obs)
-            obs, state, reward, terminated, truncated, _ = env.step(state, actions, params)
-            returns = returns + ops.where(running, reward, 0.0)
-            running = ops.logical_and(running, ops.logical_not(ops.logical_or(terminated, truncated)))
-            return obs, state, returns, running
-
-        _, _, returns, running = backend.fori_loop(0, limit, body, (obs, state, returns, running))
-        return returns, running
-
-    cache = {} if cache is None else cache
-    key = ("greedy_returns", n_episodes, limit, act)
-    if key not in cache:
-        cache[key] = backend.compile(run)
-    returns, running = backend.to_numpy(cache[key](backend.to_tensors(weights),
-                                                   backend.feed(make_rng(seed, n_episodes))))
-    if np.any(running):
-        raise ValueError(f"{int(np.sum(running))} of {n_episodes} evaluation games did not end within {limit} steps; "
-                         "give a larger max_steps=.")
-    return float(np.mean(returns)), np.asarray(returns)

@@ -398,7 +398,7 @@ class CompiledPPO(CompiledLoop):
 
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the greedy (argmax) policy of seed `index`."""
-        from kerasrl.compiled.dqn import greedy_returns
+        from kerasrl.compiled.evaluation import greedy_returns
 
         state = self.seed_state(index)
         return greedy_returns(self.env, self.env_params, self.actor,

@@ -6,7 +6,7 @@ draw a' at each transition's final observation from the behaviour policy, and th
 each reset game's first observation), then, once more than `learning_starts` env steps are in,
 any due target sync and `gradient_steps` steps of the agent's `QLearner.round` on those
 `n_steps * n_envs` transitions, which are then dropped. Behaviour: epsilon-greedy or Boltzmann
-(`compiled.dqn.behaviour_actions`), at the rate of `exploration_rate`, as the agent's.
+(`compiled.value_learning.behaviour_actions`), at the rate of `exploration_rate`, as the agent's.
 
 What is the loop's own: the transitions held as tensors for one round, xorshift random streams (the
 agent draws with numpy, so the two loops take different actions from the same state), the
@@ -38,7 +38,8 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
-from kerasrl.compiled.dqn import behaviour_actions, greedy_returns, round_in_parts, sync_tau_and_learning_rate
+from kerasrl.compiled.evaluation import greedy_returns
+from kerasrl.compiled.value_learning import behaviour_actions, round_in_parts, sync_tau_and_learning_rate
 from kerasrl.config import SARSAConfig
 from kerasrl.envs.ops.gym import make_ops_env
 
