@@ -66,6 +66,56 @@ def python_loop(backend: str, algo: str, device: str) -> dict:
             "updates": len(agent.history.losses)}
 
 
+# The placement sweep: network sizes around the bound of "auto"'s host learning, fewer steps.
+PLACEMENT_HIDDEN = {"dqn": (64, 256), "ppo": (64, 256)}
+PLACEMENT_STEPS = {"dqn": (1_280, 1_024), "ppo": (512, 1_024)}  # (warm-up, timed): 512 updates / 80
+
+
+def placement(backend: str, side: str) -> dict:
+    """Where small networks should learn: RL-Zoo DQN and PPO on CartPole-v1 at several hidden
+    sizes, through the Python loop. Side "cpu" (a process pinned to one core): `device="cpu"`.
+    Side "gpu": learning on the GPU with host acting (what "auto" did before its host-learning
+    rule: the rule's bound set to 0 for the run), `device="auto"` as it is, and for the RL-Zoo DQN
+    `device="gpu"` (acting on the GPU too)."""
+    os.environ["KERAS_BACKEND"] = backend
+    sys.path.insert(0, str(HERE))
+    import numpy as np
+
+    import kerasrl
+    from kerasrl import devices
+    from kerasrl_runs import kerasrl_dqn_settings
+    from kerasrl.presets import PRESETS
+
+    bound = dict(devices.HOST_LEARNING_MAX_WORK)
+    rows = []
+    for algo, sizes in PLACEMENT_HIDDEN.items():
+        settings = kerasrl_dqn_settings("zoo") if algo == "dqn" else dict(PRESETS["cartpole-ppo"].config)
+        for hidden in sizes:
+            modes = ["cpu"] if side == "cpu" else ["gpu-learning", "auto"] + (
+                ["gpu"] if algo == "dqn" and hidden == 256 else [])
+            for mode in modes:
+                devices.HOST_LEARNING_MAX_WORK[backend] = 0 if mode == "gpu-learning" else bound[backend]
+                agent_class = kerasrl.DQN if algo == "dqn" else kerasrl.PPO
+                warm, timed = PLACEMENT_STEPS[algo]
+                try:
+                    agent = agent_class("CartPole-v1", seed=0, **{**settings, "hidden_sizes": (hidden, hidden)},
+                                        device="auto" if mode == "gpu-learning" else mode)
+                    agent.fit(warm, progress=False)
+                    start = time.perf_counter()
+                    agent.fit(warm + timed, progress=False)
+                    wall = time.perf_counter() - start
+                except Exception as error:  # noqa: BLE001 - one row lost, not the sweep
+                    rows.append({"algo": algo, "hidden": hidden, "mode": mode, "error": repr(error)[:300]})
+                    continue
+                params = sum(int(np.prod(w.shape)) for m in agent.learner.models.values() for w in m.weights)
+                rows.append({"algo": algo, "hidden": hidden, "mode": mode, "steps_per_s": timed / wall,
+                             "params": params, "work": params * agent.rows_per_gradient_step,
+                             "learning": str(agent.learner.placement.learning),
+                             "acting": str(agent.learner.acting_device)})
+                print(json.dumps(rows[-1]), flush=True)
+    return {"rows": rows, "bound": bound[backend], "devices": kerasrl.backend.devices()}
+
+
 def agreement(backend: str, full_precision: str) -> dict:
     """One seed of DQN (tests/test_gpu.py's run: 200 updates) with `device="cpu"` and with
     `device="gpu"` in one process: how far the losses and weights drift apart, and whether the
@@ -104,6 +154,10 @@ def jobs(parts: list[str]) -> list[dict]:
             # DQN shows what acting on the GPU costs ("gpu"); PPO acts in batches of 8 envs
             for backend in ("jax", "torch"):
                 out.append(dict(part="python", backend=backend, algo=algo, device=device))
+    if "placement" in parts:
+        for backend in ("jax", "torch"):
+            for side in ("gpu", "cpu"):
+                out.append(dict(part="placement", backend=backend, side=side))
     if "agreement" in parts:
         for full_precision in ("1", "0"):
             for backend in ("jax", "torch"):
@@ -130,8 +184,10 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
            "JAX_PLATFORMS": ""}
     if job["part"] == "agreement":
         return [sys.executable, __file__, "--worker", json.dumps(job), "--json", out], env
-    if job["part"] == "python":
+    if job["part"] in ("python", "placement"):
         argv = [sys.executable, __file__, "--worker", json.dumps(job), "--json", out]
+        if job.get("side") == "cpu":  # one core of this machine, as the target reads
+            argv = ["taskset", "-c", os.environ.get("CPU_CORE", "2"), *argv]
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERASRL_TORCH_THREADS"):
             env[name] = "1"
         env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -186,6 +242,27 @@ def summarize(path: Path) -> str:
             continue
         lines.append(f"| {r['backend']} | {r['algo']} | {r['device']} | {r['steps_per_s']:,.0f} | "
                      f"{r['cpu'] / r['wall']:.2f} | {r['acting_device']} |")
+    lines += ["", "| backend | algorithm | hidden | parameters x batch | CPU, one core | GPU learning, host acting | "
+              "auto | auto / CPU | auto learns on | GPU acting too |", "|---|---|---|---|---|---|---|---|---|---|"]
+    sweep = {}
+    for r in rows:
+        if r["part"] == "placement":
+            for row in r.get("rows", []):
+                if "error" in row:
+                    lines.append(f"| {r['backend']} | {row['algo']} | {row['hidden']} ({row['mode']}): "
+                                 f"{row['error'][:80]} | | | | | | | |")
+                    continue
+                sweep.setdefault((r["backend"], row["algo"], row["hidden"]), {})[row["mode"]] = row
+            if "error" in r:
+                lines.append(f"| {r['backend']} ({r['side']}) | {r['error'][:80]} | | | | | | | | |")
+    for (backend, algo, hidden), modes in sweep.items():
+        speed = {mode: row["steps_per_s"] for mode, row in modes.items()}
+        any_row = next(iter(modes.values()))
+        ratio = speed["auto"] / speed["cpu"] if "auto" in speed and "cpu" in speed else None
+        lines.append(f"| {backend} | {algo} | {hidden}x{hidden} | {any_row['work']:,} | "
+                     f"{num(speed.get('cpu'), ',.0f')} | {num(speed.get('gpu-learning'), ',.0f')} | "
+                     f"{num(speed.get('auto'), ',.0f')} | {num(ratio, '.2f')} | "
+                     f"{modes['auto']['learning'] if 'auto' in modes else ''} | {num(speed.get('gpu'), ',.0f')} |")
     lines += ["", "| backend | full precision | updates | losses: max relative difference | at first 10 | "
               "first update that differs | weights: max relative difference | same episodes |",
               "|---|---|---|---|---|---|---|---|"]
@@ -201,7 +278,7 @@ def summarize(path: Path) -> str:
     lines += ["", "| setting | seeds | library | backend | full precision | steps/s after compile | "
               "steps/s incl. compile | compile s | setup s | eval return |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if r["part"] in ("python", "agreement"):
+        if r["part"] in ("python", "agreement", "placement"):
             continue
         full = "off" if r.get("full_precision") == "0" else ("on" if r["library"] == "kerasrl" else "")
         head = f"| {r['setting']} | {r['seeds']} | {r['library']} | {r['backend']} | {full} |"
@@ -230,6 +307,8 @@ def main() -> None:
         job = json.loads(args.worker)
         if job["part"] == "agreement":
             result = agreement(job["backend"], job["full_precision"])
+        elif job["part"] == "placement":
+            result = placement(job["backend"], job["side"])
         else:
             result = python_loop(job["backend"], job["algo"], job["device"])
         Path(args.json).write_text(json.dumps(result))

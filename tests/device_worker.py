@@ -2,6 +2,7 @@
 
     python device_worker.py tensors OUT_DIR   (KERAS_BACKEND=jax, tensorflow or torch)
     python device_worker.py agents OUT_DIR    (KERAS_BACKEND=jax)
+    python device_worker.py host OUT_DIR      (KERAS_BACKEND=jax)
 
 A process sees two CPU devices: JAX through XLA_FLAGS=--xla_force_host_platform_device_count=2,
 TensorFlow through two logical CPUs; both must be set before the framework starts, hence a
@@ -134,10 +135,61 @@ def check_agents(out: Path) -> None:
             np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
 
 
+def check_host_learning(out: Path) -> None:
+    """device="auto" on a machine with an accelerator, stood in for by cpu:1 (the default device:
+    everything runs inside keras.device("cpu:1"), and kerasrl is told that an accelerator is
+    visible): a small MLP's learner keeps its state on the host, cpu:0, and acts there; a large
+    one learns on the "accelerator" and acts from a host copy. Both train, the small one through
+    the Python loop, the compiled loop (which runs on the accelerator and hands its state back)
+    and the Python loop again; both save, load and predict; JAX refuses a jitted call on arrays committed to two devices, so a tensor made on the
+    wrong side raises."""
+    from kerasrl import devices
+
+    from kerasrl.backend import jax as jax_backend
+
+    # "auto" now sees an accelerator (the default device, cpu:1): the backend's own function and
+    # the name kerasrl.backend re-exports from it.
+    jax_backend.on_cpu = backend.on_cpu = lambda: False
+    obs = np.zeros((3, 4), np.float32)
+    devices.HOST_LEARNING_MAX_WORK["jax"] = 10_000  # the rule, with a bound these nets straddle
+    small = dict(hidden_sizes=(16,), batch_size=16)  # at most 114 parameters x 16 rows: the host
+    large = dict(hidden_sizes=(32, 32), batch_size=32)  # at least 1,250 x 32: the accelerator
+    common = dict(seed=0, check_env=False, n_envs=2)
+    runs = (("dqn", kerasrl.DQN, dict(learning_starts=32, train_freq=8, buffer_size=256,
+                                      target_update_interval=64)),
+            ("ppo", kerasrl.PPO, dict(n_steps=32, n_epochs=1)))
+    with keras.device("cpu:1"):
+        for name, agent_class, settings in runs:
+            for size, net in (("small", small), ("large", large)):
+                agent = agent_class("kerasrl/OpsCartPole-v1", **settings, **net, **common)
+                learner = agent.learner
+                expected = "cpu:0" if size == "small" else "cpu:1"
+                assert learner.placement.learning == ("cpu:0" if size == "small" else None)
+                assert learner.acting_device == (None if size == "small" else "cpu:0")
+                assert device_of(learner.state) == expected, (name, size)
+                # The compiled loop runs on the accelerator and hands a small learner's state back
+                # to the host (a large learner's stays where it is: the second-device check).
+                fits = (("local", 96), ("compiled", 192), ("local", 288)) if size == "small" else (
+                    ("local", 96),)
+                for engine, steps in fits:
+                    updates = len(agent.history.losses)
+                    agent.fit(steps, progress=False, engine=engine)
+                    assert len(agent.history.losses) > updates, f"{name} {size} did not train ({engine})"
+                    assert device_of(learner.state) == expected, (name, size, engine)
+                    assert device_of(learner.acting_weights()) == "cpu:0", (name, size, engine)
+                assert agent.predict(obs).shape == (3,)
+                agent.save(out / f"{name}-{size}")
+                loaded = agent_class.load(out / f"{name}-{size}")
+                assert device_of(loaded.learner.state) == expected, (name, size, "loaded")
+                np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
+
+
 if __name__ == "__main__":
     what, out_dir = sys.argv[1], Path(sys.argv[2])
     if what == "tensors":
         check_tensors()
+    elif what == "host":
+        check_host_learning(out_dir)
     else:
         check_agents(out_dir)
     print("ok")

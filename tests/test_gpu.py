@@ -3,8 +3,9 @@
 Skipped where the backend sees no accelerator (tests/conftest.py): a hardware tier, run on a GPU
 machine with the CUDA builds of the frameworks. What it holds, on each backend that sees the GPU:
 
-- learning where deep RL is trained: `device="auto"` puts the learner's state on the GPU and a
-  small MLP acts in the Python loop from a host copy of the weights (docs/gpu.md);
+- learning where deep RL is trained: `device="auto"` keeps a small MLP's learner on the host,
+  puts a larger one's state on the GPU, acting in the Python loop from a host copy of its weights
+  (docs/gpu.md), and README.md's Python example trains unchanged;
 - the same seed on the CPU and on the GPU (full float32 precision, the default) gives the same
   first 200 updates within GPU_CPU_RTOL and the same actions;
 - DQN, PPO and SAC pass their short learning checks (tests/agents) on the GPU;
@@ -71,20 +72,43 @@ DQN_SEED_RUN = dict(seed=0, learning_starts=100, train_freq=1, gradient_steps=1,
 PPO_SEED_RUN = dict(seed=0, n_envs=4, n_steps=32, batch_size=64, n_epochs=4, check_env=False)
 
 
-def test_auto_learns_on_the_gpu_and_a_small_mlp_acts_from_a_host_copy():
+def test_auto_learns_small_networks_on_the_host_and_large_ones_on_the_gpu_acting_on_the_host():
     assert not backend.on_cpu() and any(d.startswith("gpu") for d in backend.devices())
-    agent = kerasrl.DQN("CartPole-v1", **DQN_SEED_RUN)
-    assert agent.device == "auto" and agent.learner.acting_device == backend.devices()[0]
-    agent.fit(300, progress=False)
-    on(agent, "gpu")
-    params, non_trainable = agent.learner.acting_weights()
-    assert kinds((params, non_trainable)) == {"cpu"}
-    np.testing.assert_allclose(agent.learner.q_values(OBS), agent.policy.q_values(OBS),
+    host = backend.devices()[0]
+    small = kerasrl.DQN("CartPole-v1", **DQN_SEED_RUN)  # 64x64, batches of 32: 141k, the host
+    assert small.device == "auto" and small.learner.placement.learning == host
+    assert small.learner.acting_device is None  # acts where it learns
+    small.fit(300, progress=False)
+    assert kinds(small.learner.state) == {"cpu"} and kinds(small.learner.acting_weights()) == {"cpu"}
+
+    large = kerasrl.DQN("CartPole-v1", **{**DQN_SEED_RUN, "hidden_sizes": (512, 512),
+                                          "batch_size": 256})  # 267k x 256: the GPU
+    assert large.learner.placement.learning is None and large.learner.acting_device == host
+    large.fit(300, progress=False)
+    on(large, "gpu")
+    assert kinds(large.learner.acting_weights()) == {"cpu"}
+    np.testing.assert_allclose(large.learner.q_values(OBS), large.policy.q_values(OBS),
                                rtol=1e-5, atol=1e-6)
     pinned = kerasrl.DQN("CartPole-v1", device=GPU, **DQN_SEED_RUN)
     assert pinned.learner.acting_device is None  # a named device: acting there too
     pinned.fit(150, progress=False)
     on(pinned, "gpu")
+
+
+def test_the_readme_python_example_trains_unchanged(tmp_path, monkeypatch):
+    """A user with a GPU runs README.md's first Python block as it stands: it trains (50k steps)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "agent.fit(total_steps=50_000)" in block
+    monkeypatch.chdir(tmp_path)  # it saves to runs/cartpole
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    agent = namespace["agent"]
+    assert agent.num_timesteps == 50_000 and len(agent.history.losses) > 1000
+    assert np.all(np.isfinite(agent.history.losses))
+    assert agent.evaluate(episodes=10)["mean_return"] > 100  # it learned (random play: about 22)
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "ppo"])
@@ -119,7 +143,7 @@ def test_cpu_and_gpu_runs_of_one_seed_agree(algorithm):
 
 def test_dqn_learns_the_identity_env_on_the_gpu():
     """tests/agents/test_dqn.py's short check, learning on the GPU."""
-    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, learning_rate=1e-3,
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, device=GPU, learning_rate=1e-3,
                         learning_starts=200, train_freq=1, batch_size=32,
                         target_update_interval=100, exploration_fraction=0.3, gamma=0.9,
                         buffer_size=5000)
@@ -130,7 +154,7 @@ def test_dqn_learns_the_identity_env_on_the_gpu():
 
 def test_ppo_learns_a_continuous_target_on_the_gpu():
     """tests/agents/test_ppo.py's short continuous check, learning on the GPU."""
-    agent = kerasrl.PPO(TargetEnv, seed=0, n_envs=4, n_steps=64, batch_size=64, n_epochs=4,
+    agent = kerasrl.PPO(TargetEnv, seed=0, device=GPU, n_envs=4, n_steps=64, batch_size=64, n_epochs=4,
                         learning_rate=3e-3, gamma=0.9, gae_lambda=0.9)
     before = agent.evaluate(episodes=10)["mean_return"]
     agent.fit(20_000, progress=False)
@@ -147,7 +171,7 @@ def test_sac_learns_the_best_action_of_a_continuous_bandit_on_the_gpu():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "agents"))
     from continuous_checks import check_learns_the_target, trained_agent
 
-    agent, before = trained_agent(kerasrl.SAC)
+    agent, before = trained_agent(kerasrl.SAC, device=GPU)
     on(agent, "gpu")
     check_learns_the_target(agent, before)
 

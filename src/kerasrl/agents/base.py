@@ -107,14 +107,15 @@ class Agent:
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, device: str = "auto",
                  **hyperparameters):
-        # Where it learns and acts (docs/gpu.md): checked first, so a wrong name fails at once.
-        self.placement = devices.placement(device)
+        devices.check(device)  # checked first, so a wrong name fails at once
         if config is None:
             config = self.config_class.from_dict(hyperparameters)
         elif hyperparameters:
             config = self.config_class.from_dict(
                 {**config.to_dict(), **self.config_class.upgrade(hyperparameters)})
         self.config = config
+        # Where it learns and acts (docs/gpu.md); "auto" weighs the size of a gradient step.
+        self.placement = devices.placement(device, self.rows_per_gradient_step)
         backend.configure_threads()
         devices.configure_precision()  # full float32 matrix products unless KERASRL_FULL_PRECISION=0
         backend.announce()  # which backend runs and why, once per process
@@ -142,6 +143,12 @@ class Agent:
                 self.diagnostics.check_environment(self.env, env, self._make_env, config.seed)
             if self.uses_gradients:  # weights that no gradient reaches
                 self.diagnostics.check_agent(self)
+
+    @property
+    def rows_per_gradient_step(self) -> int | None:
+        """Transitions in one gradient step (its config's batch_size; None: no gradient steps),
+        which `device="auto"` weighs (kerasrl.devices)."""
+        return getattr(self.config, "batch_size", None)
 
     @property
     def device(self) -> str:

@@ -83,7 +83,8 @@ class Learner:
                    if n not in self.models and n not in self.parameters]
         if unknown or any(t not in self.models for t in self.targets):
             raise ValueError(f"Learner: unknown model or parameter names {unknown or self.targets}.")
-        self.placement = devices.active()
+        # The agent's placement, or the host CPU for small networks under "auto" (kerasrl.devices).
+        self.placement = devices.active().for_learner(self.models.values())
         # Where the Python loop acts (None: where the state lives).
         self.acting_device = self.placement.acting_device(self.models.values())
         self.reset_from_models()

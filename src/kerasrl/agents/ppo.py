@@ -15,93 +15,44 @@ The loop, per rollout:
 The learner (agents/learner.py) holds the weights of the actor and critic (or of the one shared
 model, "actor"), the Gaussian's log std (a plain parameter "log_std", not a weight of a Keras
 model) and one Adam over all of them (group "ppo").
+
+This file holds the algorithm: construction, the compiled update, acting and the loop. Two parts
+of the agent live beside it: its networks (`agents/actor_critic.py`: `ActorCriticNetworks` and
+the default `actor_critic_mlp`) and its state besides the learner's weights (`agents/ppo_state.py`:
+`PPOState`, the normalization statistics and the rollout in a checkpoint, and `scale_rewards`).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 
-import gymnasium as gym
-import keras
 import numpy as np
 from keras import ops
 from keras import tree
 
 from kerasrl import backend
+from kerasrl.agents.actor_critic import ActorCriticNetworks, actor_critic_mlp
 from kerasrl.agents.base import Agent
-from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
+from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, unrolled_steps
+from kerasrl.agents.ppo_state import PPOState, scale_rewards
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
 from kerasrl.config import PPOConfig
 from kerasrl.exploration import RolloutSampler
-from kerasrl.initializers import seed_initial_weights
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
                             gaussian_log_prob, mask_values, normalize_advantages, ppo_loss)
 from kerasrl.masks import masked_logits
-from kerasrl.models import (adapt_model, build_model, check_drivable, check_unclaimed, claim,
-                            dummy_observation, stateless_apply)
-from kerasrl.networks import (NATURE_MIN_SIDE, encode_leaves, image_input_scale, is_image_space,
-                              nature_features)
 from kerasrl.optim import Adam
-from kerasrl.policies import (ActorCriticPolicy, RunningMeanStd, categorical_mode,
-                              normalize_observations, running_moments, sample_categorical,
-                              sample_gaussian)
+from kerasrl.policies import RunningMeanStd, categorical_mode, sample_categorical, sample_gaussian
 from kerasrl.schedules import linear_schedule
-from kerasrl.spaces import FlatObservations, categorical_sizes, structure_of
 
 # The order of the figures each compiled update reports (means over the minibatches it ran).
 METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
-
-def scale_rewards(return_moments, discounted, rewards, done, gamma: float, xp=np):
-    """Rewards divided by the running std of the discounted return, clipped to +-10 (SB3's
-    VecNormalize): `discounted` (N,) each env's running discounted return, `rewards` and `done`
-    (N,), `return_moments` the running `(mean, var, count)` of those returns. Returns `(new
-    moments, new discounted returns (0 where an episode ended), scaled rewards)`. The one
-    definition: the Python loop runs it in float64 numpy, the compiled loop with `xp=keras.ops`."""
-    discounted = discounted * gamma + rewards
-    return_moments = running_moments(return_moments, discounted, xp)
-    scaled = xp.clip(rewards / xp.sqrt(return_moments[1] + 1e-8), -10.0, 10.0)
-    return return_moments, xp.where(done, 0.0, discounted), scaled
+# Defined with the part of the agent they belong to; imported from here too.
+__all__ = ["METRICS", "PPO", "actor_critic_mlp", "scale_rewards"]
 
 
-def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64),
-                     activation="tanh", ortho_init=True, head="policy", shared=False):
-    """SB3's default MLP: hidden layers with orthogonal init (gain sqrt 2), a linear head; on
-    Atari-sized frames (`is_image_space`, sides of 36 or more) SB3's CnnPolicy: the Nature CNN
-    instead of the layers. Small boards (MinAtar's 10x10 planes) keep the MLP on `hidden_sizes`,
-    as PureJaxRL and rejax train them: in the compiled loop on one CPU core a round of 8,192
-    MinAtar-Breakout steps took 0.2 s with the 64x64 MLP; with the small-board CNN, 12 rounds had
-    not finished after 12 minutes.
-
-    `head="policy"`: (B, n_outputs) logits or means, head init gain 0.01; `head="value"`: (B, 1),
-    gain 1. `shared=True`: one torso and both heads, outputs `[policy, value]`.
-    """
-    def init(gain):
-        return keras.initializers.Orthogonal(gain) if ortho_init else "glorot_uniform"
-
-    inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
-    x = keras.layers.Flatten()(inputs) if len(observation_space.shape) > 1 else inputs
-    if isinstance(observation_space, FlatObservations):  # a Dict or Tuple observation
-        x = encode_leaves(inputs, observation_space)
-    elif is_image_space(observation_space) and min(observation_space.shape[:2]) >= NATURE_MIN_SIDE:
-        # SB3's CnnPolicy: the Nature CNN (uint8 scaled inside), orthogonal gain sqrt 2, and the
-        # heads on its 512 features (no hidden layers after it).
-        x = nature_features(image_input_scale(observation_space)(inputs), init(math.sqrt(2)))
-        hidden_sizes = ()
-    for i, size in enumerate(hidden_sizes):
-        x = keras.layers.Dense(size, activation=activation, kernel_initializer=init(math.sqrt(2)),
-                               name=f"hidden_{i}")(x)
-    policy = keras.layers.Dense(n_outputs, kernel_initializer=init(0.01), name="policy")(x)
-    value = keras.layers.Dense(1, kernel_initializer=init(1.0), name="value")(x)
-    if shared:
-        return keras.Model(inputs, [policy, value], name="actor_critic")
-    if head == "policy":
-        return keras.Model(inputs, policy, name="actor")
-    return keras.Model(inputs, value, name="critic")
-
-
-class PPO(Agent):
+class PPO(ActorCriticNetworks, PPOState, Agent):
     """Proximal Policy Optimization for Discrete, MultiDiscrete and Box action spaces.
 
     Args:
@@ -126,97 +77,6 @@ class PPO(Agent):
         super().__init__(env, model=model, config=config, **hyperparameters)
 
     # -- construction -------------------------------------------------------------------------
-    def _check_spaces(self) -> None:
-        cfg, space = self.config, self.action_space
-        self.action_sizes = categorical_sizes(space)  # (n,) Discrete, nvec MultiDiscrete
-        if self.action_sizes is not None:
-            self.discrete = True
-            if isinstance(space, gym.spaces.MultiDiscrete) and np.any(space.start != 0):
-                raise ValueError(
-                    f"{type(self).__name__} takes MultiDiscrete actions that start at 0; "
-                    f"{self.env_name} has {space} (start={space.start.tolist()}). Shift the "
-                    f"actions in a gymnasium.ActionWrapper (action + start).")
-            if cfg.log_std_init is not None:
-                raise ValueError(
-                    f"log_std_init sets the spread of a Gaussian policy for continuous (Box) "
-                    f"actions, but {self.env_name} has {space}: a categorical policy has no log "
-                    f"std. Remove log_std_init (use ent_coef to encourage exploration).")
-            self.n_outputs = int(sum(self.action_sizes))  # the components' logits side by side
-            self._mask_sizes = self.action_sizes  # an env's action masks are obeyed
-            return
-        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
-            raise ValueError(
-                f"{type(self).__name__} handles Discrete, one-dimensional MultiDiscrete and "
-                f"one-dimensional Box action spaces; {self.env_name} has "
-                f"{space}. Wrap the env to flatten its actions (e.g. gymnasium.wrappers."
-                f"FlattenObservation's counterpart for actions) or use a Discrete space.")
-        self.discrete = False
-        self.n_outputs = int(space.shape[0])
-        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-            warnings.warn(
-                f"The action space of {self.env_name} ({space}) has infinite bounds: Gaussian "
-                f"actions are sent unclipped on those dimensions. Give the Box finite bounds (or "
-                f"rescale the actions in a wrapper) if the env expects a range.", stacklevel=4)
-
-    def _build_networks(self, model) -> None:
-        cfg, obs_space = self.config, self.observation_space
-        self.shared = False
-        if model is None and self._value_model_spec is None and cfg.shared_network:
-            model = actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes, cfg.activation,
-                                     cfg.ortho_init, shared=True)
-        if model is not None and not isinstance(model, keras.Model) and callable(model):
-            built = model(structure_of(obs_space), self.action_space)
-            if not isinstance(built, keras.Model):
-                raise TypeError(f"The model builder {getattr(model, '__name__', model)!r} returned "
-                                f"{type(built).__name__}, not a keras.Model.")
-            model = built
-        if isinstance(model, keras.Model) and isinstance(obs_space, FlatObservations):
-            # A Dict / Tuple observation: the model gets the leaves by name.
-            check_unclaimed(model, "model")
-            model = adapt_model(model, obs_space)
-        if isinstance(model, keras.Model) and self._two_outputs(model):
-            if self._value_model_spec is not None:
-                raise ValueError(
-                    "model= has two outputs (a shared actor-critic: policy and value), so "
-                    "value_model= would be a second critic. Pass one or the other.")
-            self.actor = self._check_shared(model)
-            self.shared, self.critic = True, None
-            return
-        what = "logits (batch, n_actions)" if self.discrete else "Gaussian means (batch, action_dim)"
-        self.actor = build_model(
-            model, obs_space, self.n_outputs, action_space=self.action_space,
-            default=lambda: actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
-                                             cfg.activation, cfg.ortho_init, head="policy"),
-            role=f"policy model (it outputs {what})", seed=self.weights_seed, stream="policy")
-        self.critic = build_model(
-            self._value_model_spec, obs_space, 1, action_space=self.action_space,
-            default=lambda: actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
-                                             cfg.activation, cfg.ortho_init, head="value"),
-            role="value model", seed=self.weights_seed, stream="value")
-
-    def _two_outputs(self, model) -> bool:
-        try:
-            out = model(dummy_observation(self.observation_space, 2), training=False)
-        except Exception:  # build_model reports the error with its context
-            return False
-        return isinstance(out, (list, tuple))
-
-    def _check_shared(self, model: keras.Model) -> keras.Model:
-        check_unclaimed(model, "model")
-        out = model(dummy_observation(self.observation_space, 2), training=False)
-        shapes = [tuple(o.shape) for o in out]
-        if len(out) != 2 or shapes[0] != (2, self.n_outputs) or shapes[1] not in ((2, 1), (2,)):
-            raise ValueError(
-                f"A shared actor-critic model must output [policy (batch, {self.n_outputs}), "
-                f"value (batch, 1)] for this environment; it outputs {shapes} for a batch of 2.")
-        if not model.trainable_variables:
-            raise ValueError(f"The actor-critic model ({type(model).__name__}) has no trainable "
-                             f"weights.")
-        check_drivable(model, self.observation_space, "actor-critic model")
-        if self.weights_seed is not None:
-            seed_initial_weights(model, self.weights_seed, "actor-critic")
-        return claim(model, "model")
-
     def _build(self, model) -> None:
         cfg = self.config
         self._check_spaces()
@@ -256,34 +116,6 @@ class PPO(Agent):
     def _optimizer(self):
         """The optimizer of all the parameters (the learner's group `optimizer_group`)."""
         return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm)
-
-    def _new_learner(self) -> Learner:
-        """The learner, from the models' current weights: "actor" (the shared model, if any),
-        "critic", and for Box actions the Gaussian's "log_std"; one optimizer (`_optimizer`) over
-        all of them."""
-        cfg = self.config
-        models = {"actor": self.actor} if self.shared else {"actor": self.actor,
-                                                            "critic": self.critic}
-        log_std_init = 0.0 if cfg.log_std_init is None else cfg.log_std_init
-        parameters = {} if self.discrete else {
-            "log_std": [np.full(self.n_outputs, log_std_init, dtype=np.float32)]}
-        return Learner(models, optimizers={self.optimizer_group: (self._optimizer(),
-                                                            (*models, *parameters))},
-                       parameters=parameters)
-
-    # -- the networks, functionally ------------------------------------------------------------
-    def _outputs(self, params, non_trainable, observations, training):
-        """`(policy outputs (B, n_outputs), values (B,), new non-trainable weights {name: [...]})`
-        for `params` / `non_trainable` keyed by model name, as in the learner's state."""
-        if self.shared:
-            (policy, values), actor_states = stateless_apply(
-                self.actor, params["actor"], non_trainable["actor"], observations, training)
-            return policy, ops.reshape(values, (-1,)), {"actor": actor_states}
-        policy, actor_states = stateless_apply(
-            self.actor, params["actor"], non_trainable["actor"], observations, training)
-        values, critic_states = stateless_apply(
-            self.critic, params["critic"], non_trainable["critic"], observations, training)
-        return policy, ops.reshape(values, (-1,)), {"actor": actor_states, "critic": critic_states}
 
     # -- the compiled update -------------------------------------------------------------------
     def _batch_outputs(self, params, non_trainable, batch):
@@ -409,9 +241,6 @@ class PPO(Agent):
         return self._train_epochs(state, data, indices, learning_rate, clip_range)
 
     # -- acting --------------------------------------------------------------------------------
-    def _normalize(self, observations: np.ndarray, update: bool) -> np.ndarray:
-        return normalize_observations(self.obs_rms, observations, self.config.clip_obs, update)
-
     def _evaluate_networks(self, observations: np.ndarray):
         """Policy outputs (B, n_outputs) and values (B,) as numpy, for normalized observations."""
         with backend.inference(), self.learner.acting_scope():
@@ -438,19 +267,6 @@ class PPO(Agent):
 
     def _explore(self, greedy_actions, rng, action_masks=None):
         return self._sample(self._eval_outputs, rng, action_masks)[1]
-
-    def _scale_rewards(self, rewards: np.ndarray, done: np.ndarray,
-                       discounted: np.ndarray | None = None) -> np.ndarray:
-        """Rewards divided by the running std of the discounted return (SB3's VecNormalize).
-        `discounted`: the running discounted returns, one per env, updated in place (default:
-        the local envs')."""
-        if self.return_rms is None:
-            return rewards
-        rms = self.return_rms
-        discounted = self._discounted_returns if discounted is None else discounted
-        (rms.mean, rms.var, rms.count), discounted[...], scaled = scale_rewards(
-            (rms.mean, rms.var, rms.count), discounted, rewards, done, self.config.gamma)
-        return scaled.astype(np.float32)
 
     # -- the loop ------------------------------------------------------------------------------
     def clip_range(self, total_steps: int) -> float:
@@ -537,9 +353,10 @@ class PPO(Agent):
         clip_range = np.float32(self.clip_range(total_steps))
         parts = self.update_parts(len(indices))
         if len(parts) == 1:
-            self.learner.state, sums, steps = self._train(
-                self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,
-                clip_range)
+            with self.learner.on_device():  # fed where the state lives (the host, for small nets)
+                self.learner.state, sums, steps = self._train(
+                    self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,
+                    clip_range)
         else:
             with self.learner.on_device():
                 data = backend.to_tensors(data)  # moved once, read by every part
@@ -582,120 +399,3 @@ class PPO(Agent):
         if self.obs_rms is not None:
             raw = joined["raw_observations"]
             self.obs_rms.update(raw.reshape(-1, *raw.shape[2:]))
-
-    # -- training state -----------------------------------------------------------------------
-    def _extra_state(self):
-        arrays = self.learner.arrays()
-        rollout = {name: getattr(self.buffer, name) for name in ROLLOUT_ARRAYS}
-        if self.buffer.action_masks is not None:
-            rollout["action_masks"] = self.buffer.action_masks
-        arrays.update({f"rollout/{k}": np.array(v) for k, v in rollout.items()})
-        arrays["reward_scaling/discounted_returns"] = self._discounted_returns.copy()
-        for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
-            if rms is not None:
-                arrays.update({f"{prefix}/{k}": v for k, v in rms.state_dict().items()})
-        meta = {"n_updates": self.n_updates, "rollout_position": self.buffer.position}
-        return arrays, meta
-
-    def _load_extra_state(self, arrays, meta):
-        self.learner.load_arrays(self._named_learner_arrays(arrays))
-        for name in ROLLOUT_ARRAYS:
-            getattr(self.buffer, name)[...] = arrays[f"rollout/{name}"]
-        if "rollout/action_masks" in arrays:
-            self.buffer.action_masks = np.array(arrays["rollout/action_masks"], dtype=bool)
-        self.buffer.position = int(meta["rollout_position"])
-        self._discounted_returns[...] = arrays["reward_scaling/discounted_returns"]
-        for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
-            if rms is not None:
-                rms.load_state_dict({k: arrays[f"{prefix}/{k}"] for k in ("mean", "var", "count")})
-        self.n_updates = int(meta["n_updates"])
-        if not self.discrete:
-            self._log_std = self.learner.parameter("log_std")[0]
-        self.sync_model()
-
-    def running_statistics(self) -> dict:
-        """The normalizations' running state as numpy, for a loop compiled whole to carry
-        (kerasrl.compiled.ppo): "obs" and "return" as {"mean", "var", "count"} where observations
-        or rewards are normalized, "discounted" (n_envs,) the envs' running discounted returns
-        with reward normalization; {} with neither."""
-        statistics = {name: {k: np.asarray(v) for k, v in rms.state_dict().items()}
-                      for name, rms in (("obs", self.obs_rms), ("return", self.return_rms))
-                      if rms is not None}
-        if self.return_rms is not None:
-            statistics["discounted"] = self._discounted_returns.copy()
-        return statistics
-
-    def load_running_statistics(self, statistics: dict) -> None:
-        """Take what `running_statistics` gives (as a compiled loop carried it on)."""
-        for name, rms in (("obs", self.obs_rms), ("return", self.return_rms)):
-            if rms is not None:
-                rms.load_state_dict(statistics[name])
-        if self.return_rms is not None:
-            self._discounted_returns[...] = statistics["discounted"]
-
-    def _named_learner_arrays(self, arrays):
-        """Checkpoints of kerasrl 0.1's own PPO learner held one list of weights (actor, critic,
-        log std) and one Adam state over it; split them by model, as the learner now keeps them."""
-        if "learner/params/0" not in arrays:
-            return arrays
-        state = self.learner.state
-        names = list(state["params"])  # actor, critic, log_std: the old list's order
-        renamed = {k: v for k, v in arrays.items() if not k.startswith("learner/")}
-
-        def split(prefix, new_prefix, counts):
-            i = 0
-            for name, count in zip(names, counts):
-                for j in range(count):
-                    renamed[f"{new_prefix}/{name}/{j}"] = arrays[f"{prefix}/{i}"]
-                    i += 1
-
-        split("learner/params", "learner/params", [len(state["params"][n]) for n in names])
-        split("learner/non_trainable", "learner/non_trainable",
-              [len(state["non_trainable"].get(n, [])) for n in names])
-        total = sum(len(state["params"][n]) for n in names)
-        for moment in ("m", "v"):
-            for i in range(total):
-                renamed[f"learner/opt/ppo/{moment}/{i}"] = arrays[f"learner/opt/{moment}/{i}"]
-        renamed["learner/opt/ppo/count"] = arrays["learner/opt/count"]
-        renamed["learner/step"] = np.zeros((), np.int32)
-        return renamed
-
-    # -- weights out --------------------------------------------------------------------------
-    def sync_model(self) -> None:
-        """Write the learner's weights into the Keras actor and critic, and the log std and
-        observation statistics into the policy (see `Agent.sync_model`)."""
-        self.learner.push_weights()
-        if self._policy is not None:
-            self._policy.log_std = self.log_std
-            self._policy.obs_rms = self.obs_rms
-
-    @property
-    def model(self) -> keras.Model:
-        """The Keras actor (or shared actor-critic; weights as of the last `sync_model()`)."""
-        return self.actor
-
-    @property
-    def value_model(self) -> keras.Model | None:
-        """The Keras critic (None with a shared model; weights as of the last `sync_model()`)."""
-        return self.critic
-
-    @property
-    def log_std(self) -> np.ndarray | None:
-        """The Gaussian's log standard deviations (action_dim,), or None for Discrete actions."""
-        return None if self.discrete else self._log_std.copy()
-
-    @property
-    def policy(self) -> ActorCriticPolicy:
-        """The policy (inference only): models, log std, observation statistics, as of the last
-        `sync_model()` (see `Agent.policy`)."""
-        if self._policy is None:
-            self._policy = ActorCriticPolicy(
-                self.actor, self.observation_space, self.action_space, value_model=self.critic,
-                shared=self.shared, log_std=self.log_std, obs_rms=self.obs_rms,
-                clip_obs=self.config.clip_obs)
-        self._policy.action_masks = self.loop.action_masks is not None
-        return self._policy
-
-
-ROLLOUT_ARRAYS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
-                  "episode_ends", "truncation_values")
