@@ -1,7 +1,7 @@
 """kerasrl on one GPU machine: the Python loop on the GPU against the same machine's CPU, and the
 compiled loop against rejax, every run its own process, one after the other.
 
-    python benchmarks/gpu.py --out DIR [--deadline SECONDS] [--parts python compiled precision]
+    python benchmarks/gpu.py --out DIR [--deadline SECONDS] [--parts placement compiled precision ...]
     python benchmarks/gpu.py --summarize DIR/gpu.jsonl > table.md
 
 Run on a machine with a GPU and the frameworks' CUDA builds (docs/gpu.md); `benchmarks/on_gpu.sh`
@@ -9,14 +9,17 @@ is the whole session as run on this project's lent GPU machines. Every finished 
 JSON line to DIR/gpu.jsonl, so a session cut short keeps what it measured; runs that would start
 after `--deadline` seconds are left out and listed as such.
 
-Parts:
+Parts (run in the order given; PARTS below lists each one's runs):
+- placement: where a small network should learn (`device="auto"`'s host-learning rule): RL-Zoo
+  DQN and PPO at two hidden sizes each, learning on one CPU core (a process pinned to it),
+  learning on the GPU with host acting, and "auto" as it is; JAX and PyTorch.
 - python: RL-Zoo DQN and PPO on Gymnasium's CartPole-v1 through the Python loop (`fit`), with
   `device="auto"` (learning on the GPU, a small MLP acting on the host), `"gpu"` (acting on the GPU
   too) and `"cpu"`, on JAX and PyTorch, with one thread per library (the CPU s / wall s column
   says how many cores a run kept busy). Not pinned: the GPU's
   runs are launched by host threads. Steps/s after a warm-up slice
   that holds the first compilations (the figure a long run converges to).
-- compiled: the compiled loop on kerasrl.envs.ops.CartPole (benchmarks/compiled_loop.py's
+- compiled (or its pieces ppo1, ppo4096, dqn, ppo512, torch): the compiled loop on kerasrl.envs.ops.CartPole (benchmarks/compiled_loop.py's
   settings and workers) against rejax on gymnax, 1 and many seeds: env steps/s over all seeds
   after compile and with it, compile time, and the many-seed setup (agents built, before a step).
 - agreement: one seed of DQN on the CPU and on the GPU in one process, full precision on and
@@ -146,34 +149,38 @@ def agreement(backend: str, full_precision: str) -> dict:
             "same_episodes": cpu_returns == gpu_returns}
 
 
+def _compiled(setting: str, seeds: int, libraries=("kerasrl", "rejax"), backend: str = "jax", **extra) -> list[dict]:
+    return [dict(part="precision" if extra else "compiled", library=library, backend=backend, setting=setting,
+                 seeds=seeds, **extra) for library in libraries]
+
+
+# Each part's runs, most wanted first. The parts run in the order given (--parts), so a session
+# cut short by its deadline keeps what was asked for first.
+PARTS = {
+    "python": lambda: [dict(part="python", backend=backend, algo=algo, device=device)
+                       for algo, device in (("dqn", "auto"), ("dqn", "cpu"), ("ppo", "auto"), ("ppo", "cpu"),
+                                            ("dqn", "gpu"))
+                       for backend in ("jax", "torch")],
+    "placement": lambda: [dict(part="placement", backend=backend, side=side)
+                          for backend in ("jax", "torch") for side in ("gpu", "cpu")],
+    "agreement": lambda: [dict(part="agreement", backend=backend, full_precision=full_precision)
+                          for full_precision in ("1", "0") for backend in ("jax", "torch")],
+    "ppo1": lambda: _compiled("ppo-zoo", 1),
+    "ppo4096": lambda: _compiled("ppo-zoo", 4096),
+    # rejax's many-seed DQN ran 128k steps/s on an H100 (issue 25): not run again
+    "dqn": lambda: [*_compiled("dqn-step", 1), *_compiled("dqn-step", 256, ("kerasrl",))],
+    "ppo512": lambda: _compiled("ppo-zoo", 512),
+    "torch": lambda: _compiled("ppo-zoo", 1, ("kerasrl",), backend="torch"),
+    "compiled": lambda: [*PARTS["ppo1"](), *PARTS["ppo4096"](), *PARTS["dqn"](), *PARTS["ppo512"](),
+                         *PARTS["torch"]()],
+    "precision": lambda: [*_compiled("ppo-zoo", 4096, ("kerasrl",), full_precision="0"),
+                          *_compiled("dqn-step", 1, ("kerasrl",), full_precision="0")],
+}
+
+
 def jobs(parts: list[str]) -> list[dict]:
-    """Every run of the session, in the order they run (most wanted first within a part)."""
-    out = []
-    if "python" in parts:
-        for algo, device in (("dqn", "auto"), ("dqn", "cpu"), ("ppo", "auto"), ("ppo", "cpu"), ("dqn", "gpu")):
-            # DQN shows what acting on the GPU costs ("gpu"); PPO acts in batches of 8 envs
-            for backend in ("jax", "torch"):
-                out.append(dict(part="python", backend=backend, algo=algo, device=device))
-    if "placement" in parts:
-        for backend in ("jax", "torch"):
-            for side in ("gpu", "cpu"):
-                out.append(dict(part="placement", backend=backend, side=side))
-    if "agreement" in parts:
-        for full_precision in ("1", "0"):
-            for backend in ("jax", "torch"):
-                out.append(dict(part="agreement", backend=backend, full_precision=full_precision))
-    if "compiled" in parts:
-        for setting, seeds in (("ppo-zoo", 1), ("ppo-zoo", 512), ("dqn-step", 1), ("ppo-zoo", 4096)):
-            for library in ("kerasrl", "rejax"):
-                out.append(dict(part="compiled", library=library, backend="jax", setting=setting, seeds=seeds))
-        # rejax's many-seed DQN ran 128k steps/s on an H100 (issue 25): not run again
-        out.append(dict(part="compiled", library="kerasrl", backend="jax", setting="dqn-step", seeds=256))
-        out.append(dict(part="compiled", library="kerasrl", backend="torch", setting="ppo-zoo", seeds=1))
-    if "precision" in parts:
-        for setting, seeds in (("ppo-zoo", 512), ("dqn-step", 1)):
-            out.append(dict(part="precision", library="kerasrl", backend="jax", setting=setting, seeds=seeds,
-                            full_precision="0"))
-    return out
+    """Every run of the session, in the order they run: `parts` in order (see PARTS)."""
+    return [job for part in parts for job in PARTS[part]()]
 
 
 def command(job: dict, out: str) -> tuple[list[str], dict]:
@@ -294,7 +301,8 @@ def summarize(path: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--parts", nargs="+", default=["python", "agreement", "compiled", "precision"])
+    parser.add_argument("--parts", nargs="+", choices=sorted(PARTS),
+                        default=["placement", "agreement", "compiled", "precision"])
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds; no run starts after it")
     parser.add_argument("--per-run", type=float, default=120.0, help="seconds at most for one run")
     parser.add_argument("--worker")

@@ -33,7 +33,7 @@ if [ "${TIER_S:-300}" != 0 ]; then
 fi
 if [ "${BENCH_S:-300}" != 0 ]; then
     # shellcheck disable=SC2086
-    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --parts ${PARTS:-python agreement compiled precision} \
+    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-placement agreement compiled precision} \
         > "$OUT/bench.txt" 2>&1
     python3 benchmarks/gpu.py --summarize "$OUT/gpu.jsonl" | tee "$OUT/summary.md"
 fi
