@@ -23,6 +23,7 @@ import zlib
 import keras
 import numpy as np
 
+from kerasrl import seeding
 from kerasrl.backend.layers import walk_layers
 
 _DETERMINISTIC = tuple(getattr(keras.initializers, name) for name in
@@ -135,7 +136,7 @@ class WeightDraws:
         stream_key = zlib.crc32(stream.encode())
         out = []
         for index, (raw, finish), forget_bias in self._how:
-            batch = finish(np.stack([raw(rng) for rng in seeded_generators(
+            batch = finish(np.stack([raw(rng) for rng in seeding.seeded_generators(
                 [[int(seed) % 2**63, stream_key, index] for seed in seeds])]))
             if forget_bias:
                 units = batch.shape[1] // 4
@@ -171,86 +172,6 @@ class WeightDraws:
                 f"initializer (keras.initializers.GlorotUniform, HeNormal, Orthogonal, ...) for them to "
                 f"be drawn from the seed, or pass initial_weights='keep' to keep your own.",
                 InitializationWarning, stacklevel=stacklevel + 1)
-
-
-def seeded_generators(entropies: list[list[int]]):
-    """`np.random.default_rng(np.random.SeedSequence(entropy))` for each entry of `entropies`
-    (lists of ints), one after another: one generator whose state is set each time (the next
-    replaces the last). The states are numpy's own (tests/test_initializers.py), worked out for
-    all entries at once: making a generator took 30 us, a third of PPO's setup of 4,096 seeds."""
-    rng = np.random.Generator(np.random.PCG64(0))
-    for state, inc in _pcg64_states(entropies):
-        rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
-                                   "has_uint32": 0, "uinteger": 0}
-        yield rng
-
-
-_MASK_128 = (1 << 128) - 1
-_PCG_MULTIPLIER = 0x2360ED051FC65DA44385DF649FCCF645
-
-
-def _pcg64_states(entropies: list[list[int]]) -> list[tuple[int, int]]:
-    """The (state, inc) of `np.random.PCG64(np.random.SeedSequence(entropy))` for each entry:
-    numpy's SeedSequence hash (numpy/random/bit_generator.pyx: mix_entropy, generate_state) in
-    uint32 arrays over all entries, then PCG64's seeding (pcg64.h: pcg_setseq_128_srandom_r)."""
-    words = [[w for v in entropy for w in _uint32_words(v)] for entropy in entropies]
-    if any(len(w) > 4 for w in words):
-        # Past the pool of 4 words SeedSequence mixes more in: numpy's own, one at a time.
-        return [_pcg64_state_of(np.random.SeedSequence(entropy)) for entropy in entropies]
-    # Missing words hash as zeros: what SeedSequence does with an entropy shorter than its pool.
-    pool_in = np.array([w + [0] * (4 - len(w)) for w in words], np.uint32).reshape(-1, 4)
-    hash_const = 0x43B0D7E5
-
-    def hashmix(value):
-        nonlocal hash_const
-        value = value ^ np.uint32(hash_const)
-        hash_const = (hash_const * 0x931E8875) & 0xFFFFFFFF
-        value = value * np.uint32(hash_const)
-        return value ^ (value >> np.uint32(16))
-
-    def mix(x, y):
-        result = np.uint32(0xCA01F9DD) * x - np.uint32(0x4973F715) * y
-        return result ^ (result >> np.uint32(16))
-
-    with np.errstate(over="ignore"):
-        pool = [hashmix(pool_in[:, i]) for i in range(4)]
-        for src in range(4):
-            for dst in range(4):
-                if src != dst:
-                    pool[dst] = mix(pool[dst], hashmix(pool[src]))
-        hash_const, out_words = 0x8B51F9DD, []
-        for i in range(8):  # generate_state(4, np.uint64): 8 uint32 words, little-endian pairs
-            value = pool[i % 4] ^ np.uint32(hash_const)
-            hash_const = (hash_const * 0x58F38DED) & 0xFFFFFFFF
-            value = value * np.uint32(hash_const)
-            out_words.append(value ^ (value >> np.uint32(16)))
-    w = np.stack(out_words, axis=1).astype(np.uint64)
-    seeds = (w[:, 0::2] | (w[:, 1::2] << np.uint64(32))).tolist()  # (entries, 4) uint64
-    return [_pcg64_seeded(s0, s1, i0, i1) for s0, s1, i0, i1 in seeds]
-
-
-def _pcg64_seeded(s0: int, s1: int, i0: int, i1: int) -> tuple[int, int]:
-    inc = ((((i0 << 64) | i1) << 1) | 1) & _MASK_128
-    state = (inc + ((s0 << 64) | s1)) & _MASK_128  # one step from 0 is `inc`; then the seed is added
-    return (state * _PCG_MULTIPLIER + inc) & _MASK_128, inc
-
-
-def _pcg64_state_of(seed_sequence) -> tuple[int, int]:
-    state = np.random.PCG64(seed_sequence).state["state"]
-    return state["state"], state["inc"]
-
-
-def _uint32_words(value: int) -> list[int]:
-    """An int's 32-bit words, least significant first ([0] for 0), as SeedSequence reads it."""
-    value = int(value)
-    if value < 0:
-        raise ValueError(f"seed entropy must be non-negative, got {value}.")
-    words = [value & 0xFFFFFFFF]
-    value >>= 32
-    while value:
-        words.append(value & 0xFFFFFFFF)
-        value >>= 32
-    return words
 
 
 def draw(initializer, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray | None:

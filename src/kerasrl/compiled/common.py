@@ -14,6 +14,7 @@ import numpy as np
 
 from kerasrl import backend
 from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
+from kerasrl.seeding import seed_sequence_words
 
 
 def uniform01(rng):
@@ -133,9 +134,11 @@ def seed_streams(seed: int, *sizes: int) -> list[np.ndarray]:
 
 
 def many_seed_streams(seeds: list[int], *sizes: int) -> list[np.ndarray]:
-    """`seed_streams` of every seed, stacked: one (seeds, size) array per size."""
-    per_seed = [seed_streams(seed, *sizes) for seed in seeds]
-    return [np.stack(streams) for streams in zip(*per_seed)]
+    """`seed_streams` of every seed, stacked: one (seeds, size) array per size (numpy's hash of
+    every seed at once, kerasrl.seeding)."""
+    total = seed_sequence_words(seeds, sum(sizes))
+    total[total == 0] = 1  # as make_rng: xorshift never leaves 0
+    return np.split(total.view(np.int32), np.cumsum(sizes)[:-1], axis=1)
 
 
 def reset_many(env, rngs: np.ndarray, params) -> tuple:
