@@ -261,10 +261,12 @@ def _orthogonal(normals: np.ndarray, shape, gain: float) -> np.ndarray:
     # on 64x64 matrices, but 3-10x faster on small or thin ones (64x2, 64x4, 32x32: 4,096 seeds).
     if min(rows, cols) <= 8 or rows * cols <= 1024:
         q, r = np.linalg.qr(normals)
-    else:
-        q, r = (np.stack(parts) for parts in zip(*map(np.linalg.qr, normals)))
+        diagonals = np.diagonal(r, axis1=-2, axis2=-1)
+    else:  # (R's diagonal alone is kept: stacking every R took a tenth of the time)
+        parts = [np.linalg.qr(normal) for normal in normals]
+        q, diagonals = np.stack([p[0] for p in parts]), np.stack([np.diagonal(p[1]) for p in parts])
     # The sign fix makes Q uniform over orthogonal matrices.
-    q = q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[:, None, :]
+    q = q * np.sign(diagonals)[:, None, :]
     if rows < cols:
         q = np.swapaxes(q, -1, -2)
     return gain * q.reshape(len(normals), *shape)

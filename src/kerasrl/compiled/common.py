@@ -91,31 +91,30 @@ def episode_read(stats) -> dict:
 
 
 def check_ops_env(env, params, n_envs: int = 2) -> None:
-    """Raise a clear error if `env`'s step cannot be traced into a compiled call: where it reads
+    """Raise a clear error if `env`'s reset or step cannot be traced into a compiled call: where it reads
     a tensor's value into Python (an `if` on a tensor, `float()`, `.numpy()`), naming the line of
-    the env's code and the operation. Runs the env's reset once and traces (does not run) a step."""
+    the env's code and the operation. Traces (does not run) a reset, then a reset and a step: a
+    reset run here compiled each of its ops on JAX for shapes no other call has (0.5 s)."""
     import sys
     import traceback
 
-    obs, state = backend.to_numpy(env.reset(make_rng(0, n_envs), params))
-    space = env.action_space
-    if hasattr(space, "n"):
-        actions = np.zeros(n_envs, np.int32)
-    else:
-        actions = np.zeros((n_envs, *space.shape), np.float32)
-    try:
-        backend.check_traceable(lambda inputs: env.step(inputs[0], inputs[1], params), (state, actions))
-    except Exception as error:  # noqa: BLE001  (reported with the env's own line)
-        env_file = getattr(sys.modules.get(type(env).__module__), "__file__", None)
-        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == env_file]
-        where = (f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].line.strip()})"
-                 if frames else "")
-        what = str(error).strip().splitlines()[0].split(". ")[0].rstrip(".") if str(error).strip() else ""
-        raise ValueError(
-            f"{env.name}.step cannot be compiled{where}: {type(error).__name__}: {what}. An ops env "
-            f"must be pure keras.ops on tensors, with no Python control flow on their values: use "
-            f"keras.ops.where (or kerasrl.envs.ops.base.where_done) instead of `if`, and keep values "
-            f"as tensors (no float(), int() or .numpy()).") from error
+    space, rng = env.action_space, make_rng(0, n_envs)
+    actions = np.zeros(n_envs, np.int32) if hasattr(space, "n") else np.zeros((n_envs, *space.shape), np.float32)
+    steps = lambda inputs: env.step(env.reset(inputs[0], params)[1], inputs[1], params)  # noqa: E731
+    for part, fn, batch in (("reset", lambda r: env.reset(r, params), rng), ("step", steps, (rng, actions))):
+        try:
+            backend.check_traceable(fn, batch)
+        except Exception as error:  # noqa: BLE001  (reported with the env's own line)
+            env_file = getattr(sys.modules.get(type(env).__module__), "__file__", None)
+            frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == env_file]
+            where = (f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].line.strip()})"
+                     if frames else "")
+            what = str(error).strip().splitlines()[0].split(". ")[0].rstrip(".") if str(error).strip() else ""
+            raise ValueError(
+                f"{env.name}.{part} cannot be compiled{where}: {type(error).__name__}: {what}. An ops env "
+                f"must be pure keras.ops on tensors, with no Python control flow on their values: use "
+                f"keras.ops.where (or kerasrl.envs.ops.base.where_done) instead of `if`, and keep values "
+                f"as tensors (no float(), int() or .numpy()).") from error
 
 
 def vmaps_seeds() -> bool:
