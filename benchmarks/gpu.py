@@ -71,7 +71,11 @@ def python_loop(backend: str, algo: str, device: str) -> dict:
 
 # The placement sweep: network sizes around the bound of "auto"'s host learning, fewer steps.
 PLACEMENT_HIDDEN = {"dqn": (64, 256), "ppo": (64, 256)}
-PLACEMENT_STEPS = {"dqn": (1_280, 1_024), "ppo": (512, 1_024)}  # (warm-up, timed): 512 updates / 80
+# (warm-up, timed) env steps. The H100 session timed 1,024 steps after 1,280 (DQN) / 512 (PPO):
+# two identical configurations in one process then read up to 2.3x apart (the first one of a
+# process slower, JAX; either, PyTorch), so the windows are longer now: DQN 3 rounds of warm-up
+# and 8 timed (1,024 updates), PPO 4 rollouts and 8 timed.
+PLACEMENT_STEPS = {"dqn": (1_536, 2_048), "ppo": (1_024, 2_048)}
 
 
 def placement(backend: str, side: str) -> dict:
