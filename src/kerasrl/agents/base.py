@@ -1,102 +1,43 @@
-"""What every agent shares: environments, seeding, the fit loop's bookkeeping, evaluation.
+"""What every agent shares: environments, seeding, the engines' interface, stepping the envs,
+evaluation, the training state for checkpoints.
 
 An agent learns; its `policy` acts. Subclasses set `config_class` and implement `_build` (models,
 optimizer, buffers, compiled steps) and `_learn` (the algorithm's loop, read top to bottom).
+`fit` lives in kerasrl.agents.fitting (`Fitting`, which `Agent` inherits), the loop's state in
+kerasrl.agents.loop_state, the state's array helpers in kerasrl.agents.state_arrays; their names
+stay importable from here.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import keras
 import numpy as np
 
-from kerasrl import backend, devices, registry
+from kerasrl import backend, devices
+from kerasrl.agents.fitting import Fitting, make_engine, with_current_weights  # noqa: F401  (kept importable from here)
+from kerasrl.agents.loop_state import LoopState, episode_extras
+from kerasrl.agents.state_arrays import (  # noqa: F401  (kept importable from here)
+    flatten_arrays,
+    unflatten_arrays,
+    variable_values,
+)
 from kerasrl.checkpoint import load_checkpoint, save_checkpoint
-from kerasrl.files import checkpoint_path, find_checkpoint, prune_checkpoints
-from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
+from kerasrl.files import find_checkpoint
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
-from kerasrl.runfiles import WriteError, hold_run_folders
+from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.schedules import linear_schedule
 
 
-@dataclass
-class LoopState:
-    """The training loop's state between env steps, saved and restored as one value (PureJaxRL's
-    `runner_state`): with the weights, optimizer, buffers and RNG it is all a resume needs."""
-
-    observations: np.ndarray | None
-    """(n_envs, *obs_shape): each env's current observation; None until the first reset."""
-    episode_returns: np.ndarray
-    """(n_envs,) float64: the return so far of each env's running episode."""
-    episode_lengths: np.ndarray
-    """(n_envs,) int64: the steps so far of each env's running episode."""
-    num_timesteps: int = 0
-    """Env steps taken, over all envs: the schedules' position."""
-    total_steps: int | None = None
-    """The run's length that the schedules span (the last `fit`'s total_steps); None before one."""
-    action_masks: np.ndarray | None = None
-    """(n_envs, n_actions) bool: the allowed actions at `observations`, for an env with action
-    masks (Discrete agents); None otherwise."""
-    compiled_streams: dict[str, np.ndarray] | None = None
-    """The compiled loop's random streams (int32 xorshift states, kerasrl.compiled.engine) once a
-    fit has run on it; None before."""
-
-    @classmethod
-    def start(cls, n_envs: int) -> LoopState:
-        """The state before any step: no observations yet, every counter at 0."""
-        return cls(None, np.zeros(n_envs), np.zeros(n_envs, dtype=np.int64))
-
-    def restart(self, observations: np.ndarray) -> None:
-        """Every env starts a new episode at `observations`; the step count goes on."""
-        self.observations = observations
-        self.episode_returns[...] = 0
-        self.episode_lengths[...] = 0
-
-    def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """(arrays, JSON-ready values), under the names checkpoints have always used."""
-        arrays = {"loop/episode_returns": self.episode_returns.copy(),
-                  "loop/episode_lengths": self.episode_lengths.copy()}
-        if self.observations is not None:
-            arrays["loop/observations"] = np.array(self.observations)
-        if self.action_masks is not None:
-            arrays["loop/action_masks"] = np.array(self.action_masks)
-        for key, value in (self.compiled_streams or {}).items():
-            arrays[f"loop/compiled/{key}"] = np.array(value)
-        return arrays, {"num_timesteps": self.num_timesteps, "total_steps": self.total_steps}
-
-    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-        """Restore what `state_dict` returned, in place."""
-        self.episode_returns[...] = arrays["loop/episode_returns"]
-        self.episode_lengths[...] = arrays["loop/episode_lengths"]
-        self.observations = (np.array(arrays["loop/observations"])
-                             if "loop/observations" in arrays else None)
-        self.action_masks = (np.array(arrays["loop/action_masks"])
-                             if "loop/action_masks" in arrays else None)
-        streams = {key[len("loop/compiled/"):]: np.array(value) for key, value in arrays.items()
-                   if key.startswith("loop/compiled/")}
-        self.compiled_streams = streams or None
-        self.num_timesteps = int(meta["num_timesteps"])
-        total = meta.get("total_steps")
-        self.total_steps = None if total is None else int(total)
-
-
-def variable_values(variables) -> list[np.ndarray]:
-    """Copies of Keras variables' values as numpy (never views of the backend's buffers)."""
-    return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
-
-
-class Agent:
+class Agent(Fitting):
     """Base of every agent. See `kerasrl.DQN` for the public API."""
 
     config_class: type[CommonConfig] = CommonConfig
@@ -261,132 +202,7 @@ class Agent:
     def num_timesteps(self, value: int) -> None:
         self.loop.num_timesteps = value
 
-    def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
-            log_dir=None, log_interval: int | None = None,
-            callback: Callable[[Agent, History], bool | None] | None = None,
-            checkpoint_every: int | None = None, keep_last: int | None = None,
-            checkpoint_dir=None, engine="auto", workers: int = 2,
-            address: str | None = None) -> History:
-        """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
-
-        `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
-        and a loaded agent continues up to it. `stop_at` pauses earlier (e.g. to save), with the
-        schedules unchanged. `callback(agent, history)` runs after each step in which an episode
-        ended; returning False stops training. Returns the History of all episodes and updates.
-        The Keras models hold the learner's weights whenever a callback runs and when fit returns
-        (it calls `sync_model()` then; see that method).
-
-        `checkpoint_every=N` saves a checkpoint `ckpt-<step>` each time the step count passes a
-        multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
-        keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
-
-        `log_dir` and `checkpoint_dir` are held by this process while it trains: a second training
-        into them (another process) is refused with `kerasrl.RunLockedError`, naming the holder.
-        A checkpoint or log that cannot be written (no space left, no permission) stops training
-        with `kerasrl.WriteError` (an OSError), naming the file, the cause and the last complete
-        checkpoint to resume from.
-
-        `engine`: "auto" (the default) runs the whole loop compiled (`engine="compiled"`, see
-        docs/ops_envs.md) when the env is a keras.ops env (`kerasrl/OpsCartPole-v1`, ...) and the
-        algorithm and config have a compiled loop, else this process's Python loop (`"local"`),
-        saying why once (an INFO line of the "kerasrl" logger). `engine="ray"` collects experience
-        with `workers` Ray rollout actors (on the Ray cluster at `address`, else a local Ray) while
-        this process learns; `engine` may also be a `kerasrl.distributed.RayEngine` with every
-        option. See docs/scaling.md.
-        """
-        if checkpoint_every is not None:
-            if checkpoint_every < 1:
-                raise ValueError(f"checkpoint_every must be a positive number of env steps, "
-                                 f"got {checkpoint_every}.")
-            if checkpoint_dir is None:
-                if log_dir is None:
-                    raise ValueError("checkpoint_every needs checkpoint_dir= (or log_dir=, "
-                                     "whose checkpoints/ folder is used).")
-                checkpoint_dir = Path(log_dir) / "checkpoints"
-        if total_steps < 1:
-            raise ValueError(f"total_steps must be a positive number of env steps, got {total_steps}.")
-        stop_at = total_steps if stop_at is None else min(stop_at, total_steps)
-        if self.num_timesteps >= stop_at:
-            warnings.warn(
-                f"This agent has already taken {self.num_timesteps} env steps, so fit("
-                f"total_steps={total_steps}) has nothing to do: total_steps counts the whole run. "
-                f"Pass a larger total_steps to train on.",
-                stacklevel=2,
-            )
-            return self.history
-        run_folders = hold_run_folders(log_dir, checkpoint_dir)  # refused at once if another trains there
-        runner = logger = None
-        failed = True
-        try:
-            learn = self._learn  # the engine is chosen before the bar appears: its INFO line goes first
-            if engine in ("auto", "compiled"):
-                runner = self.compiled_engine(required=engine == "compiled")
-            elif engine != "local":
-                runner = make_engine(engine, workers=workers, address=address)
-            if runner is not None:
-                learn = lambda *args: runner.learn(self, *args)  # noqa: E731
-            learn = devices.on_device(self.placement, learn)
-            logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
-                               log_interval=log_interval, start_step=self.num_timesteps,
-                               history=self.history)
-            self.start_fit(total_steps, logger)
-            callback = with_current_weights(callback)
-            if checkpoint_every is None:
-                learn(total_steps, stop_at, logger, callback)
-            else:
-                # Train in chunks that end on multiples of checkpoint_every: the loop keeps all
-                # its state on the agent, so chunks give the same run as one call.
-                stopped = []
-
-                def watch(agent, history):
-                    result = callback(agent, history) if callback is not None else None
-                    if result is False:
-                        stopped.append(True)
-                    return result
-
-                while self.num_timesteps < stop_at and not stopped:
-                    boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
-                    learn(total_steps, min(stop_at, boundary), logger, watch)
-                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
-                    prune_checkpoints(checkpoint_dir, keep_last)
-            failed = False
-        except WriteError as error:  # say where to resume from
-            if checkpoint_dir is None and log_dir is not None:
-                checkpoint_dir = Path(log_dir) / "checkpoints"
-            error.locate(checkpoint_dir, run=log_dir)
-            raise
-        finally:
-            if logger is not None:
-                self.sync_model()  # the weights leave the learner: fit's end is one of the points
-                logger.close(self.num_timesteps, quiet=failed)  # after an error, that one is told
-            if runner is not None and runner is not engine:  # an engine passed in is the caller's
-                runner.close()
-            run_folders.close()
-        return self.history
-
-    def start_fit(self, total_steps: int, logger: RunLogger) -> None:
-        """What every fit does before its first step: diagnostics on, envs reset if never reset,
-        the schedules' span set."""
-        self.diagnostics.start(self, total_steps, logger)
-        if self.loop.observations is None:
-            self.reset_envs(seed=self.config.seed)
-        self.loop.total_steps = total_steps
-
-    def compiled_engine(self, required: bool):
-        """The compiled-loop engine of this agent (made once, so its compiled calls are reused by
-        later fits), or None where it cannot run (`required`: raise then, saying why)."""
-        engine_class = registry.engine_class("compiled")
-        reason = engine_class.why_not(self) or (None if required else engine_class.slower_here(self))
-        if reason is None:
-            if getattr(self, "_compiled_runner", None) is None:
-                self._compiled_runner = engine_class(self)
-            return self._compiled_runner
-        if required:
-            engine_class(self)  # raises, saying why
-        if not getattr(self, "_said_python_loop", False):
-            self._said_python_loop = True
-            logging.getLogger("kerasrl").info("%s.fit runs the Python loop: %s.", type(self).__name__, reason)
-        return None
+    # `fit` (and `start_fit`, `compiled_engine`): inherited from kerasrl.agents.fitting.Fitting
 
     def save(self, path) -> Path:
         """Write the full training state to the folder `path` (atomically); see `load`."""
@@ -592,79 +408,3 @@ class Agent:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(env={self.env_name!r}, backend={backend.NAME!r}, "
                 f"num_timesteps={self.num_timesteps})")
-
-
-def with_current_weights(callback):
-    """The user's `callback(agent, history)`, run with the learner's weights in the agent's Keras
-    models (`sync_model` first: before each callback is one of the points where weights move)."""
-    if callback is None:
-        return None
-
-    def synced(agent, history):
-        agent.sync_model()
-        return callback(agent, history)
-
-    return synced
-
-
-def make_engine(engine, *, workers: int = 2, address: str | None = None):
-    """The engine object for `fit(engine=...)`: a registered engine by name (its module, and Ray,
-    imported now), or `engine` itself."""
-    if isinstance(engine, str):
-        if engine not in registry.ENGINES:
-            raise ValueError(f"engine must be one of {('auto', 'local', *registry.ENGINES)} (or a "
-                             f"RayEngine), got {engine!r}.")
-        return registry.engine_class(engine)(workers=workers, address=address)
-    if not hasattr(engine, "learn"):
-        raise TypeError(f"engine must be 'auto', 'local', 'compiled', 'ray' or a RayEngine, got {type(engine).__name__}.")
-    return engine
-
-
-def flatten_arrays(prefix: str, tree) -> dict[str, np.ndarray]:
-    """A nest of dicts and lists of arrays as flat `prefix/key/0` names (for .npz files)."""
-    flat = {}
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            flat.update(flatten_arrays(f"{prefix}/{key}", value))
-    elif isinstance(tree, (list, tuple)):
-        for i, value in enumerate(tree):
-            flat.update(flatten_arrays(f"{prefix}/{i}", value))
-    else:
-        flat[prefix] = np.array(tree)
-    return flat
-
-
-def unflatten_arrays(prefix: str, flat: dict[str, np.ndarray], like):
-    """The inverse of `flatten_arrays`, shaped like `like`; shapes and dtypes are checked."""
-    if isinstance(like, dict):
-        return {key: unflatten_arrays(f"{prefix}/{key}", flat, value) for key, value in like.items()}
-    if isinstance(like, (list, tuple)):
-        return [unflatten_arrays(f"{prefix}/{i}", flat, value) for i, value in enumerate(like)]
-    if prefix not in flat:
-        raise KeyError(f"The saved state has no array {prefix!r}.")
-    value, expected = flat[prefix], np.asarray(like)
-    if value.shape != expected.shape:
-        raise ValueError(f"Saved array {prefix!r} has shape {value.shape}, the agent expects "
-                         f"{expected.shape}: the model or config differs from the saved one.")
-    return value.astype(expected.dtype, copy=False)
-
-
-def episode_extras(info: dict, i: int) -> dict[str, Any]:
-    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten).
-
-    In SAME_STEP auto-reset mode they sit in `info["final_info"]`.
-    """
-    final = info.get("final_info")
-    if not isinstance(final, dict):
-        return {}
-    extras = {}
-    for key, values in final.items():
-        if key.startswith("_") or key == "episode":
-            continue
-        mask = final.get(f"_{key}")
-        if mask is not None and not mask[i]:
-            continue
-        value = values[i] if isinstance(values, np.ndarray) and values.ndim >= 1 else None
-        if value is not None and np.issubdtype(np.asarray(value).dtype, np.number) and np.ndim(value) == 0:
-            extras[key] = float(value)
-    return extras

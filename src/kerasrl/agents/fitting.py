@@ -1,0 +1,179 @@
+"""`fit`: what runs around an agent's training loop.
+
+`Fitting` is the part of `kerasrl.agents.base.Agent` that trains, kept in its own module: it checks
+`fit`'s arguments, holds the run's folders, picks the engine (the compiled loop, the agent's own
+Python loop, or Ray), runs it in chunks that end where checkpoints are due, writes and prunes those
+checkpoints, and moves the weights out of the learner (`sync_model`) when fit ends and before each
+callback. It reads the agent's config, loop state, history, placement and diagnostics.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from kerasrl import devices, registry
+from kerasrl.checkpoint import save_checkpoint
+from kerasrl.files import checkpoint_path, prune_checkpoints
+from kerasrl.logger import History, RunLogger
+from kerasrl.runfiles import WriteError, hold_run_folders
+
+
+class Fitting:
+    """`fit` and what it calls first (`start_fit`, `compiled_engine`), a part of `Agent` kept in
+    its own module."""
+
+    def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
+            log_dir=None, log_interval: int | None = None,
+            callback: Callable[[Fitting, History], bool | None] | None = None,
+            checkpoint_every: int | None = None, keep_last: int | None = None,
+            checkpoint_dir=None, engine="auto", workers: int = 2,
+            address: str | None = None) -> History:
+        """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
+
+        `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
+        and a loaded agent continues up to it. `stop_at` pauses earlier (e.g. to save), with the
+        schedules unchanged. `callback(agent, history)` runs after each step in which an episode
+        ended; returning False stops training. Returns the History of all episodes and updates.
+        The Keras models hold the learner's weights whenever a callback runs and when fit returns
+        (it calls `sync_model()` then; see that method).
+
+        `checkpoint_every=N` saves a checkpoint `ckpt-<step>` each time the step count passes a
+        multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
+        keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
+
+        `log_dir` and `checkpoint_dir` are held by this process while it trains: a second training
+        into them (another process) is refused with `kerasrl.RunLockedError`, naming the holder.
+        A checkpoint or log that cannot be written (no space left, no permission) stops training
+        with `kerasrl.WriteError` (an OSError), naming the file, the cause and the last complete
+        checkpoint to resume from.
+
+        `engine`: "auto" (the default) runs the whole loop compiled (`engine="compiled"`, see
+        docs/ops_envs.md) when the env is a keras.ops env (`kerasrl/OpsCartPole-v1`, ...) and the
+        algorithm and config have a compiled loop, else this process's Python loop (`"local"`),
+        saying why once (an INFO line of the "kerasrl" logger). `engine="ray"` collects experience
+        with `workers` Ray rollout actors (on the Ray cluster at `address`, else a local Ray) while
+        this process learns; `engine` may also be a `kerasrl.distributed.RayEngine` with every
+        option. See docs/scaling.md.
+        """
+        if checkpoint_every is not None:
+            if checkpoint_every < 1:
+                raise ValueError(f"checkpoint_every must be a positive number of env steps, "
+                                 f"got {checkpoint_every}.")
+            if checkpoint_dir is None:
+                if log_dir is None:
+                    raise ValueError("checkpoint_every needs checkpoint_dir= (or log_dir=, "
+                                     "whose checkpoints/ folder is used).")
+                checkpoint_dir = Path(log_dir) / "checkpoints"
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be a positive number of env steps, got {total_steps}.")
+        stop_at = total_steps if stop_at is None else min(stop_at, total_steps)
+        if self.num_timesteps >= stop_at:
+            warnings.warn(
+                f"This agent has already taken {self.num_timesteps} env steps, so fit("
+                f"total_steps={total_steps}) has nothing to do: total_steps counts the whole run. "
+                f"Pass a larger total_steps to train on.",
+                stacklevel=2,
+            )
+            return self.history
+        run_folders = hold_run_folders(log_dir, checkpoint_dir)  # refused at once if another trains there
+        runner = logger = None
+        failed = True
+        try:
+            learn = self._learn  # the engine is chosen before the bar appears: its INFO line goes first
+            if engine in ("auto", "compiled"):
+                runner = self.compiled_engine(required=engine == "compiled")
+            elif engine != "local":
+                runner = make_engine(engine, workers=workers, address=address)
+            if runner is not None:
+                learn = lambda *args: runner.learn(self, *args)  # noqa: E731
+            learn = devices.on_device(self.placement, learn)
+            logger = RunLogger(stop_at - self.num_timesteps, out_dir=log_dir, progress=progress,
+                               log_interval=log_interval, start_step=self.num_timesteps,
+                               history=self.history)
+            self.start_fit(total_steps, logger)
+            callback = with_current_weights(callback)
+            if checkpoint_every is None:
+                learn(total_steps, stop_at, logger, callback)
+            else:
+                # Train in chunks that end on multiples of checkpoint_every: the loop keeps all
+                # its state on the agent, so chunks give the same run as one call.
+                stopped = []
+
+                def watch(agent, history):
+                    result = callback(agent, history) if callback is not None else None
+                    if result is False:
+                        stopped.append(True)
+                    return result
+
+                while self.num_timesteps < stop_at and not stopped:
+                    boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
+                    learn(total_steps, min(stop_at, boundary), logger, watch)
+                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
+                    prune_checkpoints(checkpoint_dir, keep_last)
+            failed = False
+        except WriteError as error:  # say where to resume from
+            if checkpoint_dir is None and log_dir is not None:
+                checkpoint_dir = Path(log_dir) / "checkpoints"
+            error.locate(checkpoint_dir, run=log_dir)
+            raise
+        finally:
+            if logger is not None:
+                self.sync_model()  # the weights leave the learner: fit's end is one of the points
+                logger.close(self.num_timesteps, quiet=failed)  # after an error, that one is told
+            if runner is not None and runner is not engine:  # an engine passed in is the caller's
+                runner.close()
+            run_folders.close()
+        return self.history
+
+    def start_fit(self, total_steps: int, logger: RunLogger) -> None:
+        """What every fit does before its first step: diagnostics on, envs reset if never reset,
+        the schedules' span set."""
+        self.diagnostics.start(self, total_steps, logger)
+        if self.loop.observations is None:
+            self.reset_envs(seed=self.config.seed)
+        self.loop.total_steps = total_steps
+
+    def compiled_engine(self, required: bool):
+        """The compiled-loop engine of this agent (made once, so its compiled calls are reused by
+        later fits), or None where it cannot run (`required`: raise then, saying why)."""
+        engine_class = registry.engine_class("compiled")
+        reason = engine_class.why_not(self) or (None if required else engine_class.slower_here(self))
+        if reason is None:
+            if getattr(self, "_compiled_runner", None) is None:
+                self._compiled_runner = engine_class(self)
+            return self._compiled_runner
+        if required:
+            engine_class(self)  # raises, saying why
+        if not getattr(self, "_said_python_loop", False):
+            self._said_python_loop = True
+            logging.getLogger("kerasrl").info("%s.fit runs the Python loop: %s.", type(self).__name__, reason)
+        return None
+
+
+def with_current_weights(callback):
+    """The user's `callback(agent, history)`, run with the learner's weights in the agent's Keras
+    models (`sync_model` first: before each callback is one of the points where weights move)."""
+    if callback is None:
+        return None
+
+    def synced(agent, history):
+        agent.sync_model()
+        return callback(agent, history)
+
+    return synced
+
+
+def make_engine(engine, *, workers: int = 2, address: str | None = None):
+    """The engine object for `fit(engine=...)`: a registered engine by name (its module, and Ray,
+    imported now), or `engine` itself."""
+    if isinstance(engine, str):
+        if engine not in registry.ENGINES:
+            raise ValueError(f"engine must be one of {('auto', 'local', *registry.ENGINES)} (or a "
+                             f"RayEngine), got {engine!r}.")
+        return registry.engine_class(engine)(workers=workers, address=address)
+    if not hasattr(engine, "learn"):
+        raise TypeError(f"engine must be 'auto', 'local', 'compiled', 'ray' or a RayEngine, got {type(engine).__name__}.")
+    return engine
