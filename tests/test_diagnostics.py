@@ -11,7 +11,6 @@ import math
 import re
 import warnings
 
-import gymnasium as gym
 import keras
 import numpy as np
 import pytest

@@ -24,7 +24,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 

@@ -19,8 +19,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 from contextlib import contextmanager
 from pathlib import Path

@@ -11,7 +11,7 @@ import pytest
 from gymnasium import spaces
 
 import kerasrl
-from kerasrl import backend, losses
+from kerasrl import losses
 from kerasrl.agents.ppo import actor_critic_mlp
 from kerasrl.envs.testing import IdentityEnv
 from kerasrl.policies import RunningMeanStd, sample_categorical, sample_gaussian
