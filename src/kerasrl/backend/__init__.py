@@ -255,7 +255,9 @@ _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
 # - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
 # - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.
-_OPTIONAL = ("adam_moments_step", "write_rows")
+# - `count_ops`, `compile_unrolled`: the ops a call runs, and a loop's chunk compiled from one
+#   traced step (PyTorch, whose loops are Python: kerasrl.compiled.chunks).
+_OPTIONAL = ("adam_moments_step", "write_rows", "count_ops", "compile_unrolled")
 
 
 def scatter_rows(array, rows, values):

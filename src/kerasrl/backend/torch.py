@@ -228,11 +228,33 @@ def configure_threads() -> None:
 
 
 def write_rows(array, rows, values):
-    """`values` written into `array` at the first-axis indices `rows`, in place: PyTorch's loops
-    are Python, so this runs between traced graphs, where a functional scatter would copy the
-    whole array (a 100,000-row replay buffer: about 8 ms an env step). Never inside a graph."""
+    """`values` written into `array` at the first-axis indices `rows`, in place, where a
+    functional scatter would copy the whole array (a 100,000-row replay buffer: about 8 ms an env
+    step). Between graphs, or inside one: a traced graph then writes that input in place (tracing
+    runs on copies, `kerasrl.backend.torch_fast`)."""
     array.index_copy_(0, rows.long(), values.to(array.dtype))
     return array
+
+
+def compile_unrolled(step, count: int, fn):
+    """`fn(start, carry)`, which runs `step(start + j, carry)` for j in [0, count) (returning
+    the carry), compiled from one traced step repeated (`compile` would trace every step: 1 to
+    3 ms an op); `fn` eagerly where that fails, or where `compile` would run eagerly."""
+    fast = _fast_module() if fast_paths() and os.environ.get("KERASRL_TORCH_TRACE", "1") != "0" else None
+    if os.environ.get("KERASRL_TORCH_COMPILE") == "1" or fast is None or fast.support() is None:
+        return compile(fn)
+    return _on_data_device(functools.wraps(fn)(fast.Traced(fn, current_device, MANY_DEVICES, step, count)))
+
+
+def count_ops(fn, *args):
+    """The number of aten ops `fn(*args)` runs (it runs, eagerly), or None where ops cannot be
+    counted (the fast paths are off or unavailable)."""
+    fast = _fast_module() if fast_paths() else None
+    if fast is None or fast.support() is None:
+        return None
+    with fast.OpCounter() as counter, torch.no_grad():
+        fn(*args)
+    return counter.n_ops
 
 
 def fori_loop(lower, upper, body, init, unroll=1):

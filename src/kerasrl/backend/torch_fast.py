@@ -46,6 +46,7 @@ eagerly and neither module is used.
 from __future__ import annotations
 
 import collections
+import functools
 import warnings
 
 import keras
@@ -54,7 +55,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kerasrl.backend import fall_back
-from kerasrl.backend.torch_fast_rewrites import onednn_matmuls, simplify
+from kerasrl.backend.torch_fast_rewrites import onednn_matmuls, simplify, unrolled
 from kerasrl.backend.tree import flatten as _flatten
 from kerasrl.backend.tree import unflatten as _unflatten
 
@@ -83,8 +84,9 @@ CACHE_SIZE = 8
 # Calls of more aten ops than this run eagerly: tracing costs about 0.3 ms per op (a 16-step DQN
 # round is about 3,500 ops; PPO's default update, 320 minibatches in one call, about 100,000).
 MAX_OPS = 20_000
-# Graphs of more ops than this run as FX's Python code rather than TorchScript, whose trace time
-# grows faster than linearly (0.5 s at 3,000 ops, 5 s at 13,000).
+# Graphs of more nodes than this (after `simplify`; a call runs about twice as many aten ops
+# eagerly) run as FX's Python code rather than TorchScript, whose trace time grows faster than
+# linearly (0.5 s at 3,000 ops, 5 s at 13,000).
 MAX_SCRIPTED_OPS = 8_000
 
 _EAGER = object()  # cache entry of a signature that runs eagerly
@@ -140,7 +142,7 @@ def _check_support():
         if make_fx is None or TorchDispatchMode is None:
             raise (_IMPORT_ERRORS.get("make_fx") or _IMPORT_ERRORS.get("TorchDispatchMode")
                    or ImportError("make_fx or TorchDispatchMode is missing"))
-        with _OpCounter() as counter:
+        with OpCounter() as counter:
             _probe_fn(x)
         if counter.n_ops < 3:
             raise RuntimeError(f"counted {counter.n_ops} ops of 3")
@@ -205,15 +207,18 @@ def _run_scripted(run, tensors):
 # -- traced functions --------------------------------------------------------------------------------
 class Traced:
     """The graphs of one function, by input signature (LRU), run without recording gradients
-    (they are taken inside, on purpose). The graphs never write to their inputs.
+    (they are taken inside, on purpose). A graph writes to its inputs only where the function
+    does (in place: `write_rows`); tracing runs on copies, so only the graph's runs write.
 
     `current_device()`: where arrays and scalars passed in become tensors (Keras's current
     device; None: the CPU). `many_devices`: tensors may live on several devices, so a signature
-    holds each input's device (a graph holds the devices it was traced on).
+    holds each input's device (a graph holds the devices it was traced on). `step` and
+    `unroll`: `fn(start, carry)` runs `step(start + j, carry)` for j in [0, unroll); one step is
+    traced and its graph repeated (`torch_fast_rewrites.unrolled`), tracing costing 1 to 3 ms an op.
     """
 
-    def __init__(self, fn, current_device=None, many_devices: bool = False):
-        self.fn = fn
+    def __init__(self, fn, current_device=None, many_devices: bool = False, step=None, unroll: int = 0):
+        self.fn, self.step, self.unroll = fn, step, unroll
         self.current_device = current_device
         self.many_devices = many_devices
         self.graphs = collections.OrderedDict()
@@ -269,23 +274,31 @@ class Traced:
         where = [i for i, leaf in enumerate(leaves) if _as_input(leaf, None) is not None]
         outputs = {}
 
-        def flat_fn(*inputs):
+        def flat_fn(*inputs, fn=self.fn):
             full = list(leaves)
             for i, tensor in zip(where, inputs):
                 full[i] = tensor
             args, kwargs = _unflatten(structure, iter(full))
-            outputs["result"] = result = self.fn(*args, **kwargs)
+            outputs["result"] = result = fn(*args, **kwargs)
             outputs["leaves"] = out_leaves = []
             outputs["structure"] = _flatten(result, out_leaves)
             return tuple(x for x in out_leaves if isinstance(x, torch.Tensor))
 
-        with _OpCounter() as counter:
-            flat_fn(*tensors)
-        result = outputs["result"]
         # The tracers know a tensor by its identity: arguments that are one tensor (a reset that
         # gives several state entries the same zeros) would become one input of the graph, and a
         # later call with distinct tensors would read the first for all of them.
         tensors = _distinct(tensors)
+        # The eager run and the trace run on copies: a function may write rows of its inputs in
+        # place (`write_rows`, a replay buffer), and only the graph's run below may write them.
+        copies = [tensor.clone() for tensor in tensors]
+        with OpCounter() as counter:
+            flat_fn(*copies)
+        result, out_structure, out_leaves = outputs["result"], outputs["structure"], outputs["leaves"]
+        if self.unroll and (out_structure != structure[2][0][2][1] or len(tensors) != len(out_leaves) + 1
+                            or not all(isinstance(x, torch.Tensor) for x in out_leaves)):
+            return self._eager("its carry out is not its carry in"), result
+        if self.unroll:  # trace one step
+            flat_fn = functools.partial(flat_fn, fn=self.step)
         if counter.n_ops > MAX_OPS:
             return _EAGER, result  # not an error: as fast as before, only not faster
         how = support()
@@ -293,10 +306,10 @@ class Traced:
             return _EAGER, result
         try:
             if how.context:
-                graph = _make_fx_in_context(flat_fn, tensors)
+                graph = _make_fx_in_context(flat_fn, [tensor.clone() for tensor in tensors])
             else:
                 with _TraceableOps():
-                    graph = make_fx(flat_fn, tracing_mode="real")(*tensors)
+                    graph = make_fx(flat_fn, tracing_mode="real")(*[tensor.clone() for tensor in tensors])
         except Exception as error:  # noqa: BLE001 -- any failure to trace means: run eagerly
             if "_local_scalar_dense" in str(error):
                 reason = ("it reads a tensor's value into Python (data-dependent control flow, "
@@ -304,8 +317,10 @@ class Traced:
             else:
                 reason = f"tracing failed ({type(error).__name__}: {str(error).strip()[:300]})"
             return self._eager(reason), result
-        script = how.script and counter.n_ops <= MAX_SCRIPTED_OPS
-        return Graph(graph, outputs["structure"], outputs["leaves"], tensors, script), result
+        if self.unroll:
+            graph = unrolled(graph, self.unroll)
+        example = [tensor.clone() for tensor in tensors]  # TorchScript's trace runs the graph
+        return Graph(graph, out_structure, out_leaves, example, how.script), result
 
     def _eager(self, reason: str):
         if not self.warned:
@@ -336,7 +351,7 @@ class Graph:
         onednn_matmuls(graph)
         self.fx = self.module = self.run = graph
         self.scripted = False
-        if script:
+        if script and len(graph.graph.nodes) <= MAX_SCRIPTED_OPS:
             try:
                 self.module = _script(graph, example_inputs)
                 self.run = self.module.forward  # skips nn.Module's call machinery
@@ -400,7 +415,7 @@ def _one_hot(tensor, num_classes=-1):
     return (tensor.unsqueeze(-1) == torch.arange(num_classes, device=tensor.device)).long()
 
 
-class _OpCounter(TorchDispatchMode or object):
+class OpCounter(TorchDispatchMode or object):
     """Counts the aten ops a call runs (the size its trace would have)."""
 
     def __init__(self):
@@ -410,3 +425,4 @@ class _OpCounter(TorchDispatchMode or object):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n_ops += 1
         return func(*args, **(kwargs or {}))
+

@@ -6,6 +6,8 @@ fallback (one RuntimeWarning names it):
 - `simplify`: fewer ops to dispatch (no-ops, repeated pure ops and dead code dropped), with what is
   written in place read from the op schemas (`torch._ops.OpOverload._schema`); without them graphs
   run as traced, unsimplified.
+- `unrolled`: a graph of a loop's step repeated (public FX only), so that a loop of k steps is
+  traced once, not k times.
 - `onednn_matmuls`: large float32 matrix products through oneDNN
   (`torch.ops.mkldnn._linear_pointwise`, registered as `kerasrl::onednn_mm`); without it they stay
   on `aten.mm` (MKL).
@@ -167,3 +169,27 @@ def onednn_matmuls(graph: torch.fx.GraphModule) -> None:
             changed = True
     if changed:
         graph.recompile()
+
+
+def unrolled(graph: torch.fx.GraphModule, count: int) -> torch.fx.GraphModule:
+    """The graph of `count` runs of `graph` one after another: its inputs are (start, carry...)
+    and its outputs the carry; run j gets start + j and the carry run j - 1 gave. The same ops
+    as tracing the unrolled loop records (`aten.add(start, j)` for the index), each once per run."""
+    nodes = list(graph.graph.nodes)
+    inputs = [node for node in nodes if node.op == "placeholder"]
+    returned = graph.graph.output_node().args[0]
+    new = torch.fx.Graph()
+    placeholders = []
+    for node in inputs:
+        placeholders.append(new.placeholder(node.name))
+        placeholders[-1].meta = dict(node.meta)
+    start, carry = placeholders[0], placeholders[1:]
+    for j in range(count):
+        index = start if j == 0 else new.call_function(torch.ops.aten.add.Tensor, (start, j))
+        env = dict(zip(inputs, [index, *carry]))
+        for node in nodes:
+            if node.op not in ("placeholder", "output"):
+                env[node] = new.node_copy(node, lambda arg: env[arg])
+        carry = [env[node] for node in returned]
+    new.output(tuple(carry))
+    return torch.fx.GraphModule(graph, new)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from kerasrl import backend
+from kerasrl.compiled.chunks import loop_in_chunks, piece
 from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
 from kerasrl.seeding import seed_sequence_words
 
@@ -299,13 +300,9 @@ class CompiledLoop:
     def _piece(self, key, fn):
         """`fn` as it goes inside the loop: inlined where the whole call compiles (JAX, TensorFlow);
         compiled on its own where loops are Python (PyTorch), whose traced graph of a whole round
-        would unroll every step (minutes to trace, where a step traces in seconds)."""
-        if backend.COMPILED_LOOPS:
-            return fn
-        pieces = self.__dict__.setdefault("_pieces", {})
-        if key not in pieces:
-            pieces[key] = backend.compile(fn)
-        return pieces[key]
+        would unroll every step (minutes to trace, where a step traces in seconds; see
+        kerasrl.compiled.chunks, which traces a few iterations of a loop together)."""
+        return piece(self, key, fn)
 
     def _run(self, state, rounds, total_steps: int, partial: tuple[int, bool] | None = None,
              max_rounds: int | None = None):
@@ -330,7 +327,8 @@ class CompiledLoop:
         if partial:
             state, metrics = self._round(state, metrics, total_steps, *partial)
         else:
-            state, metrics = backend.fori_loop(0, rounds, body, (state, metrics))
+            state, metrics = loop_in_chunks(self, ("rounds", total_steps), rounds, body, (state, metrics),
+                                            chunks=self.vector_steps_per_round == 1)
         episodes = state["episodes"]
         metrics = dict(metrics, episode_returns=episodes["done_returns"], episode_lengths=episodes["done_lengths"],
                        episodes=episodes["done_count"])

@@ -51,6 +51,7 @@ from kerasrl.compiled.common import (
     seed_streams,
     uniform01,
 )
+from kerasrl.compiled.chunks import loop_in_chunks
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
     behaviour_actions,
@@ -153,6 +154,7 @@ class CompiledDQN(CompiledLoop):
         from keras import ops
 
         act = self._piece(("act", total_steps), lambda s: self._act(s, total_steps))
+        order = list(state)  # kept: a traced chunk of steps (PyTorch) feeds each step's state to the next
         stored = {key: state[key] for key in ("buffer", "priorities") if key in state}
         state, rows, transition, ended = act({key: value for key, value in state.items() if key not in stored})
         write = backend.write_rows or backend.scatter_rows
@@ -160,7 +162,8 @@ class CompiledDQN(CompiledLoop):
         if "priorities" in stored:  # new rows get the largest priority seen, as the buffer's `add`
             new = ops.power(state["max_priority"], self.config.prioritized_replay_alpha)
             stored["priorities"] = write(stored["priorities"], rows, ops.full((self.n_envs,), new, "float32"))
-        return dict(state, **stored), log_episodes(metrics, ended)
+        state = dict(state, **stored)
+        return {key: state[key] for key in order}, log_episodes(metrics, ended)
 
     def _act(self, state, total_steps):
         """Epsilon-greedy actions and one env step: the state without its buffer, the buffer
@@ -275,8 +278,8 @@ class CompiledDQN(CompiledLoop):
         def env_body(i, carry):
             return self._env_step(*carry, total_steps)
 
-        state, metrics = backend.fori_loop(0, cfg.train_freq if env_steps is None else env_steps, env_body,
-                                           (state, metrics))
+        state, metrics = loop_in_chunks(self, ("env", total_steps), cfg.train_freq if env_steps is None else env_steps,
+                                        env_body, (state, metrics))
         if not train_after:
             return state, metrics
         timesteps = state["vector_steps"] * self.n_envs

@@ -37,6 +37,7 @@ import dataclasses
 import numpy as np
 
 from kerasrl import backend
+from kerasrl.compiled.chunks import loop_in_chunks
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -249,7 +250,9 @@ class CompiledPPO(CompiledLoop):
 
     def _round(self, state, metrics, total_steps):
         state, rollout, metrics = self._collect(state, metrics)
-        return self._learn(state, rollout, metrics, total_steps)
+        # One piece with GAE and the update's inputs (on PyTorch: one graph, not eager ops).
+        return self._piece(("learn", total_steps), lambda s, r, m: self._learn(s, r, m, total_steps))(
+            state, rollout, metrics)
 
     def _collect(self, state, metrics):
         """A rollout of `n_steps` vector steps from `state`: (state, rollout {key: (n_steps,
@@ -271,7 +274,7 @@ class CompiledPPO(CompiledLoop):
             state, rollout, ended = env_step(ops.convert_to_tensor(i, "int32"), state, rollout)
             return state, rollout, log_episodes(metrics, ended)
 
-        return backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
+        return loop_in_chunks(self, "env", cfg.n_steps, step_body, (state, rollout, metrics))
 
     def _update_inputs(self, state, rollout, total_steps):
         """What the agent's update (`train_epochs`) takes after a rollout: (data {key: (n_samples,
