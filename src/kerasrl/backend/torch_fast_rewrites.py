@@ -26,11 +26,14 @@ except Exception:  # noqa: BLE001 -- a PyTorch without it: graphs run unsimplifi
 
 # Ops that do nothing when no gradient is recorded.
 _NO_OPS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+# A copy of a constant of the trace made at every call: needless where nothing writes to it.
+_LIFT = torch.ops.aten.lift_fresh_copy.default
 
 
 def simplify(graph: torch.fx.GraphModule) -> None:
-    """Fewer ops to dispatch, same results: drop detach and alias (no-ops without autograd), ops
-    repeated on the same inputs (Keras recomputes `tau >= 1` for every weight), and dead code.
+    """Fewer ops to dispatch, same results: drop detach and alias (no-ops without autograd), the
+    copies of constants that nothing writes to or returns (`lift_fresh_copy`), ops repeated on
+    the same inputs (Keras recomputes `tau >= 1` for every weight), and dead code.
 
     A repeat is merged only when it is pure and neither it nor the op it would reuse is written
     to in place or returned (two outputs must not become one tensor). What is written to is read
@@ -43,11 +46,13 @@ def simplify(graph: torch.fx.GraphModule) -> None:
                   "traced graphs run unsimplified")
         return
     returned = set(graph.graph.output_node().all_input_nodes)
+    returned_memory = _bases(returned)  # what a caller may write to later
     first = {}
     for node in list(nodes):
         if node.op != "call_function":
             continue
-        if node.target in _NO_OPS:
+        if node.target in _NO_OPS or (node.target is _LIFT and node not in written
+                                      and node not in returned_memory):
             node.replace_all_uses_with(node.args[0])
             graph.graph.erase_node(node)
             continue
@@ -67,13 +72,17 @@ def simplify(graph: torch.fx.GraphModule) -> None:
 
 def _written_nodes(nodes) -> set:
     """The results, and the bases of views, that an in-place op of the graph writes to."""
-    written = set()
-    for node in nodes:
-        for tensor in _written_args(node):
-            while isinstance(tensor, torch.fx.Node):
-                written.add(tensor)
-                tensor = tensor.args[0] if _is_view(tensor) else None
-    return written
+    return _bases(tensor for node in nodes for tensor in _written_args(node))
+
+
+def _bases(tensors) -> set:
+    """`tensors` (nodes) and, through views, the nodes whose memory they share."""
+    out = set()
+    for tensor in tensors:
+        while isinstance(tensor, torch.fx.Node):
+            out.add(tensor)
+            tensor = tensor.args[0] if _is_view(tensor) else None
+    return out
 
 
 def _schema(node):
