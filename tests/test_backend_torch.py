@@ -467,6 +467,39 @@ else:
             warnings.simplefilter("error", RuntimeWarning)
             assert assert_dqn_matches_eager(eager_dqn) == []
 
+    def test_a_graph_writes_rows_in_place_once_per_call_and_an_unrolled_chunk_is_its_loop():
+        """A compiled function that writes replay rows in place (`write_rows`): tracing runs on
+        copies, so each call writes its rows once, into the caller's tensor; a chunk compiled from
+        one traced step repeated (`compile_unrolled`, kerasrl.compiled.chunks) computes what its
+        Python loop does, bit for bit, and writes the same rows."""
+        def step(i, carry):
+            buffer, x = carry
+            x = torch.tanh(x * 1.5 + i.to(torch.float32))
+            return backend.write_rows(buffer, torch.stack([i, i + 4]).to(torch.int32), x), x
+
+        def loop(start, carry):
+            for j in range(3):
+                carry = step(start + j, carry)
+            return carry
+
+        carry = (torch.zeros(8, 2), torch.tensor([[0.1, -0.2], [0.3, 0.4]]))
+        expected = loop(torch.tensor(0, dtype=torch.int32), (carry[0].clone(), carry[1]))
+        chunk = torch_backend.compile_unrolled(step, 3, loop)
+        buffer = carry[0].clone()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no fallback to eager
+            out_buffer, x = chunk(np.int32(0), (buffer, carry[1]))
+        assert out_buffer is buffer  # in place
+        assert torch.equal(buffer, expected[0]) and torch.equal(x, expected[1])
+        (graph,) = chunk.graphs.values()
+        writes = [n for n in graph.fx.graph.nodes if n.target is torch.ops.aten.index_copy_.default]
+        assert len(writes) == 3 and graph.scripted  # one traced step, repeated
+        once = torch.zeros(8, 2)  # the first call (trace) writes once: row 1's sum is one write
+        compiled = backend.compile(lambda b, r, v: backend.write_rows(b, r, v))
+        for _ in range(2):
+            compiled(once, torch.tensor([1], dtype=torch.int32), once[1:2] + 1.0)
+        assert once[1].tolist() == [2.0, 2.0]
+
     def fast_paths_used(learner) -> list[bool]:
         """Whether the learner's compiled functions run as graphs (TorchScript) and its large
         products through oneDNN."""
