@@ -370,15 +370,15 @@ class CompiledLoop:
         """Train every seed for `total_steps` env steps (rounded up to whole rounds).
 
         `rounds_per_call`: rounds per compiled call (default: as many as make about 5,000 env
-        steps on JAX and TensorFlow; one on PyTorch). Between calls, `callback(self, record)` may
-        return False to stop. Returns the per-call records (also in `self.history`).
+        steps; on PyTorch a call is a Python loop of traced chunks, kerasrl.compiled.chunks).
+        Between calls, `callback(self, record)` may return False to stop. Returns the per-call records (also in `self.history`).
         """
         if total_steps < 1:
             raise ValueError(f"total_steps must be positive, got {total_steps}.")
         per_round = self.steps_per_round
         n_rounds = math.ceil(total_steps / per_round)
         if rounds_per_call is None:
-            rounds_per_call = 1 if not backend.COMPILED_LOOPS else max(1, min(n_rounds, 5000 // per_round))
+            rounds_per_call = max(1, min(n_rounds, 5000 // per_round))
         done = self.num_timesteps // per_round  # resumes after `load`
         while done < n_rounds:
             rounds = min(rounds_per_call, n_rounds - done)

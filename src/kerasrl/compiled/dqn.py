@@ -9,7 +9,8 @@ through both loops bit for bit. One round is
 `train_freq` vector steps (act epsilon-greedily, step every env, write the transitions), then,
 once more than `learning_starts` env steps are in, any due target sync and `gradient_steps` Adam
 steps on sampled batches, as the Python loop does. A call runs `rounds_per_call` rounds
-(a compiled loop on JAX and TensorFlow; on PyTorch, whose loops are Python, one round per call).
+(a compiled loop on JAX and TensorFlow; on PyTorch, whose loops are Python, a few rounds or env
+steps per traced graph: kerasrl.compiled.chunks).
 
 Branch-free on purpose: a round computes its training step and keeps it only once learning has
 started (`where`), so the same graph traces on all three backends without data-dependent control
