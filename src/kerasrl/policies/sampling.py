@@ -122,10 +122,10 @@ def scale_to_bounds(unit_actions, low: np.ndarray, high: np.ndarray, ops=np):
     """`low + (a + 1) / 2 * (high - low)` clipped to [low, high]: unit-box actions to the env's."""
     low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
     half_range = ((high - low) * np.float32(0.5)).astype(np.float32)
-    if ops is not np:  # tensors throughout: `tensor * ndarray` is numpy's on PyTorch (a
-        # DeprecationWarning from __array_wrap__, and numpy out)
-        low, high, half_range = (ops.convert_to_tensor(x) for x in (low, high, half_range))
-    scaled = (unit_actions + np.float32(1.0)) * half_range + low  # tensor first: a graph input
+    # ops.multiply / ops.add, not `*` / `+`: on PyTorch `tensor * ndarray` is numpy's (a NumPy 2
+    # DeprecationWarning from __array_wrap__); the bounds stay numpy here, constants of a traced
+    # graph (TensorFlow's export refuses eager tensors captured from outside).
+    scaled = ops.add(ops.multiply(unit_actions + np.float32(1.0), half_range), low)
     return ops.clip(scaled, low, high)
 
 
