@@ -139,9 +139,9 @@ def check_host_learning(out: Path) -> None:
     """device="auto" on a machine with an accelerator, stood in for by cpu:1 (the default device:
     everything runs inside keras.device("cpu:1"), and kerasrl is told that an accelerator is
     visible): a small MLP's learner keeps its state on the host, cpu:0, and acts there; a large
-    one learns on the "accelerator" and acts from a host copy. Both train, the small one through
-    the Python loop, the compiled loop (which runs on the accelerator and hands its state back)
-    and the Python loop again; both save, load and predict; JAX refuses a jitted call on arrays committed to two devices, so a tensor made on the
+    one learns on the "accelerator" and acts from a host copy. Both train (the small DQN through
+    the Python loop, the compiled loop, which runs on the accelerator and hands its state back,
+    and the Python loop again), save, load and predict; JAX refuses a jitted call on arrays committed to two devices, so a tensor made on the
     wrong side raises."""
     from kerasrl import devices
 
@@ -158,9 +158,14 @@ def check_host_learning(out: Path) -> None:
     runs = (("dqn", kerasrl.DQN, dict(learning_starts=32, train_freq=8, buffer_size=256,
                                       target_update_interval=64)),
             ("ppo", kerasrl.PPO, dict(n_steps=32, n_epochs=1)))
+    # Both DQN sizes, and PPO's small one (its feed into the update on the host); the compiled
+    # loop's hand-back is the learner's own (load_state), run once, with DQN.
+    cases = [("dqn", "small"), ("dqn", "large"), ("ppo", "small")]
     with keras.device("cpu:1"):
         for name, agent_class, settings in runs:
             for size, net in (("small", small), ("large", large)):
+                if (name, size) not in cases:
+                    continue
                 agent = agent_class("kerasrl/OpsCartPole-v1", **settings, **net, **common)
                 learner = agent.learner
                 expected = "cpu:0" if size == "small" else "cpu:1"
@@ -169,8 +174,8 @@ def check_host_learning(out: Path) -> None:
                 assert device_of(learner.state) == expected, (name, size)
                 # The compiled loop runs on the accelerator and hands a small learner's state back
                 # to the host (a large learner's stays where it is: the second-device check).
-                fits = (("local", 96), ("compiled", 192), ("local", 288)) if size == "small" else (
-                    ("local", 96),)
+                fits = ((("local", 96), ("compiled", 192), ("local", 288)) if name == "dqn" and size == "small"
+                        else (("local", 96), ("local", 192)))
                 for engine, steps in fits:
                     updates = len(agent.history.losses)
                     agent.fit(steps, progress=False, engine=engine)

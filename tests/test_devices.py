@@ -142,6 +142,7 @@ def test_dqn_and_ppo_on_the_second_of_two_devices_train_save_load_and_predict_th
 @pytest.mark.cross_backend
 def test_auto_learns_small_networks_on_the_host_and_large_ones_on_the_accelerator(tmp_path):
     """JAX with two CPU devices, cpu:1 standing in for an accelerator (tests/device_worker.py,
-    `host`): under device="auto" a small MLP's learner lives and acts on the host (cpu:0), a large
-    one learns on cpu:1 and acts from a host copy; both train in both loops, save, load, predict."""
+    `host`): under device="auto" a small MLP's learner lives and acts on the host (cpu:0), also
+    after the compiled loop hands its state back; a large one learns on cpu:1 and acts from a host
+    copy; both train, save, load and predict."""
     run_worker("jax", "host", tmp_path)
