@@ -83,11 +83,6 @@ class A2C(PPO):
         state, figures = self._train_step(state, data, learning_rate)
         return state, figures, ops.ones((), "float32")
 
-    @property
-    def rows_per_gradient_step(self) -> int:
-        """Its gradient step learns from the whole round: n_steps * n_envs transitions."""
-        return self.config.n_steps * self.config.n_envs
-
     def _update_on(self, buffer, learning_rate, total_steps: int):
         """A2C's update of a rollout whose advantages are computed: one step (see `_update_on`
         of PPO for what it returns)."""

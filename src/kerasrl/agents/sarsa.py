@@ -138,11 +138,6 @@ class SARSA(QAgentMixin, Agent):
                 if callback(self, logger.history) is False:
                     break
 
-    @property
-    def rows_per_gradient_step(self) -> int:
-        """Its gradient step learns from the whole round: n_steps * n_envs transitions."""
-        return self.config.n_steps * self.config.n_envs
-
     def _train_round(self, rollout, total_steps: int) -> float:
         """`gradient_steps` updates on the transitions just collected, with any due target sync."""
         cfg = self.config
