@@ -6,6 +6,7 @@ by the backend-module tests, which rerun their file under their own backend from
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,12 +32,13 @@ def assert_backend_tests_pass(test_file: str, backend: str) -> None:
                       test_file)
 
 
-def selected_cases(request, cases, always=()) -> tuple:
-    """The `case` parameters of this module's tests that the session runs, and `always` (the cases
-    of tests without one), in `cases`' order: a case marked slow is run by its worker only in the
-    slow tier."""
+def selected_cases(request, cases, always=(), module=None) -> tuple:
+    """The `case` parameters of `module`'s tests (default: the requesting module's) that the
+    session runs, and `always` (the cases of tests without one), in `cases`' order: a case marked
+    slow is run by its worker only in the slow tier."""
+    module = request.module if module is None else module
     params = [getattr(item, "callspec", None) for item in request.session.items
-              if getattr(item, "module", None) is request.module]
+              if getattr(item, "module", None) is module]
     chosen = {callspec.params.get("case") for callspec in params if callspec is not None}
     return tuple(case for case in cases if case in chosen or case in always)
 
@@ -45,8 +47,14 @@ def parity_results(worker: Path, out_dir: Path, cases, prefix: str = ""):
     """Run `worker out_dir *cases` on every backend; return `get(case) -> {backend: arrays}`."""
     for backend in BACKENDS:
         run_under_backend(backend, worker, out_dir, *cases)
+    return _reader(out_dir, prefix)
 
+
+def _reader(out_dir: Path, prefix: str, failures: dict[str, str] | None = None):
     def get(case):
+        if failures:
+            raise AssertionError("\n".join(f"the {backend} worker failed:\n{text}"
+                                           for backend, text in failures.items()))
         runs = {}
         for backend in BACKENDS:
             with np.load(out_dir / f"{prefix}{case}-{backend}.npz", allow_pickle=False) as data:
@@ -55,6 +63,74 @@ def parity_results(worker: Path, out_dir: Path, cases, prefix: str = ""):
         return runs
 
     return get
+
+
+# -- one process per backend for every worker of the session -----------------------------------
+JOBS_RUNNER = Path(__file__).with_name("backend_jobs.py")
+# Functions (request, tmp_path_factory) -> [job] that add other workers' jobs to the session's
+# processes (tests/checkpoint_runs.py adds the checkpoint worker's first half).
+JOB_SOURCES: list = []
+
+
+class ParityRun:
+    """A parity module's worker (`python WORKER OUT_DIR CASE...` on each backend) and its cases.
+
+    A module assigns one to `PARITY` and its fixture returns `PARITY.results(...)`. The session's
+    first such fixture runs the workers of every module of the session that has one (and the
+    `JOB_SOURCES`' jobs), all of them in one process per backend (tests/backend_jobs.py):
+    starting Python and importing Keras with each backend, and warming each up, cost the five
+    parity modules about 110 s of their 410 when each ran its own three processes. The workers
+    are scripts that set no global state, so running them one after another in a process gives
+    what a process each gives."""
+
+    def __init__(self, worker: Path, cases, *, always=(), prefix: str = ""):
+        self.worker, self.cases, self.always, self.prefix = worker, tuple(cases), always, prefix
+
+    def results(self, request, tmp_path_factory):
+        """`get(case) -> {backend: arrays}` for this module's cases (see `parity_results`)."""
+        out_dir, failures = session_jobs(request, tmp_path_factory)[request.module.__name__]
+        return _reader(out_dir, self.prefix, failures)
+
+
+def session_jobs(request, tmp_path_factory) -> dict:
+    """Run every worker job of the session once, one process per backend; return
+    {job name: (its output folder, {backend: failure text})}."""
+    done = getattr(request.session, "_kerasrl_backend_jobs", None)
+    if done is not None:
+        return done
+    jobs, modules = [], {}
+    for item in request.session.items:
+        module = getattr(item, "module", None)
+        if isinstance(getattr(module, "PARITY", None), ParityRun):
+            modules.setdefault(module.__name__, module)
+    for name, module in modules.items():
+        run = module.PARITY
+        out_dir = tmp_path_factory.mktemp(name)
+        cases = selected_cases(request, run.cases, run.always, module=module)
+        jobs.append({"name": name, "worker": str(run.worker), "args": [str(out_dir), *cases],
+                     "out_dir": str(out_dir)})
+    for source in JOB_SOURCES:
+        jobs.extend(source(request, tmp_path_factory))
+    jobs_file = tmp_path_factory.mktemp("backend_jobs") / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs))
+    done = {job["name"]: (Path(job["out_dir"]), {}) for job in jobs}
+    for backend in BACKENDS:
+        output = _run_jobs(backend, jobs_file)
+        for out_dir, failures in done.values():
+            failed = out_dir / f"failed-{backend}.txt"
+            if failed.exists():
+                failures[backend] = failed.read_text()
+            elif not (out_dir / f"done-{backend}").exists():  # the process died before the job
+                failures[backend] = output
+    request.session._kerasrl_backend_jobs = done
+    return done
+
+
+def _run_jobs(backend: str, jobs_file: Path, timeout: int = 1800) -> str:
+    env = {**os.environ, "KERAS_BACKEND": backend}
+    proc = subprocess.run([sys.executable, str(JOBS_RUNNER), str(jobs_file)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return f"exit {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
 
 
 def relative_difference(a, b) -> float:

@@ -140,13 +140,15 @@ def _kerasrl() -> list[str]:
 
 # One persistent XLA compilation cache for the fresh processes of this module (set by the
 # `xla_cache` fixture): each would otherwise compile the same programs again (importing jax2onnx
-# alone compiles 96, about 13 s of CPU).
+# alone compiles 96, about 13 s of CPU). The test run's own (run.py sets one for every test
+# process) where there is one: the programs the other tests compiled are then in it too.
 CACHE_ENV: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def xla_cache(tmp_path_factory):
-    CACHE_ENV.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla-cache")),
+    folder = os.environ.get("JAX_COMPILATION_CACHE_DIR") or tmp_path_factory.mktemp("xla-cache")
+    CACHE_ENV.update(JAX_COMPILATION_CACHE_DIR=str(folder),
                      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     yield
     CACHE_ENV.clear()

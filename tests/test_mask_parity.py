@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results
+from backend_processes import BACKENDS, ParityRun
 
 pytestmark = pytest.mark.cross_backend
 
@@ -23,9 +23,12 @@ CASES = ("double_dqn", "expected_sarsa", "ppo", "ppo_multi")
 TOLERANCE = 1e-5
 
 
+PARITY = ParityRun(WORKER, CASES, always=CASES, prefix="mask-")
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("mask_parity"), CASES, prefix="mask-")
+def results(request, tmp_path_factory):
+    return PARITY.results(request, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", CASES)

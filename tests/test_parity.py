@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
+from backend_processes import BACKENDS, ParityRun, relative_difference
 
 pytestmark = pytest.mark.cross_backend
 
@@ -30,10 +30,12 @@ CASES = ("mlp", "mlp_double_mse", "mlp_sarsa", "mlp_expected_sarsa", "mlp_duelin
 SLOW_CASES = ("mlp_double_mse", "mlp_expected_sarsa", "mlp_dueling")
 
 
+PARITY = ParityRun(WORKER, CASES, always=("actions",))
+
+
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("parity"),
-                          selected_cases(request, CASES, always=("actions",)))
+    return PARITY.results(request, tmp_path_factory)
 
 
 def weight_difference(run, reference, key) -> float:

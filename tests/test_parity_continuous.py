@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
+from backend_processes import BACKENDS, ParityRun, relative_difference
 
 pytestmark = pytest.mark.cross_backend
 
@@ -22,10 +22,12 @@ TOLERANCE = 1e-5
 CASES = ("td3", "sac", "ddpg", "naf")
 
 
+PARITY = ParityRun(WORKER, CASES)
+
+
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("parity_continuous"),
-                          selected_cases(request, CASES))
+    return PARITY.results(request, tmp_path_factory)
 
 
 # DDPG's update is TD3's with one critic and no delay or target smoothing; NAF's math is checked

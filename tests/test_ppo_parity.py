@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
+from backend_processes import BACKENDS, ParityRun, relative_difference
 
 pytestmark = pytest.mark.cross_backend
 
@@ -18,10 +18,12 @@ WORKER = Path(__file__).with_name("ppo_parity_worker.py")
 CASES = ("discrete", "continuous", "discrete_fused", "actions")
 
 
+PARITY = ParityRun(WORKER, CASES, always=("actions",), prefix="ppo-")
+
+
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("ppo_parity"),
-                          selected_cases(request, CASES, always=("actions",)), prefix="ppo-")
+    return PARITY.results(request, tmp_path_factory)
 
 
 # The fused round (every epoch in one compiled call) runs in the slow tier.

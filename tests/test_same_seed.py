@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_processes import BACKENDS, parity_results, relative_difference, selected_cases
+from backend_processes import BACKENDS, ParityRun, relative_difference
 from same_seed_worker import STEPS
 
 pytestmark = pytest.mark.cross_backend
@@ -31,10 +31,12 @@ PARAMS = [pytest.param(case, marks=pytest.mark.slow)
           if case in ("sequential", "functional", "expected_sarsa_soft") else case for case in CASES]
 
 
+PARITY = ParityRun(WORKER, CASES)
+
+
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory):
-    return parity_results(WORKER, tmp_path_factory.mktemp("same_seed"),
-                          selected_cases(request, CASES))
+    return PARITY.results(request, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", PARAMS)
