@@ -17,6 +17,7 @@ Steps of `run.py test` and `run.py slow`, each also a command of its own:
 
     python3 run.py other-backends  the tests marked `backend` on TensorFlow and PyTorch
     python3 run.py cross-backend   the tests that start every backend in its own processes
+    python3 run.py jax-share       the JAX pass's test files that CI runs in the other lane
     python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0
                                    (public framework APIs only, as after a fast path fails)
     python3 run.py package         the README's install blocks as written, each into an empty
@@ -84,13 +85,19 @@ LEARNING_SELECTION = ("(test_dqn and double_dueling_n_step_prioritized_learns) o
 # update the parity tests show equal to JAX's: they run on JAX in the fast tier, on the other two
 # in the slow tier).
 OTHER_BACKENDS_FAST = "backend and not slow and not slow_on_other_backends"
+# The JAX pass: everything of the fast tier but the tests that start every backend themselves and
+# the clean installs (steps of their own).
+JAX_PASS_MARKERS = "not slow and not cross_backend and not packaging"
 OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 
 # CI's two lanes (`run.py test` without arguments), one core each, balanced by the last CI log's
 # step times: the JAX pass and then JAX_LANE_AFTER in one, OTHER_LANE in the other. The CI of
-# 63a67b0: JAX pass 1,494 s, packaging 67 s; TensorFlow and PyTorch 642 s, cross-backend 720 s.
+# 2264844 here: JAX pass 1,571 s; TensorFlow and PyTorch 664 s, cross-backend 764 s, packaging
+# 79 s. The cross-backend pass then took about 120 s less (its workers share one process per
+# backend), so the JAX pass hands it the test files of JAX_FILES_IN_OTHER_LANE (about 110 s).
 JAX_LANE_AFTER: tuple[str, ...] = ()
-OTHER_LANE = ("other-backends", "cross-backend", "package")
+OTHER_LANE = ("other-backends", "cross-backend", "jax-share", "package")
+JAX_FILES_IN_OTHER_LANE = ("tests/test_ray.py",)
 
 # The lowest-versions step: a smoke subset of what differs most between library versions, a few
 # minutes on every backend: keras.ops against numpy, Adam against Keras's, Gymnasium's vector API,
@@ -323,14 +330,24 @@ def test(extra_args: list[str]) -> int:
         failed |= other_backends(extra_args)
         return step("fast tier on every backend", start, failed)
     other_lane = start_logged("lane", *OTHER_LANE)
-    failed = step("JAX pass", start, run(*jax_pass, "-m", "not slow and not cross_backend and "
-                                         "not packaging", env=test_env("jax")))
+    in_other_lane = [f"--ignore={path}" for path in JAX_FILES_IN_OTHER_LANE]
+    failed = step("JAX pass", start, run(*jax_pass, *in_other_lane, "-m", JAX_PASS_MARKERS,
+                                         env=test_env("jax")))
     failed |= lane(JAX_LANE_AFTER)
     failed |= step(f"{', '.join(OTHER_LANE)} (the other lane)", start,
                    finish_logged(*other_lane))
     print(("All test runs passed" if not failed else "Some test runs FAILED") +
           f" ({time.monotonic() - start:.0f} s).", flush=True)
     return 1 if failed else 0
+
+
+def jax_share(extra_args: list[str]) -> int:
+    """The JAX pass's files that CI runs in the other lane (JAX_FILES_IN_OTHER_LANE)."""
+    install()
+    start = time.monotonic()
+    failed = run(*pytest_command(), *extra_args, "-m", JAX_PASS_MARKERS,
+                 *JAX_FILES_IN_OTHER_LANE, env=test_env("jax"))
+    return step(f"JAX pass: {', '.join(JAX_FILES_IN_OTHER_LANE)}", start, failed)
 
 
 def cross_backend(extra_args: list[str]) -> int:
@@ -493,7 +510,7 @@ def gpu(extra_args: list[str]) -> int:
 
 COMMANDS = {"test": test, "slow": slow, "bench": bench, "gpu": gpu, "no-fast-paths": no_fast_paths,
             "lowest": lowest, "package": package, "other-backends": other_backends, "cross-backend": cross_backend,
-            "lane": lane}
+            "jax-share": jax_share, "lane": lane}
 
 
 def main() -> int:
