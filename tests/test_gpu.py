@@ -106,11 +106,12 @@ def test_the_readme_python_example_trains_unchanged(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     agent = namespace["agent"]
-    # It trained: 50k steps, an update every 4 after the first 1,000 (12,475), all finite. (Its
-    # greedy return at 50k steps is not asserted: 66 on JAX and 24 on PyTorch on this project's
-    # CPU, against about 22 for random play; the settings are the example's, not a preset's.)
-    assert agent.num_timesteps == 50_000 and len(agent.history.losses) == 12_475
-    assert np.all(np.isfinite(agent.history.losses))
+    # It trained: 50k steps, a round of 128 updates every 256 steps after the first 1,000 (192
+    # rounds), all finite. (Its greedy return is not asserted: on this project's CPU, seed 0,
+    # 482.2 on JAX and 127.6 on PyTorch over 20 episodes, against about 22 for random play; runs
+    # of 24,576 updates on two backends, or on a CPU and a GPU, part after the first few hundred.)
+    assert agent.num_timesteps == 50_000 and agent.n_updates == 192 * 128
+    assert len(agent.history.losses) == 192 and np.all(np.isfinite(agent.history.losses))
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "ppo"])
