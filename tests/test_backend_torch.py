@@ -509,6 +509,21 @@ else:
                      for node in g.fx.graph.nodes)
         return [bool(traced), bool(graphs), bool(graphs) and all(g.scripted for g in graphs), onednn]
 
+    def test_an_agent_is_made_and_trained_without_numpy_deprecation_warnings():
+        """Keras's PyTorch convert_to_numpy hands torch tensors to np.array, which warns (no `copy`
+        keyword) each time: kerasrl reads weights through its backend layer, so a user's run
+        stays quiet. The copies are copies: writing to them leaves the model as it was."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            agent = kerasrl.DQN("CartPole-v1", seed=0, learning_starts=32, batch_size=16,
+                                target_update_interval=50)
+            agent.fit(100, progress=False)
+            values = variable_values(agent.model.trainable_variables)
+        before = keras.ops.convert_to_numpy(agent.model.trainable_variables[0].value).copy()
+        values[0][...] = 7.0
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(agent.model.trainable_variables[0].value), before)
+
     def test_fast_paths_off_gives_the_results_of_the_fast_paths(monkeypatch, tmp_path):
         """A DQN learner's training rounds and acting (256x256 layers: products through oneDNN),
         in one process with the fast paths and in another with KERASRL_FAST_PATHS=0 (eager

@@ -194,8 +194,10 @@ def agent_class(algorithm: str) -> type:
 def _model_weights(agent) -> list[np.ndarray]:
     import keras
 
-    return [np.array(keras.ops.convert_to_numpy(w)) for model in agent.policy.models().values()
-            for w in model.weights if "float" in keras.backend.standardize_dtype(w.dtype)]
+    from kerasrl.agents.state_arrays import variable_values
+
+    return variable_values([w for model in agent.policy.models().values() for w in model.weights
+                            if "float" in keras.backend.standardize_dtype(w.dtype)])
 
 
 def run_worker(job: dict, out: str) -> None:

@@ -305,11 +305,10 @@ class Monitor:
         for kind, message in schedule_problems(self.config, total_steps):
             self.report(kind, message, stacklevel=5)
         if agent.num_timesteps == 0 and hasattr(type(agent), "target_weights"):
-            import keras
+            from kerasrl.agents.state_arrays import variable_values
 
             model = agent.model  # the online weights (trainable, then non-trainable) as the target's
-            online = [np.asarray(keras.ops.convert_to_numpy(v.value))
-                      for v in model.trainable_variables + model.non_trainable_variables]
+            online = variable_values(model.trainable_variables + model.non_trainable_variables)
             message = target_start_problem(online, agent.target_weights)
             if message is not None:
                 self.report("target-start", message, stacklevel=5)

@@ -23,7 +23,7 @@ import zlib
 import keras
 import numpy as np
 
-from kerasrl import seeding
+from kerasrl import backend, seeding
 from kerasrl.backend.layers import walk_layers
 
 _DETERMINISTIC = tuple(getattr(keras.initializers, name) for name in
@@ -158,7 +158,7 @@ class WeightDraws:
             if id(v) in drawn:
                 out.append(drawn[id(v)].astype(dtype))
             else:  # a deterministic or kept initial value: the same for every seed
-                current = np.asarray(keras.ops.convert_to_numpy(v.value), dtype)
+                current = np.asarray(backend.to_numpy(v.value), dtype)
                 out.append(np.repeat(current[None], len(seeds), axis=0))
         return out
 

@@ -5,13 +5,16 @@ the shapes the agent expects.
 
 from __future__ import annotations
 
-import keras
 import numpy as np
+
+from kerasrl import backend
 
 
 def variable_values(variables) -> list[np.ndarray]:
-    """Copies of Keras variables' values as numpy (never views of the backend's buffers)."""
-    return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
+    """Copies of Keras variables' values as numpy (never views of the backend's buffers). Through
+    kerasrl's backend layer: Keras's own conversion on PyTorch passes torch tensors to np.array,
+    which warns (DeprecationWarning: no `copy` keyword) on every agent a user makes."""
+    return [np.array(backend.to_numpy(v.value)) for v in variables]
 
 
 def flatten_arrays(prefix: str, tree) -> dict[str, np.ndarray]:
