@@ -120,8 +120,10 @@ def test_continuous_ppo_policy_exports_match(tmp_path, fmt):
     np.testing.assert_allclose(actions, policy.predict(obs), atol=1e-5)
 
 
+@pytest.fixture(scope="module")
 def cnn_policies():
-    """The default CNN on uint8 images (with its 1/255 scaling) and the Snake conv net."""
+    """The default CNN on uint8 images (with its 1/255 scaling) and the Snake conv net, trained
+    once for both formats."""
     image = kerasrl.DQN(QuadrantEnv, seed=0, learning_starts=32, buffer_size=200, batch_size=8,
                         train_freq=4)
     image.fit(total_steps=96, progress=False)
@@ -133,8 +135,8 @@ def cnn_policies():
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_cnn_policy_exports_match(tmp_path, fmt):
-    for name, policy in cnn_policies().items():
+def test_cnn_policy_exports_match(tmp_path, fmt, cnn_policies):
+    for name, policy in cnn_policies.items():
         assert any("Conv" in type(layer).__name__ for layer in policy.model.layers), name
         suffix = ".onnx" if fmt == "onnx" else ""
         path = policy.export(tmp_path / f"{name}{suffix}", format=fmt, include_values=True)
