@@ -32,25 +32,19 @@ def assert_backend_tests_pass(test_file: str, backend: str) -> None:
                       test_file)
 
 
-def selected_cases(request, cases, always=(), module=None) -> tuple:
-    """The `case` parameters of `module`'s tests (default: the requesting module's) that the
-    session runs, and `always` (the cases of tests without one), in `cases`' order: a case marked
-    slow is run by its worker only in the slow tier."""
-    module = request.module if module is None else module
+def selected_cases(request, module, cases, always=()) -> tuple:
+    """The `case` parameters of `module`'s tests that the session runs, and `always` (the cases of
+    tests without one), in `cases`' order: a case marked slow is run by its worker only in the
+    slow tier."""
     params = [getattr(item, "callspec", None) for item in request.session.items
               if getattr(item, "module", None) is module]
     chosen = {callspec.params.get("case") for callspec in params if callspec is not None}
     return tuple(case for case in cases if case in chosen or case in always)
 
 
-def parity_results(worker: Path, out_dir: Path, cases, prefix: str = ""):
-    """Run `worker out_dir *cases` on every backend; return `get(case) -> {backend: arrays}`."""
-    for backend in BACKENDS:
-        run_under_backend(backend, worker, out_dir, *cases)
-    return _reader(out_dir, prefix)
-
-
-def _reader(out_dir: Path, prefix: str, failures: dict[str, str] | None = None):
+def _reader(out_dir: Path, prefix: str, failures: dict[str, str]):
+    """`get(case) -> {backend: arrays}`: each backend's `{prefix}{case}-{backend}.npz` in
+    `out_dir`, or the workers' failures."""
     def get(case):
         if failures:
             raise AssertionError("\n".join(f"the {backend} worker failed:\n{text}"
@@ -87,7 +81,7 @@ class ParityRun:
         self.worker, self.cases, self.always, self.prefix = worker, tuple(cases), always, prefix
 
     def results(self, request, tmp_path_factory):
-        """`get(case) -> {backend: arrays}` for this module's cases (see `parity_results`)."""
+        """`get(case) -> {backend: arrays}` for this module's cases."""
         out_dir, failures = session_jobs(request, tmp_path_factory)[request.module.__name__]
         return _reader(out_dir, self.prefix, failures)
 
@@ -106,7 +100,7 @@ def session_jobs(request, tmp_path_factory) -> dict:
     for name, module in modules.items():
         run = module.PARITY
         out_dir = tmp_path_factory.mktemp(name)
-        cases = selected_cases(request, run.cases, run.always, module=module)
+        cases = selected_cases(request, module, run.cases, run.always)
         jobs.append({"name": name, "worker": str(run.worker), "args": [str(out_dir), *cases],
                      "out_dir": str(out_dir)})
     for source in JOB_SOURCES:

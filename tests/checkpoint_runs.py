@@ -13,10 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backend_processes import JOB_SOURCES, session_jobs
+from backend_processes import BACKENDS, JOB_SOURCES, session_jobs
 
 WORKER = Path(__file__).with_name("checkpoint_worker.py")
-BACKENDS = ("jax", "tensorflow", "torch")
 _DONE: dict[str, Path] = {}
 
 
