@@ -116,7 +116,7 @@ def run_actions():
     exploration may replace it) and whether exploration kept it."""
     import gymnasium as gym
 
-    import kerasrl.agents.q_learner as acting_module  # where the value agents draw epsilon-greedy actions
+    import kerasrl.agents.dqn as acting_module  # where the value agents draw epsilon-greedy actions
 
     taken, greedy, kept = [], [], []
 

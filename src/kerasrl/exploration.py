@@ -22,6 +22,20 @@ import math
 import gymnasium as gym
 import numpy as np
 
+from kerasrl.schedules import linear_schedule
+
+
+
+def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
+    """A value agent's epsilon now (with `exploration="boltzmann"`, its temperature): linear from
+    initial to final over `exploration_fraction` of the run, in every loop."""
+    if config.exploration == "boltzmann":
+        start, end = config.exploration_initial_temperature, config.exploration_final_temperature
+    else:
+        start, end = config.exploration_initial_eps, config.exploration_final_eps
+    return linear_schedule(start, end,
+                           num_timesteps / max(1.0, config.exploration_fraction * total_steps))
+
 
 class Explorer:
     """Exploratory actions from a policy; see the module docstring."""
@@ -69,6 +83,15 @@ class Boltzmann(Explorer):
     def act(self, policy, observations, rng):
         return policy.predict(observations, deterministic=False, temperature=self.temperature,
                               rng=rng), {}
+
+
+def value_explorer(config, epsilon: float | None = None) -> Explorer:
+    """How a value agent's remote actor explores: epsilon-greedy with `epsilon` (the engine's,
+    per actor; None: the config's final epsilon), or Boltzmann at the config's final temperature
+    (`epsilon` unused) with `exploration="boltzmann"`."""
+    if config.exploration == "boltzmann":
+        return Boltzmann(config.exploration_final_temperature)
+    return EpsilonGreedy(config.exploration_final_eps if epsilon is None else epsilon)
 
 
 class ActionNoise:

@@ -6,7 +6,7 @@ logits for C51. The head says how those outputs become action values (acting, Bo
 exploration, diagnostics, the saved policy and its exports all go through `action_values`), which
 part of them a taken action selects, and the loss of that part against targets of any shape,
 with per-sample priorities for prioritized replay. The targets themselves are the agent's
-`target_fn` (see `kerasrl.agents.q_learner`).
+`target_fn` (see `kerasrl.agents.dqn.QLearner`).
 
 `ValueHead` is DQN's: the outputs are the Q-values, the loss is Huber or MSE of the TD error,
 and the priorities are the TD errors. A distributional agent subclasses it in its own file; a

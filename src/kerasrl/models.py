@@ -25,7 +25,8 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.backend.layers import walk_layers
 from kerasrl.initializers import backend_draws_skipped, seed_initial_weights
-from kerasrl.networks import SplitLeaves, default_network, split_layer
+from kerasrl.networks import (SplitLeaves, default_network, dueling, is_image_space, mlp_torso,
+                              nature_cnn_torso, split_layer)
 from kerasrl.spaces import FlatObservations, structure_of
 
 
@@ -304,3 +305,19 @@ def check_recurrent_model(model, observation_space: gym.Space, n_outputs: int,
     if not model.trainable_variables:
         raise ValueError(f"The {role} ({type(model).__name__}) has no trainable weights.")
     return sizes
+
+
+def dueling_q_network(torso, observation_space: gym.Space, action_space: gym.Space,
+                      hidden_sizes=(64, 64)) -> keras.Model:
+    """A dueling Q-network (DQN's `dueling=True`) on the user's `torso` (a model or a builder), or
+    on the default torso (the Nature CNN for images, else an MLP of `hidden_sizes`)."""
+    shape, n_actions = observation_space.shape, int(action_space.n)
+    if torso is None:
+        if is_image_space(observation_space):
+            return dueling(nature_cnn_torso(observation_space), shape, n_actions)
+        torso = mlp_torso(shape, hidden_sizes, observation_space=observation_space)
+    else:
+        if not isinstance(torso, keras.Model):
+            torso = torso(structure_of(observation_space), action_space)
+        torso = adapt_model(torso, observation_space)
+    return dueling(torso, shape, n_actions)

@@ -79,7 +79,7 @@ def test_a_bad_temperature_is_refused_where_it_is_given():
 # SARSA acts as Expected SARSA does; DQN's fit runs in the slow tier.
 @pytest.mark.parametrize("algorithm", [pytest.param("DQN", marks=pytest.mark.slow), "ExpectedSARSA"])
 def test_value_agents_explore_with_the_temperature_schedule(algorithm, tmp_path):
-    from kerasrl.agents.q_learner import exploration_rate
+    from kerasrl.exploration import exploration_rate
 
     agent = getattr(kerasrl, algorithm)(
         "CartPole-v1", seed=0, exploration="boltzmann", exploration_initial_temperature=5.0,

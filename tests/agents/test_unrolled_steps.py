@@ -14,7 +14,7 @@ import kerasrl
 from kerasrl import backend, registry
 from kerasrl.agents.dqn import dqn_target
 from kerasrl.agents.learner import unrolled_steps
-from kerasrl.agents.q_learner import q_learner_for
+from kerasrl.agents.dqn import q_learner_for
 from kerasrl.networks import PatchConv2D
 
 pytestmark = pytest.mark.backend

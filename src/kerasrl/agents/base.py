@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from kerasrl import backend, devices
@@ -187,6 +188,16 @@ class Agent(Fitting):
         hand (`agent.learner`), call this before reading the models.
         """
         raise NotImplementedError
+
+    def _require_discrete_actions(self) -> None:
+        """Refuse a non-discrete action space, naming the agent to use instead; set n_actions."""
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
+                f"{self.action_space}. For continuous actions use kerasrl.PPO."
+            )
+        self.n_actions = int(self.action_space.n)
+        self._mask_sizes = (self.n_actions,)
 
     def _warn_weights_only(self) -> None:
         """Say now, not at the first checkpoint, when a model can be saved as weights only."""

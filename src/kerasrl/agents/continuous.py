@@ -31,6 +31,7 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.agents.base import Agent
 from kerasrl.agents.learner import Learner
+from kerasrl.agents.state_arrays import load_replay_learning_arrays, replay_learning_arrays
 from kerasrl.buffers.replay import ReplayBuffer, action_layout
 from kerasrl.exploration import ActionNoise, NoisyActor
 from kerasrl.models import build_critic, build_model
@@ -346,17 +347,14 @@ class ContinuousAgent(Agent):
 
     # -- training state -----------------------------------------------------------------------
     def _extra_state(self):
-        arrays = self.learner.arrays()
-        arrays.update({f"buffer/{k}": np.array(v) for k, v in self.buffer.state_dict().items()})
+        arrays = replay_learning_arrays(self.learner, self.buffer)
         arrays.update({f"exploration/{k}": np.array(v) for k, v in self._exploration_state().items()})
         if self.obs_rms is not None:
             arrays.update({f"obs_rms/{k}": v for k, v in self.obs_rms.state_dict().items()})
         return arrays, {"n_updates": self.n_updates, "vector_steps": self._vector_steps}
 
     def _load_extra_state(self, arrays, meta):
-        self.learner.load_arrays(arrays)
-        self.buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
-                                     if k.startswith("buffer/")})
+        load_replay_learning_arrays(self.learner, self.buffer, arrays)
         self._load_exploration_state({k[len("exploration/"):]: v for k, v in arrays.items()
                                       if k.startswith("exploration/")})
         if self.obs_rms is not None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from kerasrl.agents.base import Agent
-from kerasrl.agents.q_learner import QAgentMixin, exploration_rate
+from kerasrl.agents.dqn import QAgentMixin
+from kerasrl.exploration import exploration_rate
 from kerasrl.config import SARSAConfig
 from kerasrl.losses import expected_sarsa_target, sarsa_target
 

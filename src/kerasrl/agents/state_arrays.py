@@ -44,3 +44,36 @@ def unflatten_arrays(prefix: str, flat: dict[str, np.ndarray], like):
         raise ValueError(f"Saved array {prefix!r} has shape {value.shape}, the agent expects "
                          f"{expected.shape}: the model or config differs from the saved one.")
     return value.astype(expected.dtype, copy=False)
+
+
+LEARNER_SECTIONS = ("params", "non_trainable", "target_params", "target_non_trainable", "opt")
+
+
+def with_model_level(arrays: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
+    """`learner/params/0` -> `learner/params/<name>/0`: a checkpoint of kerasrl 0.1's one-model
+    learner layout (no model level, no step counter: it starts at zero) in today's layout."""
+    if any(k.split("/")[2:3] == [name] for k in arrays if k.startswith("learner/params/")):
+        return arrays
+    upgraded = {}
+    for key, value in arrays.items():
+        parts = key.split("/")
+        if parts[0] == "learner" and len(parts) > 2 and parts[1] in LEARNER_SECTIONS:
+            key = "/".join([*parts[:2], name, *parts[2:]])
+        upgraded[key] = value
+    upgraded.setdefault("learner/step", np.zeros((), np.int32))
+    return upgraded
+
+
+def replay_learning_arrays(learner, buffer) -> dict[str, np.ndarray]:
+    """An off-policy agent's learning state as checkpoint arrays: its learner's and its replay
+    buffer's (under "buffer/")."""
+    arrays = learner.arrays()
+    arrays.update({f"buffer/{k}": np.array(v) for k, v in buffer.state_dict().items()})
+    return arrays
+
+
+def load_replay_learning_arrays(learner, buffer, arrays: dict[str, np.ndarray]) -> None:
+    """Restore what `replay_learning_arrays` wrote."""
+    learner.load_arrays(arrays)
+    buffer.load_state_dict({k[len("buffer/"):]: v for k, v in arrays.items()
+                            if k.startswith("buffer/")})

@@ -1,10 +1,24 @@
 """Numpy storage for experience: replay for off-policy agents, rollouts for on-policy ones."""
 
 from kerasrl.buffers.frame_stack import (FrameStackReplayBuffer,
-                                         PrioritizedFrameStackReplayBuffer)
+                                         PrioritizedFrameStackReplayBuffer, stacked_frames)
 from kerasrl.buffers.prioritized import PrioritizedReplayBuffer, SumTree
 from kerasrl.buffers.replay import ReplayBuffer
 from kerasrl.buffers.rollout import RolloutBuffer
 
 __all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer", "PrioritizedReplayBuffer",
-           "ReplayBuffer", "RolloutBuffer", "SumTree"]
+           "ReplayBuffer", "RolloutBuffer", "SumTree", "replay_buffer_for"]
+
+
+def replay_buffer_for(env, observation_space, capacity: int, n_envs: int, gamma: float,
+                      n_step: int = 1, *, priority_alpha: float | None = None,
+                      priority_eps: float = 1e-6) -> ReplayBuffer:
+    """The replay buffer for discrete-action transitions of `env`: each frame stored once when the
+    env declares stacked frames (kerasrl.envs.atari), prioritized when `priority_alpha` is given."""
+    args = (capacity, n_envs, observation_space.shape, observation_space.dtype, gamma, n_step)
+    prioritized = {} if priority_alpha is None else {"alpha": priority_alpha, "eps": priority_eps}
+    stacked = stacked_frames(env)
+    if stacked is not None:
+        frames = PrioritizedFrameStackReplayBuffer if prioritized else FrameStackReplayBuffer
+        return frames(*args, **prioritized, padding=stacked[1])
+    return PrioritizedReplayBuffer(*args, **prioritized) if prioritized else ReplayBuffer(*args)

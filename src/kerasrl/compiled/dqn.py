@@ -61,7 +61,7 @@ from kerasrl.compiled.value_learning import (
     sync_tau_and_learning_rate,
     updated_priorities,
 )
-from kerasrl.agents.q_learner import exploration_rate
+from kerasrl.exploration import exploration_rate
 from kerasrl.config import DQNConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
@@ -79,9 +79,9 @@ class CompiledDQN(CompiledLoop):
 
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, model=None, **fields):
-        from kerasrl.agents.dqn import dqn_learner, dueling_q_network
+        from kerasrl.agents.dqn import dqn_learner
         from kerasrl.initializers import WeightDraws
-        from kerasrl.models import build_model
+        from kerasrl.models import build_model, dueling_q_network
         from kerasrl.networks import default_network
 
         if config is None:
@@ -95,7 +95,7 @@ class CompiledDQN(CompiledLoop):
         obs_space = ops_env.observation_space
         seeds = parse_seeds(seeds)
         if config.dueling:
-            model = dueling_q_network(model, obs_space, space, config)
+            model = dueling_q_network(model, obs_space, space, config.hidden_sizes)
         model = build_model(model, obs_space, int(space.n), action_space=space,
                             default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
                             role="Q-network", seed=seeds[0])
@@ -329,7 +329,7 @@ class CompiledDQN(CompiledLoop):
 
     def scalars(self, agent, total_steps: int) -> dict[str, float]:
         """What the Python loop shows beside the loss (the exploration rate)."""
-        from kerasrl.agents.q_learner import exploration_rate
+        from kerasrl.exploration import exploration_rate
 
         name = "temperature" if self.config.exploration == "boltzmann" else "epsilon"
         return {name: exploration_rate(self.config, agent.num_timesteps, total_steps)}

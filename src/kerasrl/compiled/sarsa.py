@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.agents.q_learner import exploration_rate
+from kerasrl.exploration import exploration_rate
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -57,7 +57,7 @@ class CompiledSARSA(CompiledLoop):
     def __init__(self, env="CartPole", config: SARSAConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, model=None, **fields):
         from kerasrl.agents.sarsa import sarsa_target_fn
-        from kerasrl.agents.q_learner import q_learner_for
+        from kerasrl.agents.dqn import q_learner_for
         from kerasrl.initializers import WeightDraws
         from kerasrl.models import build_model
         from kerasrl.networks import default_network
