@@ -235,3 +235,32 @@ def test_double_dueling_n_step_prioritized_learns_the_chain():
 def test_invalid_variant_settings_are_refused(option, value, message):
     with pytest.raises(ValueError, match=message):
         kerasrl.DQN("CartPole-v1", **{option: value})
+
+
+def test_one_update_runs_through_three_agent_modules():
+    """docs/architecture.md ("One DQN update, file by file"): an env step with its training round
+    and target sync runs in agents/dqn.py, agents/base.py and agents/learner.py, and no other
+    module of kerasrl.agents (the rest it calls is the math and storage library)."""
+    import sys
+
+    from kerasrl.logger import RunLogger
+
+    agent = kerasrl.DQN(ChainEnv, seed=0, learning_starts=16, train_freq=1, batch_size=8,
+                        buffer_size=100, target_update_interval=1)
+    agent.fit(40, progress=False)
+    called = set()
+
+    def record(frame, event, arg):
+        if event == "call" and "/kerasrl/" in frame.f_code.co_filename:
+            called.add(frame.f_code.co_filename.replace("\\", "/").split("/kerasrl/")[-1])
+
+    n_updates, steps = agent.n_updates, agent.num_timesteps
+    sys.settrace(record)
+    try:
+        agent.learn_python_loop(80, steps + 1, RunLogger(80, progress=False), None)
+    finally:
+        sys.settrace(None)
+    assert (agent.num_timesteps, agent.n_updates) == (steps + 1, n_updates + 1)
+    assert {f for f in called if f.startswith("agents/")} == {
+        "agents/dqn.py", "agents/base.py", "agents/learner.py"}
+    assert "buffers/replay.py" in called  # the trace saw the step's storage: it is not empty

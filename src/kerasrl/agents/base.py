@@ -21,7 +21,7 @@ import numpy as np
 
 from kerasrl import backend, devices
 from kerasrl.agents.fitting import Fitting, make_engine, with_current_weights  # noqa: F401  (kept importable from here)
-from kerasrl.agents.loop_state import LoopState, episode_extras
+from kerasrl.agents.loop_state import LoopState
 from kerasrl.agents.state_arrays import (  # noqa: F401  (kept importable from here)
     flatten_arrays,
     unflatten_arrays,
@@ -30,7 +30,7 @@ from kerasrl.agents.state_arrays import (  # noqa: F401  (kept importable from h
 from kerasrl.checkpoint import load_checkpoint, save_checkpoint
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
-from kerasrl.envs import describe, env_factory, final_observations, make_vec_env
+from kerasrl.envs import describe, env_factory, episode_extras, final_observations, make_vec_env
 from kerasrl.files import find_checkpoint
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info

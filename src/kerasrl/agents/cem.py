@@ -31,8 +31,9 @@ import numpy as np
 from keras import ops
 
 from kerasrl import backend, devices
-from kerasrl.agents.base import Agent, episode_extras, variable_values
+from kerasrl.agents.base import Agent, variable_values
 from kerasrl.config import CEMConfig
+from kerasrl.envs import episode_extras
 from kerasrl.masks import masked_logits
 from kerasrl.models import build_model, stateless_apply
 from kerasrl.networks import actor_network, default_network

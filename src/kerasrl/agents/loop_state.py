@@ -1,10 +1,8 @@
-"""The training loop's state between env steps, and what an env reports as an episode ends.
+"""The training loop's state between env steps.
 
 `LoopState` is the one value (PureJaxRL's `runner_state`) that `Agent.loop` holds: the envs'
 current observations, each episode's return and length so far, the step count and the run's
-length, saved and restored whole with a checkpoint. `episode_extras` reads the numeric figures a
-finished episode reports in a vector env's `info` (the Python loops log them, `evaluate` averages
-them).
+length, saved and restored whole with a checkpoint.
 """
 
 from __future__ import annotations
@@ -75,23 +73,3 @@ class LoopState:
         total = meta.get("total_steps")
         self.total_steps = None if total is None else int(total)
 
-
-def episode_extras(info: dict, i: int) -> dict[str, Any]:
-    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten).
-
-    In SAME_STEP auto-reset mode they sit in `info["final_info"]`.
-    """
-    final = info.get("final_info")
-    if not isinstance(final, dict):
-        return {}
-    extras = {}
-    for key, values in final.items():
-        if key.startswith("_") or key == "episode":
-            continue
-        mask = final.get(f"_{key}")
-        if mask is not None and not mask[i]:
-            continue
-        value = values[i] if isinstance(values, np.ndarray) and values.ndim >= 1 else None
-        if value is not None and np.issubdtype(np.asarray(value).dtype, np.number) and np.ndim(value) == 0:
-            extras[key] = float(value)
-    return extras

@@ -2,8 +2,8 @@
 
 from kerasrl.envs.snake import Snake, register_envs
 from kerasrl.envs.snake_vector import SnakeVectorEnv
-from kerasrl.envs.vector import (describe, env_action, env_factory, final_observations,
-                                 make_vec_env)
+from kerasrl.envs.vector import (describe, env_action, env_factory, episode_extras,
+                                 final_observations, make_vec_env)
 from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
 from kerasrl.envs.partial import register_partial_envs
@@ -25,6 +25,7 @@ __all__ = [
     "describe",
     "env_action",
     "env_factory",
+    "episode_extras",
     "final_observations",
     "make_vec_env",
     "register_envs",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -210,3 +211,25 @@ def env_action(action, action_space: gym.Space):
     if isinstance(action_space, gym.spaces.Discrete):
         return int(np.asarray(action).item())
     return np.asarray(action, dtype=action_space.dtype).reshape(action_space.shape)
+
+
+def episode_extras(info: dict, i: int) -> dict[str, Any]:
+    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten):
+    the Python loops log them, `evaluate` averages them.
+
+    In SAME_STEP auto-reset mode they sit in `info["final_info"]`.
+    """
+    final = info.get("final_info")
+    if not isinstance(final, dict):
+        return {}
+    extras = {}
+    for key, values in final.items():
+        if key.startswith("_") or key == "episode":
+            continue
+        mask = final.get(f"_{key}")
+        if mask is not None and not mask[i]:
+            continue
+        value = values[i] if isinstance(values, np.ndarray) and values.ndim >= 1 else None
+        if value is not None and np.issubdtype(np.asarray(value).dtype, np.number) and np.ndim(value) == 0:
+            extras[key] = float(value)
+    return extras
