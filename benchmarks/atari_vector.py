@@ -4,8 +4,10 @@ preprocessing (frame skip 4 with max-pooling, 84x84 gray, 4 stacked frames, no-o
 episodic life, clipped rewards, fire on reset), random actions, no learning.
 
     taskset -c 1 python benchmarks/atari_vector.py [--envs 8] [--steps 4000]
+    python benchmarks/atari_vector.py --threads 1 2 --async-envs   # on two cores, not pinned
 
-`AtariVectorEnv` runs with one thread (`num_threads=1`, the core it is pinned to); its
+`AtariVectorEnv` runs with `--threads` threads (default one: the core it is pinned to);
+`--async-envs` adds kerasrl's env in Gymnasium's AsyncVectorEnv (one process per env). Its
 observations are channels first and its gray frames are ALE's, not OpenCV's (docs/atari.md), so
 the agents would need a wrapper; this measures whether that is worth it.
 """
@@ -42,13 +44,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=4000, help="vector steps timed")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1],
+                        help="AtariVectorEnv's num_threads, one run each")
+    parser.add_argument("--async-envs", action="store_true",
+                        help="also kerasrl's env in Gymnasium's AsyncVectorEnv")
     args = parser.parse_args()
-    sync = gym.vector.SyncVectorEnv([lambda: gym.make("kerasrl/Breakout-v5", training=True)
-                                     for _ in range(args.envs)])
-    ale = AtariVectorEnv("breakout", args.envs, num_threads=1, episodic_life=True, reward_clipping=True,
-                         use_fire_reset=True, noop_max=30, repeat_action_probability=0.0)
+    make = [lambda: gym.make("kerasrl/Breakout-v5", training=True) for _ in range(args.envs)]
+    envs = [("kerasrl Atari env, SyncVectorEnv", lambda: gym.vector.SyncVectorEnv(make))]
+    if args.async_envs:
+        envs.append(("kerasrl Atari env, AsyncVectorEnv", lambda: gym.vector.AsyncVectorEnv(make)))
+    for threads in args.threads:
+        envs.append((f"ale-py AtariVectorEnv, {threads} thread{'s' if threads > 1 else ''}",
+                     lambda threads=threads: AtariVectorEnv(
+                         "breakout", args.envs, num_threads=threads, episodic_life=True,
+                         reward_clipping=True, use_fire_reset=True, noop_max=30,
+                         repeat_action_probability=0.0)))
     rows = []
-    for name, env in (("kerasrl Atari env, SyncVectorEnv", sync), ("ale-py AtariVectorEnv, 1 thread", ale)):
+    for name, make_env in envs:
+        env = make_env()
         rate = steps_per_second(env, args.envs, args.steps)
         rows.append((name, rate))
         env.close()
