@@ -23,7 +23,7 @@ import keras
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.backend.layers import walk_layers
+from kerasrl.backend.layers import per_sample, slow_in_loops, walk_layers
 from kerasrl.initializers import backend_draws_skipped, seed_initial_weights
 from kerasrl.networks import (SplitLeaves, default_network, dueling, is_image_space, mlp_torso,
                               nature_cnn_torso, split_layer)
@@ -76,8 +76,31 @@ def stateless_apply(model: keras.Model, params, non_trainable, inputs, training:
     mapping = list(zip(model.trainable_variables, params))
     mapping += list(zip(model.non_trainable_variables, non_trainable))
     with keras.StatelessScope(state_mapping=mapping) as scope:
-        outputs = model(inputs, training=training)
+        piece = batch_piece(model)
+        size = keras.tree.flatten(inputs)[0].shape[0]
+        if piece is None or size is None or size <= piece:
+            outputs = model(inputs, training=training)
+        else:  # the same function, faster where a backend's convolutions want small batches
+            pieces = [model(keras.tree.map_structure(lambda x: x[start:start + piece], inputs),
+                            training=training) for start in range(0, size, piece)]
+            outputs = keras.tree.map_structure(lambda *parts: keras.ops.concatenate(parts, 0),
+                                               *pieces)
     return outputs, [scope.get_current_value(v) for v in model.non_trainable_variables]
+
+
+_BATCH_PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def batch_piece(model: keras.Model) -> int | None:
+    """The largest batch `stateless_apply` runs `model` on in one piece, or None (any batch):
+    `backend.convolution_batch_limit()` (JAX on a CPU: 64) for a model with Keras convolutions
+    that maps each sample on its own (`backend.layers.per_sample`: no batch statistics, no noise,
+    no user-written `call`), whose outputs are then the same whole or in pieces."""
+    if model not in _BATCH_PIECES:
+        limit = backend.convolution_batch_limit() if backend.convolution_batch_limit else None
+        _BATCH_PIECES[model] = (limit if limit and slow_in_loops([model]) and per_sample(model)
+                                else None)
+    return _BATCH_PIECES[model]
 
 
 def _error_text(error: BaseException, limit: int) -> str:

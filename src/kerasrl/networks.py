@@ -113,6 +113,8 @@ class DuelingCombine(layers.Layer):
     A registered layer, not a Lambda, so that models holding it load with safe_mode=True.
     """
 
+    per_sample = True  # each sample's output is its own (backend.layers.per_sample)
+
     def call(self, value, advantages):
         return value + advantages - keras.ops.mean(advantages, axis=-1, keepdims=True)
 
@@ -178,6 +180,8 @@ class SplitLeaves(keras.layers.Layer):
     Args:
         leaves: [[name, shape], ...] in the flat vector's order (`FlatObservations.leaves`).
     """
+
+    per_sample = True  # each sample's output is its own (backend.layers.per_sample)
 
     def __init__(self, leaves, **kwargs):
         super().__init__(**kwargs)
@@ -266,6 +270,8 @@ class PatchConv2D(layers.Layer):
     takes 3.8 ms inside the loop. Meant for small boards (the patch tensor is kh*kw times the
     input); channels last.
     """
+
+    per_sample = True  # each sample's output is its own (backend.layers.per_sample)
 
     def __init__(self, filters: int, kernel_size=3, padding: str = "same", activation=None,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):

@@ -52,6 +52,37 @@ def slow_in_loops(models) -> list[str]:
                    if isinstance(layer, KERAS_CONVOLUTIONS)})
 
 
+def _per_sample_layers() -> tuple[type, ...]:
+    names = ("InputLayer", "Dense", "EinsumDense", "Flatten", "Reshape", "Permute", "RepeatVector",
+             "Rescaling", "Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "LayerNormalization",
+             "Concatenate", "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum",
+             "Identity", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D",
+             "MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D",
+             "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
+             "GlobalMaxPooling2D", "UpSampling2D", "Sequential")
+    return tuple(getattr(keras.layers, name, None) or getattr(keras, name)
+                 for name in names if hasattr(keras.layers, name) or hasattr(keras, name))
+
+
+# Layers whose output for a sample depends on that sample alone, in training mode too (no batch
+# statistics, no random draws); kerasrl's own layers say so with `per_sample = True`.
+PER_SAMPLE_LAYERS = _per_sample_layers() + KERAS_CONVOLUTIONS
+
+
+def per_sample(model) -> bool:
+    """Whether `model` maps each sample of a batch on its own, so that applying it to the batch
+    in pieces gives the same outputs: a functional or Sequential model (no user-written `call`)
+    of layers of exactly the classes in PER_SAMPLE_LAYERS (a subclass may draw noise, as noisy
+    nets' Dense layers do) or marked `per_sample`."""
+    def known(layer) -> bool:
+        cls = type(layer)
+        if cls.__name__ == "Functional" and cls.__module__.startswith("keras."):
+            return True
+        return cls in PER_SAMPLE_LAYERS or getattr(cls, "per_sample", False) is True
+
+    return known(model) and all(known(layer) for layer in walk_layers(model))
+
+
 def public_walk(root, *, include_self: bool = False) -> list:
     """`walk_layers` through public attributes only."""
     found = [root] if include_self else []
