@@ -284,3 +284,34 @@ def test_registered_subclassed_model_is_saved_whole(tmp_path):
     assert type(policy.model).__name__ == "RegisteredNoTraining"
     np.testing.assert_allclose(policy.q_values(obs), agent.policy.q_values(obs), atol=1e-6)
     agent.close()
+
+
+def test_a_builder_without_the_two_spaces_is_refused_with_the_fix(tmp_path):
+    """model= and model_factory= take functions of (observation_space, action_space); a
+    `lambda: MyNet()` is refused where it is passed, naming the fix, not a TypeError from
+    inside kerasrl."""
+    def q_network():
+        return keras.Sequential([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+
+    with pytest.raises(TypeError, match=r"lambda observation_space, action_space: MyNet\(\)"):
+        kerasrl.DQN("CartPole-v1", model=lambda: q_network(), seed=0)
+
+    class QNet(keras.Model):  # not registered: saved as weights only
+        def __init__(self):
+            super().__init__()
+            self.hidden, self.out = keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+    with pytest.warns(UserWarning, match="weights only"):
+        agent = kerasrl.DQN("CartPole-v1", model=QNet(), seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # none from Keras's writer either
+        agent.save(tmp_path / "agent")
+    with pytest.raises(TypeError, match="model_factory is called with"):
+        kerasrl.load_policy(tmp_path / "agent", model_factory=lambda: QNet())
+    policy = kerasrl.load_policy(tmp_path / "agent",
+                                 model_factory=lambda observation_space, action_space: QNet())
+    obs = np.zeros((3, 4), np.float32)
+    np.testing.assert_array_equal(policy.predict(obs), agent.predict(obs))

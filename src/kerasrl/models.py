@@ -177,6 +177,24 @@ def claim(model, role: str = "model"):
     return model
 
 
+def call_builder(builder, observation_space: gym.Space, action_space: gym.Space, what: str):
+    """`builder(observation_space, action_space)` (the observation space as the user's model sees
+    it: `spaces.structure_of`), refused with the fix when `builder` cannot take those two
+    arguments (a `lambda: MyNet()`), rather than a TypeError from inside kerasrl."""
+    import inspect
+
+    try:
+        inspect.signature(builder).bind(None, None)
+    except TypeError:
+        raise TypeError(
+            f"{what} is called with (observation_space, action_space) and returns a new "
+            f"keras.Model, but {builder!r} does not take those two arguments. Write it as "
+            f"`lambda observation_space, action_space: MyNet()` (or a function of both).") from None
+    except ValueError:  # no signature to read (some builtins): call it and see
+        pass
+    return builder(structure_of(observation_space), action_space)
+
+
 def build_model(
     model: keras.Model | Callable | None,
     observation_space: gym.Space,
@@ -208,7 +226,7 @@ def build_model(
                 f"{role} must be a keras.Model, a callable (observation_space, action_space) -> "
                 f"keras.Model, or None; got {type(model).__name__}."
             )
-        built = model(structure_of(observation_space), action_space)
+        built = call_builder(model, observation_space, action_space, f"the {role} builder")
         if not isinstance(built, keras.Model):
             raise TypeError(
                 f"The {role} builder {getattr(model, '__name__', model)!r} returned "
@@ -259,7 +277,7 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
         if not callable(critic):
             raise TypeError(f"{role} must be a keras.Model, a callable (observation_space, "
                             f"action_space) -> keras.Model, or None; got {type(critic).__name__}.")
-        critic = critic(structure_of(observation_space), action_space)
+        critic = call_builder(critic, observation_space, action_space, f"the {role} builder")
         if not isinstance(critic, keras.Model):
             raise TypeError(f"The {role} builder returned {type(critic).__name__}, not a keras.Model.")
     check_unclaimed(critic, role)
@@ -341,6 +359,6 @@ def dueling_q_network(torso, observation_space: gym.Space, action_space: gym.Spa
         torso = mlp_torso(shape, hidden_sizes, observation_space=observation_space)
     else:
         if not isinstance(torso, keras.Model):
-            torso = torso(structure_of(observation_space), action_space)
+            torso = call_builder(torso, observation_space, action_space, "the torso builder")
         torso = adapt_model(torso, observation_space)
     return dueling(torso, shape, n_actions)

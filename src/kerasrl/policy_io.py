@@ -27,10 +27,9 @@ import keras
 from kerasrl import backend, registry
 from kerasrl.files import (POLICY_FORMAT, CheckpointError, atomic_folder, find_checkpoint,
                            read_json, read_manifest, verify_files, write_json, write_manifest)
-from kerasrl.models import adapt_model, dummy_observation
+from kerasrl.models import adapt_model, call_builder, dummy_observation
 from kerasrl.runfiles import MANIFEST
 from kerasrl.space_json import space_from_json, space_to_json
-from kerasrl.spaces import structure_of
 
 def load_keras_model(path: Path):
     """A `.keras` file, loaded with safe_mode=True (no Lambda, no unregistered classes)."""
@@ -99,7 +98,11 @@ def save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, str
     """Write each model as `<name>.keras`, or as `<name>.weights.h5` when asked or when Keras could
     not load it back; returns {name: "keras" | "weights"}."""
     formats = {}
-    with backend.unused_frameworks_hidden():  # Keras's serialization would import TensorFlow
+    with backend.unused_frameworks_hidden(), warnings.catch_warnings():
+        # Keras's serialization would import TensorFlow; and on JAX its weight writer passes
+        # Keras variables to np.array, which numpy 2 warns about (no `copy` keyword) each time.
+        warnings.filterwarnings("ignore", message="__array__ implementation doesn't accept a copy",
+                                category=DeprecationWarning)
         for name, model in models.items():
             problem = None if weights_only else serialization_problem(model)
             if weights_only or problem is not None:
@@ -141,7 +144,7 @@ def load_models(path: Path, header: dict[str, Any], manifest, observation_space,
                 f"new keras.Model of the same architecture (a dict of models by name for "
                 f"{', '.join(files)}), to {what}. To save whole models next time, register the "
                 f"class with @keras.saving.register_keras_serializable().")
-        built = model_factory(structure_of(observation_space), action_space)
+        built = call_builder(model_factory, observation_space, action_space, "model_factory")
         built = built if isinstance(built, dict) else {"model": built}
         built = {name: adapt_model(model, observation_space) for name, model in built.items()}
         for name in weight_names:
