@@ -165,7 +165,7 @@ else:
         agent = kerasrl.DQN("CartPole-v1", seed=0, hidden_sizes=(16, 16), learning_starts=10_000)
         agent.fit(200, progress=False)  # transitions to sample, no training
         learner = agent.learner
-        reference = tf.function(learner._train_rounds, jit_compile=True)
+        reference = tf.function(learner.round, jit_compile=True)
         state = learner.state
         expected = backend.to_tensors(backend.to_numpy(state))
         rng = np.random.default_rng(5)
@@ -221,7 +221,7 @@ else:
         `tf.function` (TensorFlow's public call) and eager acting: the public path."""
         learner = new_learner()
         start = backend.to_numpy(learner.state)
-        learner._train_round = tf.function(learner._train_rounds, jit_compile=True)
+        learner._train_round = tf.function(learner.round, jit_compile=True)
         learner._forward = learner._forward._fn
         return start, dqn_rounds(learner, backend.to_tensors(start))
 

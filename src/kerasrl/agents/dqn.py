@@ -214,8 +214,7 @@ class QLearner(Learner):
         return backend.to_numpy(actions)
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore from `arrays()` output; checkpoints of kerasrl 0.1's own Q-learner layout (one
-        model's lists directly under each section, no "q" level) are read too."""
+        """Restore from `arrays()` output, or from kerasrl 0.1's layout (no "q" level)."""
         super().load_arrays(with_model_level(arrays, "q"))
 
 
@@ -227,7 +226,6 @@ def q_learner_for(model: keras.Model, config, target_fn: TargetFn,
                                           max_grad_norm=config.max_grad_norm),
                     target_fn=target_fn, head=ValueHead(config.loss) if head is None else head,
                     needs_online_next=needs_online_next)
-
 
 
 def dqn_learner(model: keras.Model, config: DQNConfig):
@@ -262,9 +260,8 @@ class QAgentMixin:
             role="Q-network", seed=self.weights_seed,
         )
         self.learner = q_learner_for(self.q_network, cfg, target_fn, needs_online_next, head)
-        self.n_updates = 0
-        self._vector_steps = 0
-        self._pending_syncs = 0  # target syncs due since the last training round
+        # _pending_syncs: the target syncs due since the last training round.
+        self.n_updates = self._vector_steps = self._pending_syncs = 0
 
     def _act_greedy(self, observations, action_masks=None):
         if self.config.exploration == "boltzmann":  # _explore samples from these Q-values
@@ -357,7 +354,12 @@ class DQN(QAgentMixin, Agent):
             model = dueling_q_network(model, self.observation_space, self.action_space,
                                       cfg.hidden_sizes)
         self._build_q_learner(model, *dqn_target(cfg))
-        self.buffer = replay_buffer_for(
+        self.buffer = self._make_buffer()
+
+    def _make_buffer(self):
+        """The replay buffer the config asks for (QR-DQN and C51 build theirs here too)."""
+        cfg = self.config
+        return replay_buffer_for(
             self.env, self.observation_space, cfg.buffer_size, cfg.n_envs, cfg.gamma,
             cfg.n_step_return, priority_alpha=cfg.prioritized_replay_alpha if
             cfg.prioritized_replay else None, priority_eps=cfg.prioritized_replay_eps)
