@@ -76,9 +76,9 @@ def stateless_apply(model: keras.Model, params, non_trainable, inputs, training:
     mapping = list(zip(model.trainable_variables, params))
     mapping += list(zip(model.non_trainable_variables, non_trainable))
     with keras.StatelessScope(state_mapping=mapping) as scope:
-        piece = batch_piece(model)
-        size = keras.tree.flatten(inputs)[0].shape[0]
-        if piece is None or size is None or size <= piece:
+        piece = batch_piece(model)  # None for most models: no look at the inputs then
+        size = None if piece is None else keras.tree.flatten(inputs)[0].shape[0]
+        if size is None or size <= piece:
             outputs = model(inputs, training=training)
         else:  # the same function, faster where a backend's convolutions want small batches
             pieces = [model(keras.tree.map_structure(lambda x: x[start:start + piece], inputs),
