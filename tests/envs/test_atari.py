@@ -17,8 +17,10 @@ def sb3_env(env_id, training):  # no sticky actions (as ours with repeat_action_
     gym.register_envs(ale_py)
 
     def make():
-        base = gym.make(env_id, frameskip=1, full_action_space=False,
-                        repeat_action_probability=0.0)
+        from stable_baselines3.common.monitor import Monitor
+
+        base = Monitor(gym.make(env_id, frameskip=1, full_action_space=False,
+                                repeat_action_probability=0.0))
         return atari_wrappers.AtariWrapper(base, terminal_on_life_loss=training,
                                            clip_reward=training)
     return VecFrameStack(DummyVecEnv([make]), n_stack=4)
@@ -33,33 +35,93 @@ def run_both(env_id, training, steps, seed):
     assert obs.shape == (84, 84, 4) and obs.dtype == np.uint8
     np.testing.assert_array_equal(obs, obs_theirs[0])
     rng = np.random.default_rng(seed)
-    episodes = 0
+    episodes, scores = 0, []
     for t in range(steps):
         action = int(rng.integers(ours.action_space.n))
-        obs, reward, terminated, truncated, _ = ours.step(action)
+        obs, reward, terminated, truncated, info = ours.step(action)
         obs_theirs, rewards, dones, infos = theirs.step(np.array([action]))
         assert reward == rewards[0], t
         assert (terminated or truncated) == dones[0], t
+        # A game's whole raw score where SB3's Monitor reports it (training: at the lost life
+        # that ends the game; evaluation has no episodic life, so no game figures).
+        game = infos[0].get("episode") if training else None
+        assert ("game_score" in info) == (game is not None), t
+        if game is not None:
+            assert info["game_score"] == game["r"], (t, info, game)
+            scores.append(info["game_score"])
         if dones[0]:
             episodes += 1
             np.testing.assert_array_equal(obs, infos[0]["terminal_observation"], err_msg=str(t))
             obs, _ = ours.reset()
         np.testing.assert_array_equal(obs, obs_theirs[0], err_msg=f"step {t}")
-    return episodes
+    return episodes, scores
 
 
 @pytest.mark.slow  # about 8 s
 def test_breakout_training_equals_sb3_step_for_step():
     # Random play loses Breakout's lives within these steps: episodic-life resets (one no-op
     # step, then FIRE) and a full game-over reset (no-op starts, FIRE) are both crossed.
-    assert run_both("ALE/Breakout-v5", training=True, steps=700, seed=3) >= 5
+    episodes, scores = run_both("ALE/Breakout-v5", training=True, steps=700, seed=3)
+    assert episodes >= 5
+    # Three games end in these steps (scores 2, 0 and 2 here): each whole game's raw score
+    # was checked equal to SB3's Monitor's at the step the game ended.
+    assert len(scores) >= 2 and max(scores) > 0, scores
 
 
 @pytest.mark.slow  # about 5 s
 def test_pong_evaluation_equals_sb3_without_sticky_randomness():
     # Evaluation preprocessing (no episodic life, raw rewards); with sticky actions the two draw
     # their repeats from different generators (ALE's, SB3's wrapper's), so compared without them.
-    run_both("ALE/Pong-v5", training=False, steps=300, seed=1)
+    _, scores = run_both("ALE/Pong-v5", training=False, steps=300, seed=1)
+    assert scores == []  # whole games are the episodes here: nothing extra to report
+
+
+class ScriptedLives(gym.Env):
+    """An ALE stand-in: three lives lost at steps 2, 4 and 7, the game over at the third, a
+    reward of 4 at every step (raw; Breakout's upper bricks give 4 and 7)."""
+
+    observation_space = gym.spaces.Box(0, 255, (1,), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.ale = self
+        self.t, self.resets = 0, 0
+
+    @property
+    def unwrapped(self):
+        return self
+
+    def lives(self):
+        return 3 - (self.t >= 2) - (self.t >= 4) - (self.t >= 7)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.resets = 0, self.resets + 1
+        return np.zeros(1, np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.uint8), 4.0, self.lives() == 0, False, {}
+
+
+def test_a_game_reports_its_whole_raw_score_when_it_ends():
+    from kerasrl.envs.atari import EpisodicLife
+
+    env = EpisodicLife(ScriptedLives())
+    env.reset(seed=0)
+    ends, reported = [], []
+    for _ in range(20):
+        _, reward, terminated, _, info = env.step(0)
+        assert reward == 4.0  # the learner's reward is untouched here (ClipReward clips it later)
+        if "game_score" in info:
+            reported.append((info["game_score"], info["game_steps"]))
+        if terminated:
+            ends.append(env.unwrapped.t)
+            env.reset()
+    # Lives end at steps 2 and 4 (the reset after each is one no-op step: 3 and 5), the game at
+    # 7: seven rewards of 4 in seven steps, five taken by the agent, two by the resets.
+    assert ends[:3] == [2, 4, 7]
+    assert reported[0] == (28.0, 5)
+    assert len(reported) == len([t for t in ends if t == 7]) and reported[1] == reported[0]
 
 
 def test_a_seeded_reset_starts_the_same_game():

@@ -125,16 +125,29 @@ class MaxAndSkip(gym.Wrapper):
 
 class EpisodicLife(gym.Wrapper):
     """A lost life is `terminated` for the learner; the game resets only when it is over (a reset
-    after a lost life is one no-op step)."""
+    after a lost life is one no-op step).
+
+    The learner's episodes are lives with clipped rewards, which say little about how well it
+    plays; so when a game ends, `info["game_score"]` is its whole raw score (every life, unclipped:
+    what Stable-Baselines3's Monitor reports, `ep_rew_mean`, and papers call the score) and
+    `info["game_steps"]` its length in steps of 4 frames (the resets' FIRE presses included). The
+    agents log both with the episode that ended the game (History, episodes.csv, the progress
+    bar's running means).
+    """
 
     def __init__(self, env):
         super().__init__(env)
         self.lives = 0
         self.game_over = True
+        self.game_score, self.game_steps = 0.0, 0
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_score += float(reward)
+        self.game_steps += 1
         self.game_over = terminated or truncated
+        if self.game_over:
+            info = dict(info, game_score=self.game_score, game_steps=self.game_steps)
         lives = self.unwrapped.ale.lives()
         if 0 < lives < self.lives:
             terminated = True
@@ -145,13 +158,18 @@ class EpisodicLife(gym.Wrapper):
         # A seeded reset asks for a new game (SB3's EpisodicLifeEnv goes on with the old one when
         # the last life was not lost, so that reset(seed=0) twice gave different games).
         if self.game_over or kwargs.get("seed") is not None:
-            obs, info = self.env.reset(**kwargs)
+            obs, info = self._new_game(**kwargs)
         else:
-            obs, _, terminated, truncated, info = self.env.step(NOOP)
+            obs, reward, terminated, truncated, info = self.env.step(NOOP)
+            self.game_score += float(reward)
             if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
+                obs, info = self._new_game(**kwargs)
         self.lives = self.unwrapped.ale.lives()
         return obs, info
+
+    def _new_game(self, **kwargs):
+        self.game_score, self.game_steps = 0.0, 0
+        return self.env.reset(**kwargs)
 
 
 class FireOnReset(gym.Wrapper):
