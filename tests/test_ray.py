@@ -118,6 +118,18 @@ def test_dict_observations_travel_through_the_actors(local_ray):
     assert agent.evaluate(episodes=20)["mean_return"] >= 9.5
 
 
+@pytest.mark.parametrize("every", [1, 4, 7])
+def test_chunks_make_as_many_rounds_due_as_their_steps_one_by_one(every):
+    """What `receive_transitions` counts for a chunk of steps (training rounds, target syncs)."""
+    from kerasrl.agents.base import multiples_passed
+
+    count, due = 0, 0
+    for added in np.random.default_rng(every).integers(0, 20, 50):
+        due += multiples_passed(count, int(added), every)
+        count += int(added)
+    assert due == sum(1 for step in range(1, count + 1) if step % every == 0) > 0
+
+
 @pytest.mark.parametrize("algorithm", ["DDPG", "TD3", "SAC"])
 def test_a_continuous_actor_explores_as_its_agent(algorithm):
     """Without Ray: an actor made from the engine's spec rebuilds the agent's policy from its

@@ -38,6 +38,13 @@ from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.schedules import linear_schedule
 
 
+def multiples_passed(count: int, added: int, every: int) -> int:
+    """How many multiples of `every` a counter passes going from `count` to `count + added`: the
+    training rounds (one every `train_freq` vector steps) or target syncs that a chunk of steps
+    collected elsewhere (the Ray engine) makes due, as the same steps would one by one."""
+    return (count + added) // every - count // every
+
+
 class Agent(Fitting):
     """Base of every agent. See `kerasrl.DQN` for the public API."""
 

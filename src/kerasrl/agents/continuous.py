@@ -29,7 +29,7 @@ import keras
 import numpy as np
 
 from kerasrl import backend
-from kerasrl.agents.base import Agent
+from kerasrl.agents.base import Agent, multiples_passed
 from kerasrl.agents.learner import Learner
 from kerasrl.agents.state_arrays import load_replay_learning_arrays, replay_learning_arrays
 from kerasrl.buffers.replay import ReplayBuffer, action_layout
@@ -268,7 +268,7 @@ class ContinuousAgent(Agent):
             self.obs_rms.update(chunk["observations"])
         self._store_transitions(chunk)
         cfg, n_rows = self.config, len(chunk["actions"])
-        rounds = (self._vector_steps + n_rows) // cfg.train_freq - self._vector_steps // cfg.train_freq
+        rounds = multiples_passed(self._vector_steps, n_rows, cfg.train_freq)
         self._vector_steps += n_rows
         if self.num_timesteps > cfg.learning_starts:
             for _ in range(rounds):

@@ -23,7 +23,7 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.base import Agent
+from kerasrl.agents.base import Agent, multiples_passed
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
 from kerasrl.agents.state_arrays import (load_replay_learning_arrays, replay_learning_arrays,
                                          with_model_level)
@@ -411,9 +411,9 @@ class DQN(QAgentMixin, Agent):
             truncated = truncated.copy()
             truncated[-1] = True
         self._store_transitions(chunk, truncated)
-        self._pending_syncs += (self.num_timesteps // cfg.target_update_interval
-                                - steps_before // cfg.target_update_interval)
-        rounds = (self._vector_steps + n_rows) // cfg.train_freq - self._vector_steps // cfg.train_freq
+        self._pending_syncs += multiples_passed(steps_before, self.num_timesteps - steps_before,
+                                                cfg.target_update_interval)
+        rounds = multiples_passed(self._vector_steps, n_rows, cfg.train_freq)
         self._vector_steps += n_rows
         if self.num_timesteps > cfg.learning_starts:
             for _ in range(rounds):
