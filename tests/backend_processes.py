@@ -17,9 +17,10 @@ import numpy as np
 BACKENDS = ("jax", "tensorflow", "torch")
 
 
-def run_under_backend(backend: str, *args, timeout: int = 900) -> None:
-    """Run `python *args` with KERAS_BACKEND=backend; fail with its output if it fails."""
-    env = {**os.environ, "KERAS_BACKEND": backend}
+def run_under_backend(backend: str, *args, timeout: int = 900, env: dict | None = None) -> None:
+    """Run `python *args` with KERAS_BACKEND=backend (and the variables `env`); fail with its
+    output if it fails."""
+    env = {**os.environ, **(env or {}), "KERAS_BACKEND": backend}
     proc = subprocess.run([sys.executable, *map(str, args)], env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, (f"{backend} run of {args} failed:\n"

@@ -8,24 +8,17 @@ would run the workers once per module, so the folder is cached here.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from backend_processes import BACKENDS, JOB_SOURCES, session_jobs
+from backend_processes import BACKENDS, JOB_SOURCES, run_under_backend, session_jobs
 
 WORKER = Path(__file__).with_name("checkpoint_worker.py")
 _DONE: dict[str, Path] = {}
 
 
 def run_worker(mode: str, backend: str, path: Path, timeout=900, cases=None) -> None:
-    env = {**os.environ, "KERAS_BACKEND": backend}
-    if cases is not None:
-        env["KERASRL_CHECKPOINT_CASES"] = ",".join(cases)
-    proc = subprocess.run([sys.executable, str(WORKER), mode, str(path)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{backend} {mode} failed:\n{proc.stderr[-3000:]}"
+    env = None if cases is None else {"KERASRL_CHECKPOINT_CASES": ",".join(cases)}
+    run_under_backend(backend, WORKER, mode, path, timeout=timeout, env=env)
 
 
 def checkpoint_runs(request, tmp_path_factory) -> Path:
