@@ -197,6 +197,40 @@ def test_metrics_tail_reads_whole_new_rows_and_restarts_on_a_new_file(tmp_path):
     logger.close(350)
 
 
+def test_an_extra_first_reported_late_widens_the_logs_and_resumes(tmp_path):
+    """Atari reports `game_score` only with the episodes that end a game. Its column appears
+    when it first does (earlier rows blank, nothing lost), the live curve restarts once and
+    reads on, and a logger resumed on that history keeps the running mean (it raised KeyError
+    when the last episode had the extra and earlier ones did not)."""
+    import csv
+
+    tail = MetricsTail(tmp_path / "metrics.csv")
+    logger = RunLogger(1000, out_dir=tmp_path, progress=False, log_interval=100)
+    for step in range(1, 501):
+        if step % 50 == 0:
+            extras = {"game_score": step / 10} if step % 200 == 0 else {}
+            logger.episode(step, episode_return=1.0, length=50, **extras)
+        logger.advance(step, 1)
+        if step == 150:
+            assert [r["step"] for r in tail.read()] == [100] and not tail.restarted
+    assert [r["step"] for r in tail.read()] == [100, 200, 300, 400, 500] and tail.restarted
+    logger.close(500)
+    with open(tmp_path / "episodes.csv", newline="") as file:
+        episodes = list(csv.DictReader(file))
+    assert [e["step"] for e in episodes] == [str(s) for s in range(50, 501, 50)]
+    assert [e["game_score"] for e in episodes] == ["", "", "", "20.0", "", "", "", "40.0", "", ""]
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        metrics = {row["step"]: row for row in csv.DictReader(file)}
+    assert metrics["100"]["mean_game_score_100"] == "" and metrics["100"]["episodes"] == "2"
+    assert float(metrics["300"]["mean_game_score_100"]) == 20.0
+    assert float(metrics["500"]["mean_game_score_100"]) == 30.0
+
+    resumed = RunLogger(1000, progress=False, history=logger.history, start_step=500)
+    assert list(resumed.recent_extras["game_score"]) == [20.0, 40.0]
+    assert resumed.summary()["mean_game_score_100"] == 30.0
+    resumed.close(500)
+
+
 def test_find_run_dir_from_a_checkpoint_or_best(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints" / "ckpt-100").mkdir(parents=True)

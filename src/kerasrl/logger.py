@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -69,10 +70,13 @@ class RunLogger:
         self.log_interval = log_interval or max(1000, total_steps // 100)
         self.start_step = start_step
         self.recent = deque((e["return"] for e in self.history.episodes[-100:]), maxlen=100)
-        extra_keys = [k for k in (self.history.episodes[-1] if self.history.episodes else {})
-                      if k not in ("step", "return", "length")]
-        self.recent_extras = {k: deque((e[k] for e in self.history.episodes[-100:]), maxlen=100)
-                              for k in extra_keys}
+        # The last 100 values of each extra, from the episodes that have it: an env may report
+        # one only as some episodes end (Atari's game_score, when a lost life ends the game).
+        self.recent_extras: dict[str, deque] = {}
+        for episode in self.history.episodes:
+            for key, value in episode.items():
+                if key not in ("step", "return", "length"):
+                    self.recent_extras.setdefault(key, deque(maxlen=100)).append(value)
         self.scalars: dict[str, float] = {}
         self.next_log = start_step + self.log_interval
         self.start_time = time.perf_counter()
@@ -82,8 +86,8 @@ class RunLogger:
 
             self._bar = tqdm(total=total_steps, initial=0, unit="step", dynamic_ncols=True,
                              smoothing=0.05, mininterval=0.5)
-        self._csv_file = self._csv = self._tb = None
-        self._episodes_file = self._episodes_csv = None
+        self._tb = None
+        self._metrics_csv = self._episodes_csv = None
 
     def episode(self, step: int, episode_return: float, length: int, **extras) -> None:
         """Record a finished episode."""
@@ -104,12 +108,8 @@ class RunLogger:
         if self._episodes_csv is None:
             # Appended to: a resumed run continues the same file (readers keep, for each step,
             # the rows written last, so the episodes replayed after a crash are not counted twice).
-            self._episodes_file = open(self.out_dir / "episodes.csv", "a", newline="")
-            self._episodes_csv = csv.DictWriter(self._episodes_file, fieldnames=list(record),
-                                                extrasaction="ignore")
-            if self._episodes_file.tell() == 0:
-                self._episodes_csv.writeheader()
-        self._episodes_csv.writerow(record)
+            self._episodes_csv = GrowingCsv(self.out_dir / "episodes.csv")
+        self._episodes_csv.write(record)
 
     def update(self, step: int, **metrics) -> None:
         """Record a training round (loss and whatever else the agent reports)."""
@@ -166,18 +166,13 @@ class RunLogger:
         if self.out_dir is None:
             return
         with writing("log", self.out_dir / "metrics.csv"):
-            if self._csv is None:
-                self._csv_file = open(self.out_dir / "metrics.csv", "a", newline="")
-                self._csv_fields = ["step", *row.keys()]
-                self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields,
-                                           extrasaction="ignore")
-                if self._csv_file.tell() == 0:
-                    self._csv.writeheader()
-            self._csv.writerow({"step": step, **row})
-            self._csv_file.flush()
-        if self._episodes_file is not None:
+            if self._metrics_csv is None:
+                self._metrics_csv = GrowingCsv(self.out_dir / "metrics.csv")
+            self._metrics_csv.write({"step": step, **row})
+            self._metrics_csv.flush()
+        if self._episodes_csv is not None:
             with writing("log", self.out_dir / "episodes.csv"):
-                self._episodes_file.flush()
+                self._episodes_csv.flush()
         with writing("log", self.out_dir / "tensorboard"):
             if self._tb is None:
                 self._tb = _TensorBoardFile(self.out_dir / "tensorboard")
@@ -195,7 +190,7 @@ class RunLogger:
             failed = error
         if self._bar is not None:
             self._bar.close()
-        for name, file in (("metrics.csv", self._csv_file), ("episodes.csv", self._episodes_file),
+        for name, file in (("metrics.csv", self._metrics_csv), ("episodes.csv", self._episodes_csv),
                            ("tensorboard", self._tb)):
             if file is not None:
                 try:
@@ -203,12 +198,64 @@ class RunLogger:
                         file.close()
                 except WriteError as error:
                     failed = failed or error
-        self._csv_file = self._csv = self._tb = self._episodes_file = self._episodes_csv = None
+        self._metrics_csv = self._tb = self._episodes_csv = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
         if failed is not None and not quiet:
             raise failed
+
+
+class GrowingCsv:
+    """A CSV appended to row by row whose columns may grow: a row with a column the file lacks
+    (an env figure first reported at the 50th episode, a running mean that starts with it)
+    rewrites the file once with the wider header, earlier rows blank there, atomically (a
+    temporary file replaces it), so nothing written is lost. A file that exists is continued
+    under its own header."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.fields: list[str] = []
+        self._file = self._writer = None
+
+    def write(self, row: dict) -> None:
+        if self._file is None:
+            self._open()
+        new = [key for key in row if key not in self.fields]
+        if new:
+            self._widen(new)
+        self._writer.writerow(row)
+
+    def _open(self) -> None:
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, newline="") as existing:
+                self.fields = next(csv.reader(existing), [])
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=self.fields)
+
+    def _widen(self, new: list[str]) -> None:
+        self._file.close()
+        rows = []
+        if self.fields:
+            with open(self.path, newline="") as existing:
+                rows = list(csv.DictReader(existing))
+        self.fields = self.fields + new
+        wider = self.path.with_name(self.path.name + ".tmp")
+        with open(wider, "w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=self.fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(wider, self.path)
+        self._open()
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = self._writer = None
 
 
 class _TensorBoardFile:

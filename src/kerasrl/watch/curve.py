@@ -28,7 +28,8 @@ class MetricsTail:
     a run writes its first row after its first log interval).
 
     `read()` returns whole new rows only, as {field: float} for CURVE_FIELDS; a file that shrank
-    (a new run in the same folder) is read again from its start, and `restarted` says so.
+    (a new run in the same folder) or whose header changed (a column added) is read again from
+    its start, and `restarted` says so.
     """
 
     def __init__(self, path):
@@ -44,7 +45,9 @@ class MetricsTail:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return []
-        if size < self._offset:
+        if size < self._offset or (self._fields is not None and self._header() != self._fields):
+            # A new run in the folder, or the logger widened the file for a new column
+            # (kerasrl.logger.GrowingCsv rewrites it whole): read it again from its start.
             self._offset, self._fields, self.restarted = 0, None, True
         if size == self._offset:
             return []
@@ -65,6 +68,10 @@ class MetricsTail:
             if math.isfinite(point["step"]):
                 rows.append(point)
         return rows
+
+    def _header(self) -> list[str] | None:
+        with open(self.path, newline="", encoding="utf-8", errors="replace") as file:
+            return next(csv.reader([file.readline()]), None)
 
 
 def _number(text) -> float:
