@@ -117,6 +117,16 @@ def run_random(seed: int, steps: int, out: str) -> None:
     _write(out, {"library": "random", "backend": "", "seed": seed, "steps": steps, "games": games})
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def report(runs_dir: str, out: str, window: int) -> None:
     import numpy as np
 
@@ -141,8 +151,9 @@ def report(runs_dir: str, out: str, window: int) -> None:
         lines.append(f"| {name} | {run['steps']:,} | {wall} | " + " | ".join(cells) + " |")
         curves[name] = means
     text = (f"# Breakout: whole-game scores in training, kerasrl and Stable-Baselines3 (PPO, RL Zoo settings)\n\n"
-            f"`python benchmarks/atari_learning.py --report {out} --runs {runs_dir}`; {platform.processor() or platform.machine()}, "
-            f"each run one process pinned to one core. Mean raw score of the games that ended in each window of "
+            f"`python benchmarks/atari_learning.py --report {out} --runs {runs_dir}`; {cpu_model()}, "
+            f"each run one process pinned to one core (wall: two runs at a time, other work beside them: not a "
+            f"throughput figure, BENCHMARKS.md has those). Mean raw score of the games that ended in each window of "
             f"{window:,} agent steps (4 frames each), games in brackets; random play: all its games.\n\n"
             + "\n".join(lines) + "\n")
     Path(out).write_text(text)
@@ -157,9 +168,11 @@ def report(runs_dir: str, out: str, window: int) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     x = (np.arange(n_windows) + 0.5) * window * 4 / 1e6
     for name, means in curves.items():
-        style = "--" if name.startswith("random") else ("-" if name.startswith("kerasrl") else ":")
-        values = np.full(n_windows, means[0]) if name.startswith("random") else np.array(means)
-        ax.plot(x, values, style, marker="" if name.startswith("random") else "o", label=name)
+        library = name.split(",")[0].split()[0]
+        style, color = {"kerasrl": ("-", "tab:blue"), "sb3": (":", "tab:red")}.get(library, ("--", "gray"))
+        values = np.full(n_windows, means[0]) if library == "random" else np.array(means)
+        ax.plot(x, values, style, color=color, marker="" if library == "random" else "o", label=name,
+                alpha=1.0 if name.endswith("0") else 0.6)
     ax.set_xlabel("frames (millions)")
     ax.set_ylabel("whole-game score in training")
     ax.set_title("Breakout, PPO at RL Zoo's settings")
