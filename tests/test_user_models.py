@@ -295,6 +295,11 @@ def test_a_builder_without_the_two_spaces_is_refused_with_the_fix(tmp_path):
 
     with pytest.raises(TypeError, match=r"lambda observation_space, action_space: MyNet\(\)"):
         kerasrl.DQN("CartPole-v1", model=lambda: q_network(), seed=0)
+    # Sized straight from the space, as users write it: Keras refuses Gymnasium's numpy integer
+    # with "expected a positive integer. Received: units=2"; the fix is named with it.
+    with pytest.raises(ValueError, match=r"write `int\(action_space.n\)`"):
+        kerasrl.DQN("CartPole-v1", seed=0, model=lambda observation_space, action_space:
+                    keras.Sequential([keras.layers.Dense(action_space.n)]))
 
     class QNet(keras.Model):  # not registered: saved as weights only
         def __init__(self):

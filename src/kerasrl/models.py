@@ -192,7 +192,17 @@ def call_builder(builder, observation_space: gym.Space, action_space: gym.Space,
             f"`lambda observation_space, action_space: MyNet()` (or a function of both).") from None
     except ValueError:  # no signature to read (some builtins): call it and see
         pass
-    return builder(structure_of(observation_space), action_space)
+    try:
+        return builder(structure_of(observation_space), action_space)
+    except (ValueError, TypeError) as error:
+        # Gymnasium's Discrete.n is a numpy integer, which Keras layers refuse with "expected a
+        # positive integer. Received: units=2": a message that shows an integer.
+        if "integer" in str(error) and isinstance(getattr(action_space, "n", None), np.integer):
+            raise type(error)(
+                f"{what} failed: {str(error).rstrip('.')}. Gymnasium's `action_space.n` is a numpy integer "
+                f"({type(action_space.n).__name__}), which Keras layers do not take as a size: "
+                f"write `int(action_space.n)`.") from error
+        raise
 
 
 def build_model(
