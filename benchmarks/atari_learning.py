@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -117,18 +116,11 @@ def run_random(seed: int, steps: int, out: str) -> None:
     _write(out, {"library": "random", "backend": "", "seed": seed, "steps": steps, "games": games})
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def report(runs_dir: str, out: str, window: int) -> None:
     import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from compiled_loop import cpu_model
 
     runs = [json.loads(path.read_text()) for path in sorted(Path(runs_dir).glob("*.json"))]
     runs.sort(key=lambda r: (r["library"] != "kerasrl", r["library"], r["seed"]))
