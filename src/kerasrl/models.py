@@ -199,9 +199,9 @@ def call_builder(builder, observation_space: gym.Space, action_space: gym.Space,
         # positive integer. Received: units=2": a message that shows an integer.
         if "integer" in str(error) and isinstance(getattr(action_space, "n", None), np.integer):
             raise type(error)(
-                f"{what} failed: {str(error).rstrip('.')}. Gymnasium's `action_space.n` is a numpy integer "
-                f"({type(action_space.n).__name__}), which Keras layers do not take as a size: "
-                f"write `int(action_space.n)`.") from error
+                f"{what} failed: {str(error).rstrip('.')}. Gymnasium's `action_space.n` is a "
+                f"numpy integer ({type(action_space.n).__name__}), which Keras layers do not "
+                f"take as a size: write `int(action_space.n)`.") from error
         raise
 
 

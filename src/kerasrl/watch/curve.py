@@ -45,12 +45,12 @@ class MetricsTail:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return []
+        if size == self._offset:
+            return []  # nothing new: the usual poll, answered without opening the file
         if size < self._offset or (self._fields is not None and self._header() != self._fields):
             # A new run in the folder, or the logger widened the file for a new column
             # (kerasrl.logger.GrowingCsv rewrites it whole): read it again from its start.
             self._offset, self._fields, self.restarted = 0, None, True
-        if size == self._offset:
-            return []
         with open(self.path, "rb") as file:
             file.seek(self._offset)
             data = file.read(size - self._offset)
