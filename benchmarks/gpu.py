@@ -2,6 +2,7 @@
 compiled loop against rejax, every run its own process, one after the other.
 
     python benchmarks/gpu.py --out DIR [--deadline SECONDS] [--parts placement compiled precision ...]
+        [--backends jax torch]
     python benchmarks/gpu.py --summarize DIR/gpu.jsonl > table.md
 
 Run on a machine with a GPU and the frameworks' CUDA builds (docs/gpu.md); `benchmarks/on_gpu.sh`
@@ -182,9 +183,10 @@ PARTS = {
 }
 
 
-def jobs(parts: list[str]) -> list[dict]:
-    """Every run of the session, in the order they run: `parts` in order (see PARTS)."""
-    return [job for part in parts for job in PARTS[part]()]
+def jobs(parts: list[str], backends: tuple[str, ...] = ("jax", "torch")) -> list[dict]:
+    """Every run of the session, in the order they run: `parts` in order (see PARTS), the runs of
+    `backends` only."""
+    return [job for part in parts for job in PARTS[part]() if job["backend"] in backends]
 
 
 def command(job: dict, out: str) -> tuple[list[str], dict]:
@@ -211,11 +213,11 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
             "--setting", job["setting"], "--seeds", str(job["seeds"]), "--json", out], env
 
 
-def drive(out_dir: Path, parts: list[str], deadline: float, per_run: float) -> None:
+def drive(out_dir: Path, parts: list[str], deadline: float, per_run: float, backends: tuple[str, ...]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "gpu.jsonl"
     start = time.monotonic()
-    for job in jobs(parts):
+    for job in jobs(parts, backends):
         left = deadline - (time.monotonic() - start)
         if left < 20:
             row = {**job, "error": "left out: the session's deadline"}
@@ -307,6 +309,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--parts", nargs="+", choices=sorted(PARTS),
                         default=["placement", "agreement", "compiled", "precision"])
+    parser.add_argument("--backends", nargs="+", choices=["jax", "torch"], default=["jax", "torch"],
+                        help="only these backends' runs of the parts")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds; no run starts after it")
     parser.add_argument("--per-run", type=float, default=120.0, help="seconds at most for one run")
     parser.add_argument("--worker")
@@ -325,7 +329,7 @@ def main() -> None:
             result = python_loop(job["backend"], job["algo"], job["device"])
         Path(args.json).write_text(json.dumps(result))
     else:
-        drive(args.out, args.parts, args.deadline, args.per_run)
+        drive(args.out, args.parts, args.deadline, args.per_run, tuple(args.backends))
 
 
 if __name__ == "__main__":
