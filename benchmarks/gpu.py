@@ -265,14 +265,14 @@ def summarize(path: Path) -> str:
                     lines.append(f"| {r['backend']} | {row['algo']} | {row['hidden']} ({row['mode']}): "
                                  f"{row['error'][:80]} | | | | | | | |")
                     continue
-                sweep.setdefault((r["backend"], row["algo"], row["hidden"]), {})[row["mode"]] = row
+                sweep.setdefault((r.get("session", ""), r["backend"], row["algo"], row["hidden"]), {})[row["mode"]] = row
             if "error" in r:
                 lines.append(f"| {r['backend']} ({r['side']}) | {r['error'][:80]} | | | | | | | | |")
-    for (backend, algo, hidden), modes in sweep.items():
+    for (session, backend, algo, hidden), modes in sweep.items():  # a later session's sweep in rows of its own
         speed = {mode: row["steps_per_s"] for mode, row in modes.items()}
         any_row = next(iter(modes.values()))
         ratio = speed["auto"] / speed["cpu"] if "auto" in speed and "cpu" in speed else None
-        lines.append(f"| {backend} | {algo} | {hidden}x{hidden} | {any_row['work']:,} | "
+        lines.append(f"| {backend}{f' ({session})' if session else ''} | {algo} | {hidden}x{hidden} | {any_row['work']:,} | "
                      f"{num(speed.get('cpu'), ',.0f')} | {num(speed.get('gpu-learning'), ',.0f')} | "
                      f"{num(speed.get('auto'), ',.0f')} | {num(ratio, '.2f')} | "
                      f"{modes['auto']['learning'] if 'auto' in modes else ''} | {num(speed.get('gpu'), ',.0f')} |")
