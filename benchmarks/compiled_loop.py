@@ -92,9 +92,11 @@ def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
     from kerasrl.compiled import CompiledDQN, CompiledPPO
 
     cls = CompiledPPO if setting.startswith("ppo") else CompiledDQN
+    compiles = xla_compilations()
     setup_start = time.perf_counter()
     agent = cls("CartPole", seeds=list(range(seeds)), **KERASRL[setting])
     setup_s = time.perf_counter() - setup_start  # every seed's networks, state and envs, before any step
+    setup_compiles = dict(compiles)
     total = STEPS[setting]
     rounds = -(-total // agent.steps_per_round)
     per_call = max(1, rounds // 10)
@@ -110,7 +112,29 @@ def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
     returns = [agent.evaluate(i, n_episodes=10)[0] for i in range(min(seeds, EVALUATED_SEEDS))]
     return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s, "setup": setup_s,
             "after_compile": steps / max(wall - compile_s, 1e-9), "with_compile": steps / wall,
-            "eval_mean": float(sum(returns) / len(returns))}
+            "eval_mean": float(sum(returns) / len(returns)),
+            "setup_xla_compilations": setup_compiles.get("count"), "setup_xla_compile_s": setup_compiles.get("seconds")}
+
+
+def xla_compilations() -> dict:
+    """A running count of JAX's XLA compilations and their seconds (JAX's private monitoring
+    events; empty on another backend or where they moved): where a setup's time goes on a GPU,
+    whose compilations cost more than a CPU's."""
+    counts: dict = {}
+    if os.environ.get("KERAS_BACKEND") != "jax":
+        return counts
+    try:
+        from jax._src import monitoring
+    except ImportError:
+        return counts
+
+    def listener(name, seconds, **_):
+        if name.endswith("backend_compile_duration"):
+            counts["count"] = counts.get("count", 0) + 1
+            counts["seconds"] = counts.get("seconds", 0.0) + seconds
+
+    monitoring.register_event_duration_secs_listener(listener)
+    return counts
 
 
 def run_kerasrl_fit(setting: str, seeds: int, backend: str) -> dict:

@@ -25,6 +25,8 @@ Parts (run in the order given; PARTS below lists each one's runs):
   after compile and with it, compile time, and the many-seed setup (agents built, before a step).
 - agreement: one seed of DQN on the CPU and on the GPU in one process, full precision on and
   off: how far the runs drift apart (losses, weights) and whether they take the same actions.
+- minatar: MinAtar-Breakout in the compiled loop against rejax (benchmarks/minatar.py's workers).
+- atari: Breakout DQN's training throughput, kerasrl (JAX, PyTorch) beside SB3 (benchmarks/atari.py).
 - precision: the compiled loop again with KERASRL_FULL_PRECISION=0 (the frameworks' default
   float32 matrix products, TensorFloat-32 on this GPU): the speed cost of full precision.
 """
@@ -178,6 +180,15 @@ PARTS = {
     "torch": lambda: _compiled("ppo-zoo", 1, ("kerasrl",), backend="torch"),
     "compiled": lambda: [*PARTS["ppo1"](), *PARTS["ppo4096"](), *PARTS["dqn"](), *PARTS["ppo512"](),
                          *PARTS["torch"]()],
+    # MinAtar-Breakout against rejax (benchmarks/minatar.py's settings, gymnax's game rules, which
+    # rejax trains on): PPO to 1M steps (speed and return), DQN 200k steps (speed: a full run of
+    # rejax's per-step DQN would take minutes on a GPU).
+    "minatar": lambda: [dict(part="minatar", library=library, backend="jax", setting=f"minatar-{algo}", seeds=1,
+                             algo=algo, steps=steps)
+                        for algo, steps in (("ppo", 1_000_000), ("dqn", 200_000)) for library in ("kerasrl", "rejax")],
+    # Breakout's training throughput (benchmarks/atari.py's workers and slices): DQN at RL Zoo's settings.
+    "atari": lambda: [dict(part="atari", library=library, backend=backend, algo="dqn")
+                      for library, backend in (("kerasrl-jax", "jax"), ("sb3", "torch"), ("kerasrl-torch", "torch"))],
     "precision": lambda: [*_compiled("ppo-zoo", 4096, ("kerasrl",), full_precision="0"),
                           *_compiled("dqn-step", 1, ("kerasrl",), full_precision="0")],
 }
@@ -197,6 +208,13 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
            "JAX_PLATFORMS": ""}
     if job["part"] == "agreement":
         return [sys.executable, __file__, "--worker", json.dumps(job), "--json", out], env
+    if job["part"] == "minatar":
+        env["KERAS_BACKEND"] = "jax"
+        return [sys.executable, str(HERE / "minatar.py"), "--worker", job["library"], "--algo", job["algo"],
+                "--steps", str(job["steps"]), "--seeds", str(job["seeds"]), "--gymnax-like", "--json", out], env
+    if job["part"] == "atari":
+        return [sys.executable, str(HERE / "atari.py"), "--worker", job["library"], "--algo", job["algo"],
+                "--json", out], env
     if job["part"] in ("python", "placement"):
         argv = [sys.executable, __file__, "--worker", json.dumps(job), "--json", out]
         if job.get("side") == "cpu":  # one core of this machine, as the target reads
@@ -291,7 +309,7 @@ def summarize(path: Path) -> str:
     lines += ["", "| setting | seeds | library | backend | full precision | steps/s after compile | "
               "steps/s incl. compile | compile s | setup s | eval return |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if r["part"] in ("python", "agreement", "placement"):
+        if r["part"] in ("python", "agreement", "placement", "atari"):
             continue
         full = "off" if r.get("full_precision") == "0" else ("on" if r["library"] == "kerasrl" else "")
         head = f"| {r['setting']} | {r['seeds']} | {r['library']} | {r['backend']} | {full} |"
@@ -301,6 +319,13 @@ def summarize(path: Path) -> str:
         lines.append(f"{head} {num(r['after_compile'], ',.0f')} | {num(r['with_compile'], ',.0f')} | "
                      f"{num(r['compile'], '.1f')} | {num(r.get('setup'), '.1f')} | "
                      f"{num(r.get('eval_mean'), '.0f')} |")
+    atari = [r for r in rows if r["part"] == "atari"]
+    if atari:
+        lines += ["", "| Breakout | library | frames/s | CPU s / wall s |", "|---|---|---|---|"]
+        for r in atari:
+            lines.append(f"| {r['algo']} | {r['library']} | {r['error'][:80]} | |" if "error" in r else
+                         f"| {r['algo']} | {r['library']} | {4 * r['steps'] / r['wall']:,.0f} | "
+                         f"{r['cpu'] / r['wall']:.2f} |")
     return "\n".join(lines)
 
 

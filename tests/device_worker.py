@@ -187,6 +187,42 @@ def check_host_learning(out: Path) -> None:
                 loaded = agent_class.load(out / f"{name}-{size}")
                 assert device_of(loaded.learner.state) == expected, (name, size, "loaded")
                 np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
+        check_one_off_work_on_the_host()
+
+
+def check_one_off_work_on_the_host() -> None:
+    """With an accelerator visible, a new agent's gradient check and the compiled loop's first
+    reset run on the host CPU (devices.host_device, cpu:0) from copies, while the agent's arrays
+    stay on its device (cpu:1): the check still finds a weight no gradient reaches (a check that
+    mixed the two devices' arrays would raise, and the agent skips a check that raises), and
+    many-seed PPO starts and trains."""
+    import warnings
+
+    from kerasrl.compiled import CompiledPPO
+    from kerasrl.devices import host_device
+
+    from kerasrl import diagnostics
+
+    assert host_device() == "cpu:0"
+    checked_on = []  # the device of the weights each gradient check computed with
+    check = diagnostics._zero_gradients
+    diagnostics._zero_gradients = lambda model, space, rows, params, states: (
+        checked_on.append(device_of(params)) or check(model, space, rows, params, states))
+    inputs = keras.Input((4,))
+    torso = keras.layers.Dense(8, name="torso")(inputs)
+    frozen = keras.layers.Lambda(keras.ops.stop_gradient)(torso)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(frozen))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent = kerasrl.DQN("kerasrl/OpsCartPole-v1", model=model, device="cpu:1", seed=0, check_env=False)
+    messages = [str(w.message) for w in caught if "No gradient reaches" in str(w.message)]
+    assert len(messages) == 1 and "torso/kernel" in messages[0], [str(w.message) for w in caught]
+    assert checked_on == ["cpu:0"], checked_on
+    assert device_of(agent.learner.state) == "cpu:1"
+    loop = CompiledPPO("CartPole", seeds=[0, 1], n_envs=2, n_steps=16, batch_size=16, n_epochs=1,
+                       hidden_sizes=(8,))
+    loop.fit(64)
+    assert loop.num_timesteps >= 64 and device_of(loop.state) == "cpu:1"
 
 
 if __name__ == "__main__":

@@ -49,6 +49,24 @@ def zero_gradient_variables(model, observation_space, batch_size: int = 16):
     random observations, through the backend's `value_and_grad`, as the training step takes it.
     Returns (variable paths with an all-zero gradient, the mean |output|: the network's scale).
     """
+    from kerasrl import backend, devices
+
+    params = [v.value for v in model.trainable_variables]
+    states = [v.value for v in model.non_trainable_variables]
+    host = devices.host_device()
+    if host is not None:
+        # On the host CPU, from a copy of the weights: the check runs once and its answer does
+        # not depend on the device, and there its eager ops compile faster (devices.host_device).
+        try:
+            with devices.scope(host):
+                host_params, host_states = backend.to_tensors(backend.to_numpy([params, states]))
+                return _zero_gradients(model, observation_space, batch_size, host_params, host_states)
+        except Exception:  # noqa: BLE001  a model holding tensors of its own device: checked there
+            pass
+    return _zero_gradients(model, observation_space, batch_size, params, states)
+
+
+def _zero_gradients(model, observation_space, batch_size, params, states):
     import keras
 
     from kerasrl import backend
@@ -56,8 +74,6 @@ def zero_gradient_variables(model, observation_space, batch_size: int = 16):
 
     rng = np.random.default_rng(0)  # never the agent's generator: the check must not shift a run
     inputs = _dummy_inputs(model, observation_space, batch_size, rng)
-    params = [v.value for v in model.trainable_variables]
-    states = [v.value for v in model.non_trainable_variables]
     outputs = keras.tree.flatten(stateless_apply(model, params, states, inputs, False)[0])
     weights = [keras.ops.convert_to_tensor(rng.standard_normal(tuple(o.shape)).astype(np.float32))
                for o in outputs]

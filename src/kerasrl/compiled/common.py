@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.compiled.chunks import loop_in_chunks, piece
 from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
 from kerasrl.seeding import seed_sequence_words
@@ -146,7 +146,8 @@ def reset_many(env, rngs: np.ndarray, params) -> tuple:
     one reset of seeds * n_envs games. An ops env's reset is per game (each game draws from its own
     entry of `rngs`), so this equals one reset per seed, stacked (tests/test_compiled_loop.py)."""
     n_seeds, n_envs = rngs.shape
-    obs, state = backend.to_numpy(env.reset(rngs.reshape(-1), params))
+    with devices.scope(devices.host_device()):  # its answer is numpy: on the host CPU, where
+        obs, state = backend.to_numpy(env.reset(rngs.reshape(-1), params))  # eager ops compile faster
 
     def per_seed(x):
         x = np.asarray(x)
