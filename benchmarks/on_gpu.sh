@@ -9,7 +9,8 @@
 # they lack (Keras, Gymnasium, rejax and its needs...) travel as wheels in .whl/ and are installed
 # to /tmp/site; the checkout's src/ is imported as is. TensorFlow's CUDA build (over 500 MB) does
 # not fit what travels, so TensorFlow is not run there. TIER_S and BENCH_S bound the two parts
-# (seconds); PARTS picks benchmarks/gpu.py's parts.
+# (seconds); PARTS picks benchmarks/gpu.py's parts, by default what no GPU session has measured
+# first (PyTorch's compiled loop, MinAtar, Breakout), then the rest, cut at BENCH_S.
 set -u
 OUT=${OUT:-/tmp/kerasrl-gpu}
 mkdir -p "$OUT"
@@ -33,7 +34,7 @@ if [ "${TIER_S:-300}" != 0 ]; then
 fi
 if [ "${BENCH_S:-300}" != 0 ]; then
     # shellcheck disable=SC2086
-    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-placement agreement compiled precision} \
+    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-torch minatar atari ppo4096 ppo1 dqn placement agreement precision ppo512} \
         > "$OUT/bench.txt" 2>&1
     python3 benchmarks/gpu.py --summarize "$OUT/gpu.jsonl" | tee "$OUT/summary.md"
 fi
