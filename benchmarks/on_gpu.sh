@@ -6,9 +6,10 @@
 #   bash benchmarks/on_gpu.sh            # OUT=folder for the results (default /tmp/kerasrl-gpu)
 #
 # Those machines are bare images with CUDA builds of PyTorch and JAX and no network: the packages
-# they lack (Keras, Gymnasium, rejax and its needs...) travel as wheels in .whl/ and are installed
-# to /tmp/site; the checkout's src/ is imported as is. TensorFlow's CUDA build (over 500 MB) does
-# not fit what travels, so TensorFlow is not run there. TIER_S and BENCH_S bound the two parts
+# they lack (Keras, Gymnasium, rejax and its needs...) travel as wheels in .whl/
+# (benchmarks/gpu_wheels.sh downloads them) and are installed to /tmp/site; the checkout's src/ is
+# imported as is. TensorFlow's CUDA build (over 500 MB) does not fit what travels, so TensorFlow
+# is not run there. TIER_S and BENCH_S bound the two parts
 # (seconds); PARTS picks benchmarks/gpu.py's parts, by default what no GPU session has measured
 # first (PyTorch's compiled loop, MinAtar, Breakout), then the rest, cut at BENCH_S.
 set -u
