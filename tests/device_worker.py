@@ -3,6 +3,7 @@
     python device_worker.py tensors OUT_DIR   (KERAS_BACKEND=jax, tensorflow or torch)
     python device_worker.py agents OUT_DIR    (KERAS_BACKEND=jax)
     python device_worker.py host OUT_DIR      (KERAS_BACKEND=jax)
+    python device_worker.py ray OUT_DIR       (KERAS_BACKEND=jax; starts Ray with 2 CPUs)
 
 A process sees two CPU devices: JAX through XLA_FLAGS=--xla_force_host_platform_device_count=2,
 TensorFlow through two logical CPUs; both must be set before the framework starts, hence a
@@ -225,12 +226,48 @@ def check_one_off_work_on_the_host() -> None:
     assert loop.num_timesteps >= 64 and device_of(loop.state) == "cpu:1"
 
 
+def check_ray_actors(out: Path) -> None:
+    """Ray actors (processes of their own, acting on their default device from numpy weights)
+    feed learners on cpu:1, the accelerator's stand-in, while everything else in this process
+    runs inside keras.device("cpu:0"): DQN (chunks of transitions, weights broadcast) and PPO
+    (whole rollouts) train, their state and models stay on cpu:1, and PPO saves and loads there."""
+    import tempfile
+
+    import ray
+
+    from kerasrl.distributed import RayEngine
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=tempfile.mkdtemp(prefix="kray", dir="/tmp"))  # AF_UNIX paths stay short
+    tiny = dict(seed=0, hidden_sizes=(16, 16), device="cpu:1", check_env=False, n_envs=2)
+    runs = (("dqn", kerasrl.DQN, dict(learning_starts=64, train_freq=4, batch_size=16, buffer_size=512,
+                                      target_update_interval=64), dict(rollout_steps=16, broadcast_interval=8)),
+            ("ppo", kerasrl.PPO, dict(n_steps=16, batch_size=32, n_epochs=1), {}))
+    try:
+        with keras.device("cpu:0"):
+            for name, agent_class, settings, engine_settings in runs:
+                agent = agent_class("CartPole-v1", **settings, **tiny)
+                engine = RayEngine(workers=1, **engine_settings)
+                try:
+                    agent.fit(256, progress=False, engine=engine)
+                    assert len(agent.history.losses) > 0, f"{name} did not train from the actors"
+                    on_second_device(agent, f"{name} after a Ray fit")
+                finally:
+                    engine.close()
+            agent.save(out / "ray-ppo")
+            on_second_device(type(agent).load(out / "ray-ppo", device="cpu:1"), "loaded")
+    finally:
+        ray.shutdown()
+
+
 if __name__ == "__main__":
     what, out_dir = sys.argv[1], Path(sys.argv[2])
     if what == "tensors":
         check_tensors()
     elif what == "host":
         check_host_learning(out_dir)
+    elif what == "ray":
+        check_ray_actors(out_dir)
     else:
         check_agents(out_dir)
     print("ok")

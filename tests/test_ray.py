@@ -266,3 +266,13 @@ def test_cli_train_with_ray_engine(local_ray, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err[-2000:]
     assert json.loads((tmp_path / "evaluation.json").read_text())["episodes"] == 1
     assert list((tmp_path / "checkpoints").glob("ckpt-*/manifest.json"))  # the final checkpoint
+
+
+def test_actors_feed_learners_on_another_device(tmp_path):
+    """Ray actors feed DQN and PPO learners on the second of two JAX CPU devices, standing in for
+    a GPU, while the driver's other work runs on the first (tests/device_worker.py, `ray`): the
+    learners train, and their state and models stay on their device."""
+    worker = os.path.join(os.path.dirname(__file__), "device_worker.py")
+    proc = subprocess.run([sys.executable, worker, "ray", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-3000:] + proc.stderr[-5000:]
