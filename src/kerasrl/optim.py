@@ -59,8 +59,14 @@ class Adam:
             * ops.sqrt(1.0 - ops.power(self.beta_2, step))
             / (1.0 - ops.power(self.beta_1, step))
         )
-        # The backend's own kernels where it has them (PyTorch: the same arithmetic in 7 kernels
-        # per weight instead of 12; XLA fuses the generic version into one).
+        # The backend's own kernels where it has them (PyTorch: the same arithmetic in 7
+        # multi-tensor kernels for all weights instead of 12 per weight; XLA fuses the generic
+        # version into one).
+        if backend.adam_moments_steps is not None:
+            new_params, new_m, new_v = backend.adam_moments_steps(
+                list(params), list(grads), list(state["m"]), list(state["v"]), alpha, self.beta_1, self.beta_2,
+                self.epsilon)
+            return list(new_params), {"m": list(new_m), "v": list(new_v), "count": count}, grad_norm
         step_fn = backend.adam_moments_step or adam_moments_step
         new_params, new_m, new_v = [], [], []
         for p, g, m, v in zip(params, grads, state["m"], state["v"]):

@@ -253,12 +253,13 @@ def fall_back(what: str, error: BaseException, instead: str) -> None:
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
               "feed", "fori_loop", "check_traceable", "on_cpu", "devices", "configure_precision")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
-# - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`.
+# - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`; `adam_moments_steps`: the same for
+#   every weight at once (PyTorch's multi-tensor kernels).
 # - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.
 # - `count_ops`, `compile_unrolled`: the ops a call runs, and a loop's chunk compiled from one
 #   traced step (PyTorch, whose loops are Python: kerasrl.compiled.chunks).
 # - `convolution_batch_limit`: the batch a convolutional model takes in one piece (JAX on a CPU).
-_OPTIONAL = ("adam_moments_step", "write_rows", "count_ops", "compile_unrolled",
+_OPTIONAL = ("adam_moments_step", "adam_moments_steps", "write_rows", "count_ops", "compile_unrolled",
              "convolution_batch_limit")
 
 

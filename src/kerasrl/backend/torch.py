@@ -190,6 +190,19 @@ def adam_moments_step(param, grad, m, v, alpha, beta_1, beta_2, epsilon):
     return torch.addcdiv(param, m * alpha, torch.sqrt(v) + epsilon, value=-1.0), m, v
 
 
+def adam_moments_steps(params, grads, ms, vs, alpha, beta_1, beta_2, epsilon):
+    """`adam_moments_step` for every weight of a model at once, with PyTorch's multi-tensor
+    (foreach) kernels: 7 ops for the whole model instead of 7 per weight (a 3-layer MLP: 42), bit
+    for bit the same arithmetic. On CUDA they launch a few fused kernels instead of one per op and
+    weight (why `torch.optim.Adam` takes them by default there); not timed on a GPU here. On a CPU
+    they loop over the weights inside one op: per-step DQN's compiled loop ran 906 steps/s with
+    them and 913 without (one core, within run-to-run noise). Returns new params, m and v."""
+    ms = torch._foreach_lerp(ms, grads, 1.0 - beta_1)
+    vs = torch._foreach_lerp(vs, torch._foreach_mul(grads, grads), 1.0 - beta_2)
+    denominators = torch._foreach_add(torch._foreach_sqrt(vs), epsilon)
+    return torch._foreach_addcdiv(params, torch._foreach_mul(ms, alpha), denominators, value=-1.0), ms, vs
+
+
 def inference():
     """Acting must not build an autograd graph."""
     return torch.no_grad()
