@@ -13,7 +13,8 @@ after `--deadline` seconds are left out and listed as such.
 Parts (run in the order given; PARTS below lists each one's runs):
 - placement: where a small network should learn (`device="auto"`'s host-learning rule): RL-Zoo
   DQN and PPO at two hidden sizes each, learning on one CPU core (a process pinned to it),
-  learning on the GPU with host acting, and "auto" as it is; JAX and PyTorch.
+  learning on the GPU with host acting, and "auto" as it is, unpinned and in a process pinned to
+  one core (the GPU visible); JAX and PyTorch.
 - python: RL-Zoo DQN and PPO on Gymnasium's CartPole-v1 through the Python loop (`fit`), with
   `device="auto"` (learning on the GPU, a small MLP acting on the host), `"gpu"` (acting on the GPU
   too) and `"cpu"`, on JAX and PyTorch, with one thread per library (the CPU s / wall s column
@@ -101,7 +102,7 @@ def placement(backend: str, side: str) -> dict:
     for algo, sizes in PLACEMENT_HIDDEN.items():
         settings = kerasrl_dqn_settings("zoo") if algo == "dqn" else dict(PRESETS["cartpole-ppo"].config)
         for hidden in sizes:
-            modes = ["cpu"] if side == "cpu" else ["gpu-learning", "auto"] + (
+            modes = {"cpu": ["cpu"], "pinned-auto": ["auto-pinned"]}.get(side) or ["gpu-learning", "auto"] + (
                 ["gpu"] if algo == "dqn" and hidden == 256 else [])
             for mode in modes:
                 devices.HOST_LEARNING_MAX_WORK[backend] = 0 if mode == "gpu-learning" else bound[backend]
@@ -109,7 +110,7 @@ def placement(backend: str, side: str) -> dict:
                 warm, timed = PLACEMENT_STEPS[algo]
                 try:
                     agent = agent_class("CartPole-v1", seed=0, **{**settings, "hidden_sizes": (hidden, hidden)},
-                                        device="auto" if mode == "gpu-learning" else mode)
+                                        device="auto" if mode in ("gpu-learning", "auto-pinned") else mode)
                     agent.fit(warm, progress=False)
                     start = time.perf_counter()
                     agent.fit(warm + timed, progress=False)
@@ -169,7 +170,7 @@ PARTS = {
                                             ("dqn", "gpu"))
                        for backend in ("jax", "torch")],
     "placement": lambda: [dict(part="placement", backend=backend, side=side)
-                          for backend in ("jax", "torch") for side in ("gpu", "cpu")],
+                          for backend in ("jax", "torch") for side in ("gpu", "cpu", "pinned-auto")],
     "agreement": lambda: [dict(part="agreement", backend=backend, full_precision=full_precision)
                           for full_precision in ("1", "0") for backend in ("jax", "torch")],
     "ppo1": lambda: _compiled("ppo-zoo", 1),
@@ -217,7 +218,9 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
                 "--json", out], env
     if job["part"] in ("python", "placement"):
         argv = [sys.executable, __file__, "--worker", json.dumps(job), "--json", out]
-        if job.get("side") == "cpu":  # one core of this machine, as the target reads
+        # One core of this machine, as the target reads ("auto" is timed pinned too: on a 16-core
+        # GPU machine an unpinned process ran the same CPU work up to 1.6x slower, docs/gpu.md).
+        if job.get("side") in ("cpu", "pinned-auto"):
             argv = ["taskset", "-c", os.environ.get("CPU_CORE", "2"), *argv]
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERASRL_TORCH_THREADS"):
             env[name] = "1"
@@ -274,7 +277,8 @@ def summarize(path: Path) -> str:
         lines.append(f"| {r['backend']} | {r['algo']} | {r['device']} | {r['steps_per_s']:,.0f} | "
                      f"{r['cpu'] / r['wall']:.2f} | {r['acting_device']} |")
     lines += ["", "| backend | algorithm | hidden | parameters x batch | CPU, one core | GPU learning, host acting | "
-              "auto | auto / CPU | auto learns on | GPU acting too |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "auto | auto / CPU | auto learns on | GPU acting too | auto, pinned | pinned auto / CPU |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     sweep = {}
     for r in rows:
         if r["part"] == "placement":
@@ -290,10 +294,12 @@ def summarize(path: Path) -> str:
         speed = {mode: row["steps_per_s"] for mode, row in modes.items()}
         any_row = next(iter(modes.values()))
         ratio = speed["auto"] / speed["cpu"] if "auto" in speed and "cpu" in speed else None
+        pinned_ratio = speed["auto-pinned"] / speed["cpu"] if "auto-pinned" in speed and "cpu" in speed else None
         lines.append(f"| {backend}{f' ({session})' if session else ''} | {algo} | {hidden}x{hidden} | {any_row['work']:,} | "
                      f"{num(speed.get('cpu'), ',.0f')} | {num(speed.get('gpu-learning'), ',.0f')} | "
                      f"{num(speed.get('auto'), ',.0f')} | {num(ratio, '.2f')} | "
-                     f"{modes['auto']['learning'] if 'auto' in modes else ''} | {num(speed.get('gpu'), ',.0f')} |")
+                     f"{modes['auto']['learning'] if 'auto' in modes else ''} | {num(speed.get('gpu'), ',.0f')} | "
+                     f"{num(speed.get('auto-pinned'), ',.0f')} | {num(pinned_ratio, '.2f')} |")
     lines += ["", "| backend | full precision | updates | losses: max relative difference | at first 10 | "
               "first update that differs | weights: max relative difference | same episodes |",
               "|---|---|---|---|---|---|---|---|"]
