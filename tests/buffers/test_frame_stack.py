@@ -172,3 +172,60 @@ def test_frame_stacks_are_detected_where_the_env_declares_them_only():
     plain = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TransformObservation(
         Frames(), lambda o: np.repeat(o, K, -1), gym.spaces.Box(0, 255, (H, W, K), np.uint8))])
     assert stacked_frames(plain) is None
+
+
+@pytest.mark.parametrize("padding", ["zeros", "repeat"])
+def test_frames_first_samples_are_the_stacks_as_gathered(padding):
+    """With `frames_first` the batch carries each stack frames first, (B, K, H, W), uint8 as
+    stored: the naive buffer's stacks, transposed, episode starts (padding) included."""
+    naive = ReplayBuffer(60, 3, (H, W, K), np.uint8, 0.9, 3)
+    stacked = FrameStackReplayBuffer(60, 3, (H, W, K), np.uint8, 0.9, 3, padding=padding)
+    filled([naive, stacked], 3, 70, seed=0, padding=padding)
+    assert len(stacked) == 60  # every row sampleable (no frames overwritten)
+    stacked.frames_first = True
+    rows, envs = np.divmod(np.arange(60), 3)
+    a, b = naive.gather(rows, envs), stacked.gather(rows, envs)
+    for key in ("observations", "next_observations"):
+        assert b[key].dtype == np.uint8 and b[key].shape == (60, K, H, W) and b[key].flags.c_contiguous
+        np.testing.assert_array_equal(np.moveaxis(b[key], 1, -1).astype(np.float32), a[key], err_msg=key)
+    for key in ("actions", "rewards", "discounts", "weights"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.backend
+def test_dqn_on_stacked_frames_trains_the_same_with_its_frames_put_last_on_the_device():
+    """DQN sends its frame buffer's stacks as gathered and its learner puts the frames last and
+    makes them float32 on its device: the losses and weights are those of the host conversion."""
+    import gymnasium as gym
+
+    import kerasrl
+    from kerasrl.envs.atari import FrameStack
+
+    class Frames(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (12, 12, 1), np.uint8)
+        action_space = gym.spaces.Discrete(3)
+
+        def reset(self, *, seed=None, options=None):
+            if seed is not None or not hasattr(self, "rng"):  # auto-resets go on with the stream
+                self.rng = np.random.default_rng(seed)
+            self.t = 0
+            return self.rng.integers(0, 256, (12, 12, 1), dtype=np.uint8), {}
+
+        def step(self, action):
+            self.t += 1
+            frame = self.rng.integers(0, 256, (12, 12, 1), dtype=np.uint8)
+            return frame, float(action == frame[0, 0, 0] % 3), self.t >= 15, False, {}
+
+    runs = []
+    for host_conversion in (False, True):
+        agent = kerasrl.DQN(lambda: FrameStack(Frames(), K), seed=0, learning_starts=40, train_freq=4,
+                            batch_size=16, buffer_size=500, target_update_interval=40, check_env=False)
+        assert agent.buffer.frames_first  # picked for a frame buffer
+        agent.buffer.frames_first = not host_conversion
+        agent.fit(200, progress=False)
+        runs.append((np.asarray(agent.history.losses), agent.model.get_weights()))
+    (losses, weights), (host_losses, host_weights) = runs
+    assert len(losses) == len(host_losses) >= 35
+    np.testing.assert_array_equal(losses, host_losses)
+    for a, b in zip(weights, host_weights):
+        np.testing.assert_array_equal(a, b)

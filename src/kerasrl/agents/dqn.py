@@ -27,7 +27,7 @@ from kerasrl.agents.base import Agent, multiples_passed
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
 from kerasrl.agents.state_arrays import (load_replay_learning_arrays, replay_learning_arrays,
                                          with_model_level)
-from kerasrl.buffers import replay_buffer_for
+from kerasrl.buffers import FrameStackReplayBuffer, replay_buffer_for
 from kerasrl.config import DQNConfig
 from kerasrl.exploration import exploration_rate, value_explorer
 from kerasrl.heads import ValueHead, head_spec
@@ -64,6 +64,16 @@ def dqn_target(config: DQNConfig):
     return (double_q_target, True) if config.double_q else (max_q_target, False)
 
 
+def frames_last(observations):
+    """Stacks of frames (..., K, H, W) as models take them: (..., H, W, K) float32, on the device
+    (see `QLearner.train`)."""
+    return {key: ops.cast(ops.moveaxis(x, -3, -1), "float32") for key, x in observations.items()}
+
+
+def model_layout(observations: np.ndarray, frames_first: bool) -> np.ndarray:
+    """Sampled observations on the host as models take them: float32, frames last."""
+    return (np.moveaxis(observations, -3, -1) if frames_first else observations).astype(np.float32)
+
 class QLearner(Learner):
     """A `Learner` of one Q-network ("q"), its target and Adam, with the compiled training round.
 
@@ -89,6 +99,7 @@ class QLearner(Learner):
         # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
         # was): one compilation, where a second costs more than the sync's few ops ever do.
         self._train_round = backend.compile(self.round, donate_state=True)
+        self._frames_last = backend.compile(frames_last)
         # Gradient steps per call: the whole round in a rolled loop where that runs fast, else
         # calls of fully unrolled steps (see agents/learner.py's UNROLLED_STEPS_PER_CALL).
         self.unrolled = unrolled_steps([model])
@@ -180,12 +191,18 @@ class QLearner(Learner):
         return ops.cast(ops.argmax(self.action_values(state, observations), axis=-1), "int32")
 
     # -- host side ----------------------------------------------------------------------------
-    def train(self, batches: dict[str, np.ndarray], learning_rate: float, target_tau: float):
+    def train(self, batches: dict[str, np.ndarray], learning_rate: float, target_tau: float,
+              frames_first: bool = False):
         """Run one round on numpy `batches` (G, B, ...), the target sync with its first part.
+        `frames_first`: the observations are stacks of frames (G, B, K, H, W) as a frame replay
+        buffer gathers them (uint8), put frames last and made float32 on this learner's device.
         Returns (mean loss, TD errors (G, B))."""
         learning_rate, parts = np.float32(learning_rate), self.round_parts(len(batches["actions"]))
         results = []
         with self.on_device():
+            if frames_first:
+                batches = {**batches, **self._frames_last(
+                    backend.feed({key: batches[key] for key in ("observations", "next_observations")}))}
             for start, stop in parts:  # one part: every round of a per-step setting
                 chunk = batches if len(parts) == 1 else {k: v[start:stop] for k, v in batches.items()}
                 self.state, loss, td_errors = self._train_round(
@@ -357,12 +374,16 @@ class DQN(QAgentMixin, Agent):
         self.buffer = self._make_buffer()
 
     def _make_buffer(self):
-        """The replay buffer the config asks for (QR-DQN and C51 build theirs here too)."""
+        """The replay buffer the config asks for (QR-DQN and C51 build theirs here too). A frame
+        buffer sends its stacks as gathered; the learner puts their frames last on its device."""
         cfg = self.config
-        return replay_buffer_for(
+        buffer = replay_buffer_for(
             self.env, self.observation_space, cfg.buffer_size, cfg.n_envs, cfg.gamma,
             cfg.n_step_return, priority_alpha=cfg.prioritized_replay_alpha if
             cfg.prioritized_replay else None, priority_eps=cfg.prioritized_replay_eps)
+        if isinstance(buffer, FrameStackReplayBuffer):
+            buffer.frames_first = True
+        return buffer
 
     # -- the loop -----------------------------------------------------------------------------
     def _learn(self, total_steps, stop_at, logger, callback):
@@ -428,12 +449,14 @@ class DQN(QAgentMixin, Agent):
                                                self.num_timesteps / total_steps)
         batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
         indices = batches.pop("indices", None)
-        loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau)
+        frames_first = getattr(self.buffer, "frames_first", False)
+        loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau,
+                                             frames_first=frames_first)
         self.n_updates += cfg.gradient_steps
         self.check_loss(loss, self.n_updates)
         self.diagnostics.after_update(
             loss, cfg.gradient_steps, batches["observations"], batches["rewards"],
-            values=lambda: self.learner.q_values(batches["observations"][0].astype(np.float32)))
+            values=lambda: self.learner.q_values(model_layout(batches["observations"][0], frames_first)))
         if indices is not None:
             # Rows were sampled together; later rows' priorities (same transition) win.
             self.buffer.update_priorities(indices, td_errors)

@@ -56,7 +56,15 @@ class FrameStackReplayBuffer(ReplayBuffer):
     Args as ReplayBuffer's; `padding`: what the stacked env puts before an episode's first frame,
     "zeros" (SB3's VecFrameStack, kerasrl.envs.atari) or "repeat" (copies of the first frame,
     Gymnasium's FrameStackObservation with padding_type="reset").
+
+    `frames_first` (an attribute, False by default): samples carry their stacks as gathered,
+    (B, K, H, W) in the stored dtype, for a learner that puts the frames last and converts them
+    on its device (DQN's `train(frames_first=True)`). Putting the frames last on the host is a
+    strided copy: for 32 Breakout stacks it took about 2 ms, and their conversion to float32 as
+    much again, where the gather itself took 0.08 ms (one AMD EPYC core); an update samples two.
     """
+
+    frames_first = False
 
     def __init__(self, capacity, n_envs, obs_shape, obs_dtype=np.uint8, gamma=0.99, n_step=1,
                  *, padding: str = "zeros", **kwargs):
@@ -166,14 +174,18 @@ class FrameStackReplayBuffer(ReplayBuffer):
         return (starts[envs] + offsets) % self.capacity_per_env, envs
 
     def _stacks(self, positions, depths, envs) -> np.ndarray:
-        """Stacks (B, H, W, K) whose newest frames are at `positions`, `depths` of them real."""
+        """Stacks (B, H, W, K) whose newest frames are at `positions`, `depths` of them real;
+        (B, K, H, W) with `frames_first`."""
         k = np.arange(self.k)
         wanted = positions[:, None] - (self.k - 1) + k  # (B, K) stream positions, oldest first
         first = (positions - depths.astype(np.int64) + 1)[:, None]
         stack = self.frames[np.maximum(wanted, first) % self.n_frames, envs[:, None]]  # (B,K,H,W)
         if self.padding == "zeros":
-            stack = np.where((wanted >= first)[:, :, None, None], stack, 0)
-        return np.moveaxis(stack, 1, -1)
+            stack[wanted < first] = 0  # the frames before the episode's first: a few, in place
+        return stack if self.frames_first else np.moveaxis(stack, 1, -1)
+
+    def _sent(self, observations: np.ndarray) -> np.ndarray:
+        return observations if self.frames_first else super()._sent(observations)
 
     def _observations(self, rows, envs) -> np.ndarray:
         return self._stacks(self.frame_pos[rows, envs], self.depth[rows, envs], envs)

@@ -125,17 +125,20 @@ class ReplayBuffer:
         else:
             last_rows, returns, discounts = self._n_step_returns(rows, envs)
         batch = {
-            "observations": self._observations(rows, envs).astype(np.float32, copy=False),
+            "observations": self._sent(self._observations(rows, envs)),
             "actions": self.actions[rows, envs],
             "rewards": returns.astype(np.float32, copy=False),
-            "next_observations": self._next_observations(last_rows, envs).astype(np.float32,
-                                                                                 copy=False),
+            "next_observations": self._sent(self._next_observations(last_rows, envs)),
             "discounts": discounts.astype(np.float32),
             "weights": np.ones(len(rows), dtype=np.float32),
         }
         if self.next_action_masks is not None:
             batch["next_action_masks"] = self.next_action_masks[last_rows, envs]
         return batch
+
+    def _sent(self, observations: np.ndarray) -> np.ndarray:
+        """Sampled observations as the batch carries them: float32."""
+        return observations.astype(np.float32, copy=False)
 
     def _n_step_returns(self, rows, envs):
         """Discounted sums of up to n_step rewards from each (row, env) (`returns.n_step_returns`:
