@@ -314,16 +314,19 @@ else:
         from kerasrl.optim import adam_moments_step
 
         rng = np.random.default_rng(1)
-        p, g, m = (backend.feed(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(3))
-        v = backend.feed(rng.random((64, 32)).astype(np.float32))
+        shapes = [(64, 32), (32,), (32, 2), (2,)]  # a model's weights, updated at once
+        p, g, m = ([backend.feed(rng.standard_normal(s).astype(np.float32)) for s in shapes] for _ in range(3))
+        v = [backend.feed(rng.random(s).astype(np.float32)) for s in shapes]
         alpha = backend.feed(np.float32(1e-3))
-        fast = torch_backend.adam_moments_step(p, g, m, v, alpha, 0.9, 0.999, 1e-7)
-        generic = adam_moments_step(p, g, m, v, alpha, 0.9, 0.999, 1e-7)
-        for a, b in zip(backend.to_numpy(fast), backend.to_numpy(generic)):
-            # One rounding apart at most (lerp may fuse its multiply-add); values are ~1.
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-            assert not np.array_equal(a, backend.to_numpy(p))  # an update happened
-        assert backend.adam_moments_step is torch_backend.adam_moments_step
+        fast = torch_backend.adam_moments_steps(p, g, m, v, alpha, 0.9, 0.999, 1e-7)
+        for i in range(len(shapes)):
+            generic = adam_moments_step(p[i], g[i], m[i], v[i], alpha, 0.9, 0.999, 1e-7)
+            for a, b in zip((fast[0][i], fast[1][i], fast[2][i]), generic):
+                a, b = backend.to_numpy(a), backend.to_numpy(b)
+                # One rounding apart at most (lerp may fuse its multiply-add); values are ~1.
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+            assert not np.array_equal(backend.to_numpy(fast[0][i]), backend.to_numpy(p[i]))  # updated
+        assert backend.adam_moments_steps is torch_backend.adam_moments_steps
 
     # -- fast paths on private PyTorch APIs fall back to public ones (torch_fast*.py) ------------
     def kerasrl_warnings(record):

@@ -61,19 +61,18 @@ class Adam:
         )
         # The backend's own kernels where it has them (PyTorch: the same arithmetic in 7
         # multi-tensor kernels for all weights instead of 12 per weight; XLA fuses the generic
-        # version into one).
+        # version into one per weight).
         if backend.adam_moments_steps is not None:
-            new_params, new_m, new_v = backend.adam_moments_steps(
-                list(params), list(grads), list(state["m"]), list(state["v"]), alpha, self.beta_1, self.beta_2,
-                self.epsilon)
-            return list(new_params), {"m": list(new_m), "v": list(new_v), "count": count}, grad_norm
-        step_fn = backend.adam_moments_step or adam_moments_step
-        new_params, new_m, new_v = [], [], []
-        for p, g, m, v in zip(params, grads, state["m"], state["v"]):
-            p, m, v = step_fn(p, g, m, v, alpha, self.beta_1, self.beta_2, self.epsilon)
-            new_params.append(p)
-            new_m.append(m)
-            new_v.append(v)
+            new_params, new_m, new_v = map(list, backend.adam_moments_steps(
+                list(params), list(grads), list(state["m"]), list(state["v"]), alpha, self.beta_1,
+                self.beta_2, self.epsilon))
+        else:
+            new_params, new_m, new_v = [], [], []
+            for p, g, m, v in zip(params, grads, state["m"], state["v"]):
+                p, m, v = adam_moments_step(p, g, m, v, alpha, self.beta_1, self.beta_2, self.epsilon)
+                new_params.append(p)
+                new_m.append(m)
+                new_v.append(v)
         return new_params, {"m": new_m, "v": new_v, "count": count}, grad_norm
 
 

@@ -74,6 +74,7 @@ def model_layout(observations: np.ndarray, frames_first: bool) -> np.ndarray:
     """Sampled observations on the host as models take them: float32, frames last."""
     return (np.moveaxis(observations, -3, -1) if frames_first else observations).astype(np.float32)
 
+
 class QLearner(Learner):
     """A `Learner` of one Q-network ("q"), its target and Adam, with the compiled training round.
 

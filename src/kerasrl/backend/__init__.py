@@ -27,8 +27,9 @@ argument (JAX does that by itself). See docs/gpu.md.
   updated in place by XLA inside compiled loops) serves.
 - `check_traceable(fn, batch)`: trace `fn(batch)` without running it; raises where `fn` reads a
   tensor value in Python (checked when an agent is made, see `models.check_drivable`).
-- `adam_moments_step`: faster kernels for one weight's Adam update where the backend has them
-  (PyTorch), else None and `kerasrl.optim` runs its `keras.ops` version (which XLA fuses).
+- `adam_moments_steps`: faster kernels for the Adam update of every weight at once where the
+  backend has them (PyTorch's multi-tensor ops), else None and `kerasrl.optim` runs its
+  `keras.ops` version weight by weight (which XLA fuses).
 
 Everything else in kerasrl is written once with `keras.ops` and numpy.
 
@@ -253,13 +254,12 @@ def fall_back(what: str, error: BaseException, instead: str) -> None:
 _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
               "feed", "fori_loop", "check_traceable", "on_cpu", "devices", "configure_precision")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
-# - `adam_moments_step`: see `kerasrl.optim.adam_moments_step`; `adam_moments_steps`: the same for
-#   every weight at once (PyTorch's multi-tensor kernels).
+# - `adam_moments_steps`: `kerasrl.optim.adam_moments_step` for every weight at once.
 # - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.
 # - `count_ops`, `compile_unrolled`: the ops a call runs, and a loop's chunk compiled from one
 #   traced step (PyTorch, whose loops are Python: kerasrl.compiled.chunks).
 # - `convolution_batch_limit`: the batch a convolutional model takes in one piece (JAX on a CPU).
-_OPTIONAL = ("adam_moments_step", "adam_moments_steps", "write_rows", "count_ops", "compile_unrolled",
+_OPTIONAL = ("adam_moments_steps", "write_rows", "count_ops", "compile_unrolled",
              "convolution_batch_limit")
 
 
