@@ -311,6 +311,18 @@ def smoothed_target_actions(next_actions, noise, noise_clip):
     return ops.clip(next_actions + ops.clip(noise, -noise_clip, noise_clip), -1.0, 1.0)
 
 
+def double_q_target(next_q_target, next_q_online, batch):
+    """Double DQN: the online network picks the next (allowed) action, the target values it."""
+    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online,
+                             next_masks=batch.get("next_action_masks"))
+
+
+def max_q_target(next_q_target, next_q_online, batch):
+    """DQN: r + discount * max_a Q_target(s', a), a over the allowed actions of s' if masked."""
+    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"],
+                             next_masks=batch.get("next_action_masks"))
+
+
 def clipped_double_q_target(next_q_values, rewards, discounts, next_log_probs=None, alpha=0.0):
     """`r + discount * (min_i Q_i'(s', a') - alpha * log pi(a'|s'))`, (B,), not differentiated.
 

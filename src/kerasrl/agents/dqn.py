@@ -27,11 +27,11 @@ from kerasrl.agents.base import Agent, multiples_passed
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
 from kerasrl.agents.state_arrays import (load_replay_learning_arrays, replay_learning_arrays,
                                          with_model_level)
-from kerasrl.buffers import FrameStackReplayBuffer, replay_buffer_for
+from kerasrl.buffers import FrameStackReplayBuffer, frames_last, model_layout, replay_buffer_for
 from kerasrl.config import DQNConfig
 from kerasrl.exploration import exploration_rate, value_explorer
 from kerasrl.heads import ValueHead, head_spec
-from kerasrl.losses import q_learning_target
+from kerasrl.losses import double_q_target, max_q_target
 from kerasrl.masks import masked_argmax
 from kerasrl.models import build_model, dueling_q_network, stateless_apply
 from kerasrl.optim import Adam
@@ -47,32 +47,9 @@ from kerasrl.schedules import linear_schedule
 TargetFn = Callable[..., object]
 
 
-def double_q_target(next_q_target, next_q_online, batch):
-    """Double DQN: the online network picks the next (allowed) action, the target values it."""
-    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"], next_q_online,
-                             next_masks=batch.get("next_action_masks"))
-
-
-def max_q_target(next_q_target, next_q_online, batch):
-    """DQN: r + discount * max_a Q_target(s', a), a over the allowed actions of s' if masked."""
-    return q_learning_target(next_q_target, batch["rewards"], batch["discounts"],
-                             next_masks=batch.get("next_action_masks"))
-
-
 def dqn_target(config: DQNConfig):
     """(the TD target function, whether it needs the online network's next Q-values) of `config`."""
     return (double_q_target, True) if config.double_q else (max_q_target, False)
-
-
-def frames_last(observations):
-    """Stacks of frames (..., K, H, W) as models take them: (..., H, W, K) float32, on the device
-    (see `QLearner.train`)."""
-    return {key: ops.cast(ops.moveaxis(x, -3, -1), "float32") for key, x in observations.items()}
-
-
-def model_layout(observations: np.ndarray, frames_first: bool) -> np.ndarray:
-    """Sampled observations on the host as models take them: float32, frames last."""
-    return (np.moveaxis(observations, -3, -1) if frames_first else observations).astype(np.float32)
 
 
 class QLearner(Learner):
@@ -375,8 +352,8 @@ class DQN(QAgentMixin, Agent):
         self.buffer = self._make_buffer()
 
     def _make_buffer(self):
-        """The replay buffer the config asks for (QR-DQN and C51 build theirs here too). A frame
-        buffer sends its stacks as gathered; the learner puts their frames last on its device."""
+        """The replay buffer the config asks for (QR-DQN and C51 build theirs here too); a frame
+        buffer's stacks sent as gathered (`QLearner.train` puts their frames last)."""
         cfg = self.config
         buffer = replay_buffer_for(
             self.env, self.observation_space, cfg.buffer_size, cfg.n_envs, cfg.gamma,

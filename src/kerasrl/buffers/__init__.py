@@ -1,13 +1,13 @@
 """Numpy storage for experience: replay for off-policy agents, rollouts for on-policy ones."""
 
-from kerasrl.buffers.frame_stack import (FrameStackReplayBuffer,
-                                         PrioritizedFrameStackReplayBuffer, stacked_frames)
+from kerasrl.buffers.frame_stack import (FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer,
+                                         frames_last, model_layout, stacked_frames)
 from kerasrl.buffers.prioritized import PrioritizedReplayBuffer, SumTree
 from kerasrl.buffers.replay import ReplayBuffer
 from kerasrl.buffers.rollout import RolloutBuffer
 
 __all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer", "PrioritizedReplayBuffer",
-           "ReplayBuffer", "RolloutBuffer", "SumTree", "replay_buffer_for"]
+           "ReplayBuffer", "RolloutBuffer", "SumTree", "frames_last", "model_layout", "replay_buffer_for"]
 
 
 def replay_buffer_for(env, observation_space, capacity: int, n_envs: int, gamma: float,

@@ -197,6 +197,19 @@ class FrameStackReplayBuffer(ReplayBuffer):
                             np.minimum(self.depth[rows, envs] + 1, self.k), envs)
 
 
+def frames_last(observations: dict) -> dict:
+    """Stacks of frames (..., K, H, W), as a `frames_first` buffer sends them, as models take
+    them: (..., H, W, K) float32, in `keras.ops` (on the learner's device, `QLearner.train`)."""
+    from keras import ops
+
+    return {key: ops.cast(ops.moveaxis(x, -3, -1), "float32") for key, x in observations.items()}
+
+
+def model_layout(observations: np.ndarray, frames_first: bool) -> np.ndarray:
+    """Sampled observations on the host as models take them: float32, frames last."""
+    return (np.moveaxis(observations, -3, -1) if frames_first else observations).astype(np.float32)
+
+
 class PrioritizedFrameStackReplayBuffer(PrioritizedReplayBuffer, FrameStackReplayBuffer):
     """Prioritized replay (PrioritizedReplayBuffer) on frames stored once (FrameStackReplayBuffer):
     transitions whose frames are overwritten get priority 0."""
