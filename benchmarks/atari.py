@@ -91,6 +91,7 @@ def run_peer(library: str, algo: str, slices: tuple[int, int]) -> dict:
         model = DQN("CnnPolicy", env, seed=0, optimize_memory_usage=False, **config)
     else:
         config.pop("shared_network")  # SB3's CnnPolicy shares its features extractor already
+        config.pop("adam_epsilon_style")  # SB3's Adam is PyTorch's
         for name in ("lr_schedule", "clip_range_schedule"):
             config.pop(name)
         lr, clip = config.pop("learning_rate"), config.pop("clip_range")

@@ -75,7 +75,8 @@ def run_sb3(seed: int, steps: int, out: str) -> None:
     torch.set_num_threads(1)
     config = dict(ATARI_PPO)
     n_envs = config.pop("n_envs")
-    for name in ("shared_network", "lr_schedule", "clip_range_schedule"):  # SB3's CnnPolicy shares already
+    # SB3's CnnPolicy shares its features already, its schedules are callables, its Adam PyTorch's.
+    for name in ("shared_network", "lr_schedule", "clip_range_schedule", "adam_epsilon_style"):
         config.pop(name)
     lr, clip = config.pop("learning_rate"), config.pop("clip_range")
     env = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=n_envs, seed=seed), n_stack=4)

@@ -181,7 +181,7 @@ def sb3_updates(algo: str, repeats: int) -> list[float]:
                                     np.zeros(1, np.float32), np.zeros(1, bool), [{}])
         return timed(lambda: model.train(gradient_steps=1, batch_size=DQN_BATCH), 5, repeats)
     config = {k: v for k, v in ATARI_PPO.items()
-              if k not in ("shared_network", "lr_schedule", "clip_range_schedule", "n_envs")}
+              if k not in ("shared_network", "lr_schedule", "clip_range_schedule", "n_envs", "adam_epsilon_style")}
     from stable_baselines3.common.env_util import make_vec_env
 
     model = PPO("CnnPolicy", make_vec_env(frames_env(), n_envs=ATARI_PPO["n_envs"]), seed=0,

@@ -328,6 +328,20 @@ else:
             assert not np.array_equal(backend.to_numpy(fast[0][i]), backend.to_numpy(p[i]))  # updated
         assert backend.adam_moments_steps is torch_backend.adam_moments_steps
 
+    def test_adam_with_pytorchs_epsilon_placement_keeps_the_update_traced():
+        """`adam_epsilon_style="pytorch"` makes epsilon a tensor (it depends on the step): PPO's
+        update stays a traced graph (no "runs eagerly" warning) and trains."""
+        import kerasrl
+
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            agent = kerasrl.PPO("CartPole-v1", seed=0, n_steps=64, batch_size=32, n_epochs=2,
+                                adam_epsilon_style="pytorch")
+            agent.fit(256, progress=False)
+        assert not [str(w.message) for w in record if "runs eagerly" in str(w.message)]
+        adam, _ = agent.learner.optimizers[agent.optimizer_group]
+        assert adam.epsilon_style == "pytorch" and len(agent.history.losses) == 4
+
     # -- fast paths on private PyTorch APIs fall back to public ones (torch_fast*.py) ------------
     def kerasrl_warnings(record):
         return [str(w.message) for w in record if str(w.message).startswith("kerasrl:")]

@@ -205,6 +205,40 @@ def test_rmsprop_matches_pytorchs_rmsprop_over_50_steps():
         assert np.abs(theirs - first).max() > 10 * LR  # the weights really moved
 
 
+@pytest.mark.parametrize("style", ["pytorch", "keras"])
+def test_adam_with_pytorchs_epsilon_placement_matches_pytorchs_adam_over_50_steps(style):
+    """`epsilon_style="pytorch"`: epsilon added to the bias-corrected root, as torch.optim.Adam
+    (SB3's) does, here against a numpy transcription of its update with gradients near epsilon,
+    where the placement matters; Keras's placement departs from it."""
+    from kerasrl import backend as kb
+
+    rng = np.random.default_rng(0)
+    shapes = [(4, 8), (8,), (8, 3), (3,)]
+    start = random_grads(rng, shapes)
+    params = [ops.convert_to_tensor(p) for p in start]
+    reference = [p.astype(np.float64) for p in start]
+    m, v = [np.zeros(s) for s in shapes], [np.zeros(s) for s in shapes]
+    eps = 1e-5
+    adam = optim.Adam(epsilon=eps, epsilon_style=style)
+    state = adam.init(params)
+    step = kb.compile(lambda g, s, p: adam.update(g, s, p, LR))
+    for t in range(1, 51):
+        grads = [1e-5 * g for g in random_grads(rng, shapes)]  # near epsilon
+        for i, g in enumerate(grads):
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v[i] = 0.999 * v[i] + 0.001 * g.astype(np.float64) ** 2
+            m_hat, v_hat = m[i] / (1 - 0.9 ** t), v[i] / (1 - 0.999 ** t)
+            reference[i] = reference[i] - LR * m_hat / (np.sqrt(v_hat) + eps)
+        params, state, _ = step([ops.convert_to_tensor(g) for g in grads], state, params)
+    moved = max(float(np.abs(r - s).max()) for r, s in zip(reference, start))
+    assert moved > 3 * LR  # the weights really moved (steps of about LR, random signs)
+    error = max(float(np.abs(to_np(ours) - theirs).max()) for ours, theirs in zip(params, reference))
+    if style == "pytorch":
+        assert error < 1e-3 * moved, error
+    else:
+        assert error > 0.1 * moved, error  # the placement changes the steps of such gradients
+
+
 def test_rmsprop_clips_the_global_norm():
     rmsprop = optim.RMSprop(max_grad_norm=0.5)
     params = [ops.convert_to_tensor(np.zeros(3, np.float32))]

@@ -22,16 +22,24 @@ class Adam:
     Args:
         beta_1: decay of the first-moment estimate.
         beta_2: decay of the second-moment estimate.
-        epsilon: added to the root of the second moment, as in `keras.optimizers.Adam`.
+        epsilon: added to the root of the second moment.
+        epsilon_style: "keras": added before the second moment's bias correction, as
+            `keras.optimizers.Adam` does; "pytorch": after it, as `torch.optim.Adam` (what
+            Stable-Baselines3's hyperparameters were tuned with). The same epsilon is up to
+            `1 / sqrt(1 - beta_2 ** t)` times larger Keras's way at step t (32x at the first
+            step, 1.5x after 625): the steps of weights whose gradients are near epsilon shrink.
         max_grad_norm: clip gradients to this global L2 norm before the update; None for no clipping.
     """
 
-    def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7, max_grad_norm=None):
+    def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7, max_grad_norm=None, epsilon_style="keras"):
         if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
             raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
+        if epsilon_style not in ("keras", "pytorch"):
+            raise ValueError(f"epsilon_style must be 'keras' or 'pytorch', got {epsilon_style!r}.")
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
+        self.epsilon_style = epsilon_style
         self.max_grad_norm = max_grad_norm
 
     def init(self, params):
@@ -59,17 +67,20 @@ class Adam:
             * ops.sqrt(1.0 - ops.power(self.beta_2, step))
             / (1.0 - ops.power(self.beta_1, step))
         )
+        epsilon = self.epsilon
+        if self.epsilon_style == "pytorch":  # eps / sqrt(1 - beta_2^t) after the correction
+            epsilon = epsilon * ops.sqrt(1.0 - ops.power(self.beta_2, step))
         # The backend's own kernels where it has them (PyTorch: the same arithmetic in 7
         # multi-tensor kernels for all weights instead of 12 per weight; XLA fuses the generic
         # version into one per weight).
         if backend.adam_moments_steps is not None:
             new_params, new_m, new_v = map(list, backend.adam_moments_steps(
                 list(params), list(grads), list(state["m"]), list(state["v"]), alpha, self.beta_1,
-                self.beta_2, self.epsilon))
+                self.beta_2, epsilon))
         else:
             new_params, new_m, new_v = [], [], []
             for p, g, m, v in zip(params, grads, state["m"], state["v"]):
-                p, m, v = adam_moments_step(p, g, m, v, alpha, self.beta_1, self.beta_2, self.epsilon)
+                p, m, v = adam_moments_step(p, g, m, v, alpha, self.beta_1, self.beta_2, epsilon)
                 new_params.append(p)
                 new_m.append(m)
                 new_v.append(v)

@@ -387,10 +387,11 @@ ATARI_DQN = dict(buffer_size=100_000, learning_rate=1e-4, batch_size=32, learnin
                  target_update_interval=1000, train_freq=4, gradient_steps=1,
                  exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.01,
                  gamma=0.99, loss="huber", max_grad_norm=10.0, n_envs=1)
+# The zoo's Adam epsilon is PyTorch's, after the bias correction (docs/atari.md, "Why SB3 led").
 ATARI_PPO = dict(n_envs=8, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4,
                  lr_schedule="linear", clip_range=0.1, clip_range_schedule="linear", vf_coef=0.5,
                  ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5,
-                 shared_network=True)
+                 shared_network=True, adam_epsilon_style="pytorch")
 ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: no-op starts, frame "
               "skip 4 with max-pooling, 84x84 gray, 4 frames, episodic life and clipped rewards in "
               "training; the Nature CNN). Evaluated on whole games with sticky actions (0.25). Not "

@@ -128,7 +128,8 @@ class ContinuousAgent(Agent):
             seed=self.weights_seed, stream=f"critic_{i}")
 
     def _adam(self) -> Adam:
-        return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm)
+        return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm,
+                    epsilon_style=self.config.adam_epsilon_style)
 
     def _make_learner(self) -> Learner:
         critics = tuple(f"critic_{i}" for i in range(len(self.critics)))

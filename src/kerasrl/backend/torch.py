@@ -192,7 +192,13 @@ def adam_moments_steps(params, grads, ms, vs, alpha, beta_1, beta_2, epsilon):
     them and 913 without (one core, within run-to-run noise). Returns new params, m and v."""
     ms = torch._foreach_lerp(ms, grads, 1.0 - beta_1)
     vs = torch._foreach_lerp(vs, torch._foreach_mul(grads, grads), 1.0 - beta_2)
-    denominators = torch._foreach_add(torch._foreach_sqrt(vs), epsilon)
+    roots = torch._foreach_sqrt(vs)
+    # PyTorch's placement makes epsilon a tensor (it depends on the step): added root by root,
+    # since _foreach_add of a tensor reads its value, which a traced graph cannot do.
+    if isinstance(epsilon, torch.Tensor):
+        denominators = [root + epsilon for root in roots]
+    else:
+        denominators = torch._foreach_add(roots, epsilon)
     return torch._foreach_addcdiv(params, torch._foreach_mul(ms, alpha), denominators, value=-1.0), ms, vs
 
 

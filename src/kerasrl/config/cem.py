@@ -14,7 +14,8 @@ from kerasrl.config.common import CommonConfig, check, hp
 class CEMConfig(CommonConfig):
     """The cross-entropy method over a policy network's weights (keras-rl's CEMAgent; Szita and
     Lorincz, 2006, for the added noise). No gradients: `learning_rate`, `lr_schedule`,
-    `max_grad_norm`, `adam_epsilon` and `gamma` (returns are undiscounted) are not used.
+    `max_grad_norm`, `adam_epsilon`, `adam_epsilon_style` and `gamma` (returns are undiscounted) are
+    not used.
 
     The defaults learn CartPole-v1 to 500 with keras-rl's linear policy (docs/agents.md).
     """

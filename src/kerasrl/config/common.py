@@ -38,6 +38,9 @@ class CommonConfig:
     gamma: float = hp(0.99, "Discount factor.")
     max_grad_norm: float | None = hp(10.0, "Clip the global gradient norm to this; None: no clipping.")
     adam_epsilon: float = hp(1e-7, "Epsilon of Adam (Keras's placement, outside the square root).")
+    adam_epsilon_style: str = hp("keras", "Where Adam adds adam_epsilon: 'keras' (to the root of the "
+                                          "uncorrected second moment) or 'pytorch' (after the bias "
+                                          "correction, as torch.optim.Adam and SB3).")
     hidden_sizes: tuple[int, ...] = hp((64, 64), "Hidden layers of the default MLP (ignored with model=).")
     vectorization: str = hp("sync", "'sync' (one process) or 'subprocess' (one worker process per env).")
     check_env: bool = hp(True, "Run kerasrl.check_env on the env when the agent is made (100 random "
@@ -53,6 +56,8 @@ class CommonConfig:
         check(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "in [0, 1]")
         check(self.lr_schedule in ("constant", "linear"), "lr_schedule", self.lr_schedule,
               "'constant' or 'linear'")
+        check(self.adam_epsilon_style in ("keras", "pytorch"), "adam_epsilon_style", self.adam_epsilon_style,
+              "'keras' or 'pytorch'")
         check(self.max_grad_norm is None or (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm)),
               "max_grad_norm", self.max_grad_norm, "a positive number or None")
         check(self.vectorization in ("sync", "subprocess"), "vectorization", self.vectorization,
