@@ -2,8 +2,8 @@
 
 Keras's own `optimizer.stateless_apply` raises on TensorFlow and updates its inputs in place on
 PyTorch, so the learner keeps its optimizer state as plain arrays and updates them here. The update
-is Keras's Adam, step for step (Kingma & Ba, 2015, with Keras's placement of epsilon), so the same
-gradients give the same weights on every backend.
+is Keras's Adam, step for step (Kingma & Ba, 2015, with Keras's placement of epsilon, or PyTorch's
+with `epsilon_style="pytorch"`), so the same gradients give the same weights on every backend.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Adam:
             / (1.0 - ops.power(self.beta_1, step))
         )
         epsilon = self.epsilon
-        if self.epsilon_style == "pytorch":  # eps / sqrt(1 - beta_2^t) after the correction
+        if self.epsilon_style == "pytorch":  # eps after the correction is this before it
             epsilon = epsilon * ops.sqrt(1.0 - ops.power(self.beta_2, step))
         # The backend's own kernels where it has them (PyTorch: the same arithmetic in 7
         # multi-tensor kernels for all weights instead of 12 per weight; XLA fuses the generic

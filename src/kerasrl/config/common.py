@@ -37,7 +37,7 @@ class CommonConfig:
     lr_schedule: str = hp("constant", "'constant' or 'linear' (to 0 at the end of fit).")
     gamma: float = hp(0.99, "Discount factor.")
     max_grad_norm: float | None = hp(10.0, "Clip the global gradient norm to this; None: no clipping.")
-    adam_epsilon: float = hp(1e-7, "Epsilon of Adam (Keras's placement, outside the square root).")
+    adam_epsilon: float = hp(1e-7, "Epsilon of Adam (added where adam_epsilon_style says).")
     adam_epsilon_style: str = hp("keras", "Where Adam adds adam_epsilon: 'keras' (to the root of the "
                                           "uncorrected second moment) or 'pytorch' (after the bias "
                                           "correction, as torch.optim.Adam and SB3).")

@@ -16,7 +16,7 @@ class OnPolicyConfig(CommonConfig):
     the loss weights, the default networks and the observation and reward normalization."""
 
     max_grad_norm: float | None = hp(0.5, "Clip the global gradient norm to this; None: no clipping.")
-    adam_epsilon: float = hp(1e-5, "Epsilon of Adam (Keras's placement, outside the square root).")
+    adam_epsilon: float = hp(1e-5, "Epsilon of Adam (added where adam_epsilon_style says).")
     n_steps: int = hp(2048, "Steps per env in each rollout; a rollout holds n_steps * n_envs transitions.")
     gae_lambda: float = hp(0.95, "GAE lambda: 1 is Monte Carlo (high variance), 0 one-step TD (high bias).")
     normalize_advantage: bool = hp(True, "Normalize advantages to mean 0, std 1 within each minibatch.")
