@@ -18,7 +18,8 @@ class ContinuousConfig(CommonConfig):
     learning_rate: float = hp(1e-3, "Adam step size of the actor, the critics (and SAC's entropy coefficient).")
     gamma: float = hp(0.98, "Discount factor.")
     max_grad_norm: float | None = hp(None, "Clip the global gradient norm to this; None: no clipping (as SB3).")
-    adam_epsilon: float = hp(1e-8, "Epsilon of Adam (PyTorch's default, as SB3).")
+    adam_epsilon: float = hp(1e-8, "Epsilon of Adam (PyTorch's default value, as SB3's; added where "
+                                   "adam_epsilon_style says).")
     hidden_sizes: tuple[int, ...] = hp((400, 300), "Hidden layers of the default actor and critic MLPs.")
     buffer_size: int = hp(200_000, "Replay capacity in transitions (preallocated).")
     learning_starts: int = hp(10_000, "Env steps (over all envs) of uniform random actions before the first update.")
