@@ -62,14 +62,11 @@ class Adam:
         # converted here, they land on the device the update runs on (PyTorch's native ops
         # refuse a tensor of another device).
         learning_rate = ops.convert_to_tensor(learning_rate, "float32")
-        alpha = (
-            learning_rate
-            * ops.sqrt(1.0 - ops.power(self.beta_2, step))
-            / (1.0 - ops.power(self.beta_1, step))
-        )
+        root_correction = ops.sqrt(1.0 - ops.power(self.beta_2, step))
+        alpha = learning_rate * root_correction / (1.0 - ops.power(self.beta_1, step))
         epsilon = self.epsilon
         if self.epsilon_style == "pytorch":  # eps after the correction is this before it
-            epsilon = epsilon * ops.sqrt(1.0 - ops.power(self.beta_2, step))
+            epsilon = epsilon * root_correction
         # The backend's own kernels where it has them (PyTorch: the same arithmetic in 7
         # multi-tensor kernels for all weights instead of 12 per weight; XLA fuses the generic
         # version into one per weight).

@@ -427,7 +427,7 @@ class DQN(QAgentMixin, Agent):
                                                self.num_timesteps / total_steps)
         batches = self.buffer.sample(cfg.batch_size, self.rng, n_batches=cfg.gradient_steps)
         indices = batches.pop("indices", None)
-        frames_first = getattr(self.buffer, "frames_first", False)
+        frames_first = self.buffer.frames_first
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau,
                                              frames_first=frames_first)
         self.n_updates += cfg.gradient_steps

@@ -66,8 +66,6 @@ class FrameStackReplayBuffer(ReplayBuffer):
     throughput on that core did not change beyond noise; on a GPU it was not measured.
     """
 
-    frames_first = False
-
     def __init__(self, capacity, n_envs, obs_shape, obs_dtype=np.uint8, gamma=0.99, n_step=1,
                  *, padding: str = "zeros", **kwargs):
         if len(obs_shape) != 3:

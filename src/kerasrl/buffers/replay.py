@@ -136,6 +136,9 @@ class ReplayBuffer:
             batch["next_action_masks"] = self.next_action_masks[last_rows, envs]
         return batch
 
+    frames_first = False
+    """Whether samples carry stacked frames as stored, frames first (FrameStackReplayBuffer)."""
+
     def _sent(self, observations: np.ndarray) -> np.ndarray:
         """Sampled observations as the batch carries them: float32."""
         return observations.astype(np.float32, copy=False)
