@@ -351,3 +351,44 @@ def test_the_default_network_is_an_mlp_on_small_boards_and_the_nature_cnn_on_ata
     frames = spaces.Box(0, 255, (36, 36, 4), np.uint8)
     convs = [layer for layer in actor_critic_mlp(frames, 3).layers if "Conv" in type(layer).__name__]
     assert [layer.strides for layer in convs] == [(4, 4), (2, 2), (1, 1)]
+
+
+class SmallFrames(gym.Env):
+    """(8, 8, 2) uint8 frames, three actions, reward for the action the first pixel names; 16
+    steps an episode. Small enough for the default MLP: what is tested is the frames' storage."""
+
+    observation_space = spaces.Box(0, 255, (8, 8, 2), np.uint8)
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        self._frame = self.np_random.integers(0, 256, (8, 8, 2), dtype=np.uint8)
+        return self._frame, {}
+
+    def step(self, action):
+        reward = float(action == self._frame[0, 0, 0] % 3)
+        self._t += 1
+        self._frame = self.np_random.integers(0, 256, (8, 8, 2), dtype=np.uint8)
+        return self._frame, reward, False, self._t >= 16, {}
+
+
+def test_uint8_frames_are_stored_as_uint8_and_train_as_float32_frames_would():
+    """The rollout keeps uint8 frames (a quarter of float32's bytes, host and device); the update
+    converts each minibatch on its device: the same weights, bit for bit, as float32 storage."""
+    from kerasrl.buffers.rollout import RolloutBuffer
+
+    settings = dict(seed=3, n_envs=2, n_steps=16, batch_size=8, n_epochs=2)
+    stored_uint8 = kerasrl.PPO(SmallFrames, **settings)
+    assert stored_uint8.buffer.observations.dtype == np.uint8
+    stored_float = kerasrl.PPO(SmallFrames, **settings)
+    stored_float.buffer = RolloutBuffer(16, 2, (8, 8, 2), (), np.int32, np.float32)
+    initial = stored_uint8.actor.get_weights()
+    for agent in (stored_uint8, stored_float):
+        agent.fit(64)
+    for a, b in zip(stored_uint8.actor.get_weights(), stored_float.actor.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(initial[0], stored_uint8.actor.get_weights()[0])  # two updates ran
+    # Normalized observations are fractions: stored as float32.
+    normalized = kerasrl.PPO(SmallFrames, normalize_observations=True, **settings)
+    assert normalized.buffer.observations.dtype == np.float32

@@ -35,7 +35,7 @@ from kerasrl.agents.actor_critic import ActorCriticNetworks, actor_critic_mlp
 from kerasrl.agents.base import Agent
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, unrolled_steps
 from kerasrl.agents.ppo_state import PPOState, scale_rewards
-from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices
+from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices, stored_observation_dtype
 from kerasrl.config import PPOConfig
 from kerasrl.exploration import RolloutSampler
 from kerasrl.losses import (categorical_entropy, categorical_log_prob, gaussian_entropy,
@@ -83,8 +83,10 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         self._build_networks(model)
         self.learner = self._new_learner()
         action_shape = tuple(self.action_space.shape)  # () Discrete, (components,), (action_dim,)
-        self.buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, self.observation_space.shape,
-                                    action_shape, np.int32 if self.discrete else np.float32)
+        self.buffer = RolloutBuffer(
+            cfg.n_steps, cfg.n_envs, self.observation_space.shape, action_shape,
+            np.int32 if self.discrete else np.float32,
+            stored_observation_dtype(self.observation_space, cfg.normalize_observations))
         self._check_minibatches()
         self.obs_rms = (RunningMeanStd(self.observation_space.shape)
                         if cfg.normalize_observations else None)
@@ -138,6 +140,8 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
     def _evaluate_actions(self, params, non_trainable, batch):
         """`(log pi(a|s) (B,), entropy (B,) or a scalar, V(s) (B,), new non-trainable weights)`
         of a minibatch's observations and actions, the models in training mode."""
+        # Stored uint8 frames become float32 here, on the learner's device, a minibatch at a time.
+        batch = {**batch, "observations": ops.cast(batch["observations"], "float32")}
         policy, values, non_trainable = self._batch_outputs(params, non_trainable, batch)
         if self.discrete:
             # Masked actions' logits at the float32 minimum: probability exactly 0, entropy over
@@ -386,7 +390,8 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
                               "values", "rewards", "terminated", "truncated", "truncation_values")}
         n_columns = joined["rewards"].shape[1]
         buffer = RolloutBuffer(cfg.n_steps, n_columns, self.observation_space.shape,
-                               self.buffer.actions.shape[2:], self.buffer.actions.dtype)
+                               self.buffer.actions.shape[2:], self.buffer.actions.dtype,
+                               self.buffer.observations.dtype)
         done = joined["terminated"] | joined["truncated"]
         if len(self._remote_returns) != n_columns:  # the actors' envs' running returns
             self._remote_returns = np.zeros(n_columns)

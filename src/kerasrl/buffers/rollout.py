@@ -1,7 +1,9 @@
 """Numpy storage for one on-policy rollout: n_steps rows of n_envs transitions, then GAE.
 
 Layout (T, N, ...): T = n_steps, N = n_envs, time first. Observations are stored as the network
-saw them (normalized, if the policy normalizes). Actions are stored as sampled: a Gaussian action
+saw them (normalized, if the policy normalizes), in `obs_dtype`: uint8 frames stay uint8 (a
+quarter of float32's bytes, to the host's memory and to the learner's device), and the update
+converts its minibatch to float32 where it reads it. Actions are stored as sampled: a Gaussian action
 is clipped to the Box bounds only when it is sent to the env, so its log-probability stays exact.
 """
 
@@ -17,14 +19,17 @@ class RolloutBuffer:
 
     Args:
         n_steps, n_envs: rows and columns.
-        obs_shape: of one observation (stored as float32).
+        obs_shape: of one observation.
         action_shape, action_dtype: of one action: () int32 for Discrete, (D,) float32 for Box.
+        obs_dtype: what observations are stored as: float32, or the env's own integer dtype
+            where the network sees them unnormalized (uint8 frames; `stored_observation_dtype`).
     """
 
-    def __init__(self, n_steps: int, n_envs: int, obs_shape, action_shape=(), action_dtype=np.int32):
+    def __init__(self, n_steps: int, n_envs: int, obs_shape, action_shape=(), action_dtype=np.int32,
+                 obs_dtype=np.float32):
         self.n_steps, self.n_envs = n_steps, n_envs
         shape = (n_steps, n_envs)
-        self.observations = np.zeros((*shape, *obs_shape), dtype=np.float32)
+        self.observations = np.zeros((*shape, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((*shape, *action_shape), dtype=action_dtype)
         self.log_probs = np.zeros(shape, dtype=np.float32)
         self.values = np.zeros(shape, dtype=np.float32)  # V(s_t) at collection time
@@ -106,6 +111,14 @@ class RolloutBuffer:
         if self.action_masks is not None:
             data["action_masks"] = self.action_masks.reshape(n, self.action_masks.shape[-1])
         return data
+
+
+def stored_observation_dtype(observation_space, normalized: bool):
+    """The rollout's observation dtype for `observation_space`: uint8 where the env's frames are
+    uint8 and reach the network unnormalized (the values are exact either way), else float32."""
+    if not normalized and getattr(observation_space, "dtype", None) == np.uint8:
+        return np.uint8
+    return np.float32
 
 
 def minibatch_indices(n_samples: int, batch_size: int, n_epochs: int,
