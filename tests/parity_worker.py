@@ -142,7 +142,11 @@ def run_actions():
 
     explore = acting_module.epsilon_greedy
 
-    def record_kept(greedy_actions, n_actions, epsilon, rng, masks=None):
+    def record_kept(greedy_actions, n_actions, epsilon, rng, masks=None, size=None):
+        # The network's choice at every step, even where exploration replaces it (the agent
+        # skips the network on such steps): the backends' argmaxes are compared step by step.
+        if callable(greedy_actions):
+            greedy_actions = greedy_actions()
         # The same draw as epsilon_greedy's first one, on a copy of the generator.
         probe = np.random.Generator(type(rng.bit_generator)())
         probe.bit_generator.state = rng.bit_generator.state

@@ -264,3 +264,29 @@ def test_one_update_runs_through_three_agent_modules():
     assert {f for f in called if f.startswith("agents/")} == {
         "agents/dqn.py", "agents/base.py", "agents/learner.py"}
     assert "buffers/replay.py" in called  # the trace saw the step's storage: it is not empty
+
+
+def test_epsilon_greedy_runs_the_network_only_when_some_env_acts_greedily(monkeypatch):
+    """Random actions are drawn first; the network runs on a step only if an env acts greedily
+    (SB3's DQN skips it likewise), and the actions are those of running it every step."""
+    from kerasrl.policies import epsilon_greedy
+
+    greedy = np.array([1, 0, 1, 1])
+    for epsilon in (0.0, 0.5, 1.0):
+        calls = []
+        lazy = epsilon_greedy(lambda: calls.append(1) or greedy, 2, epsilon,
+                              np.random.default_rng(7), size=4)
+        eager = epsilon_greedy(greedy, 2, epsilon, np.random.default_rng(7))
+        np.testing.assert_array_equal(lazy, eager)
+        assert len(calls) == (0 if epsilon == 1.0 else 1)
+
+    for epsilon, expected in ((1.0, []), (0.0, [2] * 50)):
+        agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, learning_starts=0, n_envs=2,
+                            exploration_initial_eps=epsilon, exploration_final_eps=epsilon)
+        forwards = []
+        original = agent.learner.greedy_actions
+        monkeypatch.setattr(agent.learner, "greedy_actions",
+                            lambda obs: forwards.append(len(obs)) or original(obs))
+        agent.fit(100, progress=False)
+        # epsilon 1: every env explores at every step; 0: once per vector step, for both envs
+        assert forwards == expected

@@ -16,6 +16,7 @@ step and episode booking) and agents/learner.py (`descend`: gradients and Adam; 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import keras
 import numpy as np
@@ -278,22 +279,21 @@ class QAgentMixin:
                               rate is None else rate, rng, action_masks)
 
     def _behaviour_actions(self, observations, rate: float, masks=None) -> np.ndarray:
-        """The behaviour policy's actions (B,) for float32 `observations` (`_explore` at `rate`),
-        drawn from `self.rng`; `masks` (B, A): the allowed actions, if the env masks them."""
+        """The behaviour policy's actions (B,) (`_explore` at `rate`, drawn from `self.rng`; the
+        network runs only if some env acts greedily); `masks` (B, A): the allowed actions."""
         masked = {} if masks is None else {"action_masks": masks}
-        return self._explore(self._act_greedy(observations, **masked), self.rng, rate=rate,
-                             **masked)
+        greedy = partial(self._act_greedy, np.asarray(observations, dtype=np.float32), **masked)
+        if self.config.exploration == "boltzmann":
+            return self._explore(greedy(), self.rng, rate=rate, **masked)
+        return epsilon_greedy(greedy, self.n_actions, rate, self.rng, masks, size=len(observations))
 
     def _exploration_figure(self, rate: float) -> dict[str, float]:
         """What the logger shows of the exploration now: epsilon, or the temperature."""
         return {"temperature" if self.config.exploration == "boltzmann" else "epsilon": rate}
 
     def _take_target_tau(self) -> float:
-        """The Polyak step for the syncs due since the last round, and clear them.
-
-        k syncs with the online weights unchanged in between are one step of 1 - (1 - tau)^k: the
-        same target as syncing at each of those env steps (as Stable-Baselines3 does).
-        """
+        """The Polyak step for the syncs due since the last round, and clear them: k syncs with
+        the same online weights are one step of 1 - (1 - tau)^k (as SB3 syncing at each)."""
         k, self._pending_syncs = self._pending_syncs, 0
         return 1.0 - (1.0 - self.config.tau) ** k if k else 0.0
 
@@ -374,7 +374,7 @@ class DQN(QAgentMixin, Agent):
             if self.num_timesteps < cfg.learning_starts and cfg.random_warmup:
                 actions = random_actions(self.n_actions, cfg.n_envs, self.rng, masks)
             else:
-                actions = self._behaviour_actions(obs.astype(np.float32, copy=False), epsilon, masks)
+                actions = self._behaviour_actions(obs, epsilon, masks)
             next_obs, rewards, terminated, truncated, final_obs, info = self._step_envs(actions,
                                                                                       logger)
             # The masks of s' go with the transition: the target's max is over those actions.

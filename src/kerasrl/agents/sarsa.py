@@ -97,7 +97,7 @@ class SARSA(QAgentMixin, Agent):
         Boltzmann at temperature `epsilon`; among the allowed ones)."""
         if len(observations) == 0:
             return np.zeros(0, dtype=np.int64)
-        return self._behaviour_actions(np.asarray(observations, dtype=np.float32), epsilon, masks)
+        return self._behaviour_actions(observations, epsilon, masks)
 
     def _learn(self, total_steps, stop_at, logger, callback):
         cfg = self.config

@@ -11,18 +11,26 @@ from kerasrl.masks import uniform_allowed
 from kerasrl.spaces import split_segments
 
 
-def epsilon_greedy(greedy_actions: np.ndarray, n_actions: int, epsilon: float,
-                   rng: np.random.Generator, masks: np.ndarray | None = None) -> np.ndarray:
+def epsilon_greedy(greedy_actions, n_actions: int, epsilon: float, rng: np.random.Generator,
+                   masks: np.ndarray | None = None, size: int | None = None) -> np.ndarray:
     """Replace each action by a uniform one with probability epsilon (numpy-side, so that every
     backend draws the same numbers from the same seed). With `masks` (B, n_actions) bool the
-    uniform action is drawn among each row's allowed actions (`greedy_actions` must be allowed)."""
-    greedy_actions = np.asarray(greedy_actions)
-    explore = rng.random(greedy_actions.shape) < epsilon
+    uniform action is drawn among each row's allowed actions (`greedy_actions` must be allowed).
+
+    `greedy_actions` (B,), or a callable that returns them, with `size` B: called after the draws
+    and only if some row acts greedily, so that a step where every env explores skips the network
+    (SB3's DQN skips it likewise); the same actions from the same draws either way."""
+    lazy = callable(greedy_actions)
+    explore = rng.random((size,) if lazy else np.shape(greedy_actions)) < epsilon
     if masks is None:
-        random_actions = rng.integers(0, n_actions, size=greedy_actions.shape)
+        random_actions = rng.integers(0, n_actions, size=explore.shape)
     else:
         random_actions = uniform_allowed(masks, rng)
-    return np.where(explore, random_actions, greedy_actions)
+    if lazy:
+        if explore.all():
+            return random_actions
+        greedy_actions = greedy_actions()
+    return np.where(explore, random_actions, np.asarray(greedy_actions))
 
 
 def check_temperature(temperature, where: str) -> float:
