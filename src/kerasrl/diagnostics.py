@@ -271,8 +271,14 @@ class Monitor:
 
     # -- when the agent is made ----------------------------------------------------------------
     def check_agent(self, agent) -> None:
-        """The gradient check of every network of `agent.policy`."""
+        """The gradient check of every network of `agent.policy` that the user gave (kerasrl's
+        own networks pass it by construction; skipping them saves a new agent's first gradient,
+        about 1.4 s of eager compilation on JAX)."""
+        from kerasrl.models import is_built_in
+
         for role, model in agent.policy.models().items():
+            if is_built_in(model):
+                continue
             try:
                 dead, scale = zero_gradient_variables(model, agent.observation_space)
             except Exception:  # noqa: BLE001  a check must never be why an agent cannot be made

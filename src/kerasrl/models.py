@@ -161,6 +161,25 @@ def is_claimed(model) -> bool:
         return False
 
 
+_BUILT_IN: weakref.WeakSet = weakref.WeakSet()
+"""The models kerasrl built itself (an agent's default network): every weight of theirs gets a
+gradient (tests/test_diagnostics.py), so a new agent's gradient check skips them."""
+
+
+def built_in(model):
+    """Record that kerasrl built `model` (not the user); returns it."""
+    _BUILT_IN.add(model)
+    return model
+
+
+def is_built_in(model) -> bool:
+    """True for a model `built_in` recorded."""
+    try:
+        return model in _BUILT_IN
+    except TypeError:
+        return False
+
+
 def check_unclaimed(model, role: str = "model") -> None:
     """Raise, naming the fix, if another agent already owns `model`: two agents training one set
     of weights would each undo the other's updates."""
@@ -230,6 +249,7 @@ def build_model(
         # Its weights are all drawn again from the seed below: Keras's own draw is skipped.
         with backend_draws_skipped() if seed is not None else contextlib.nullcontext():
             model = default() if default is not None else default_network(observation_space, n_outputs)
+        built_in(model)
     elif not isinstance(model, keras.Model):
         if not callable(model):
             raise TypeError(
@@ -365,8 +385,9 @@ def dueling_q_network(torso, observation_space: gym.Space, action_space: gym.Spa
     shape, n_actions = observation_space.shape, int(action_space.n)
     if torso is None:
         if is_image_space(observation_space):
-            return dueling(nature_cnn_torso(observation_space), shape, n_actions)
-        torso = mlp_torso(shape, hidden_sizes, observation_space=observation_space)
+            return built_in(dueling(nature_cnn_torso(observation_space), shape, n_actions))
+        return built_in(dueling(mlp_torso(shape, hidden_sizes, observation_space=observation_space),
+                                shape, n_actions))
     else:
         if not isinstance(torso, keras.Model):
             torso = call_builder(torso, observation_space, action_space, "the torso builder")

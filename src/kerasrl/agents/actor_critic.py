@@ -21,6 +21,7 @@ from kerasrl.agents.learner import Learner
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.models import (
     adapt_model,
+    built_in,
     build_model,
     check_drivable,
     check_unclaimed,
@@ -117,8 +118,8 @@ class ActorCriticNetworks:
         cfg, obs_space = self.config, self.observation_space
         self.shared = False
         if model is None and self._value_model_spec is None and cfg.shared_network:
-            model = actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes, cfg.activation,
-                                     cfg.ortho_init, shared=True)
+            model = built_in(actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
+                                              cfg.activation, cfg.ortho_init, shared=True))
         if model is not None and not isinstance(model, keras.Model) and callable(model):
             built = model(structure_of(obs_space), self.action_space)
             if not isinstance(built, keras.Model):

@@ -33,7 +33,8 @@ from kerasrl.buffers.rollout import minibatch_indices
 from kerasrl.config import RecurrentPPOConfig
 from kerasrl.initializers import seed_initial_weights
 from kerasrl.masks import masked_logits
-from kerasrl.models import check_recurrent_model, check_unclaimed, claim, stateless_apply
+from kerasrl.models import (built_in, check_recurrent_model, check_unclaimed, claim,
+                            stateless_apply)
 from kerasrl.networks import recurrent_actor_critic
 from kerasrl.policies import RecurrentActorCriticPolicy, categorical_mode
 from kerasrl.spaces import FlatObservations, structure_of
@@ -69,10 +70,10 @@ class RecurrentPPO(PPO):
                              f"{obs_space}. Flatten it first (gymnasium.wrappers."
                              f"FlattenObservation).")
         if model is None:
-            model = recurrent_actor_critic(obs_space, self.n_outputs, cfg.recurrent_units,
-                                           cfg.recurrent_cell, cfg.hidden_sizes, cfg.activation,
-                                           cfg.ortho_init, shared=cfg.shared_recurrent,
-                                           cell_init=cfg.recurrent_init)
+            model = built_in(recurrent_actor_critic(
+                obs_space, self.n_outputs, cfg.recurrent_units, cfg.recurrent_cell,
+                cfg.hidden_sizes, cfg.activation, cfg.ortho_init, shared=cfg.shared_recurrent,
+                cell_init=cfg.recurrent_init))
         elif not isinstance(model, keras.Model) and callable(model):
             model = model(structure_of(obs_space), self.action_space)
         check_unclaimed(model, "model")
