@@ -1,7 +1,7 @@
 """Training throughput on Breakout: kerasrl against Stable-Baselines3 and SBX, one core each.
 
     python benchmarks/atari.py --out benchmarks/results/atari_throughput.md [--core 1] [--backends jax torch]
-        [--algos dqn ppo] [--slices WARM TIMED]
+        [--algos dqn ppo] [--peers sb3 sbx] [--slices WARM TIMED]
     python benchmarks/atari.py --worker kerasrl-jax|sb3|sbx --algo dqn|ppo --json OUT [--slices WARM TIMED]
 
 RL Baselines3 Zoo's Atari hyperparameters for both algorithms (kerasrl's presets breakout-dqn and
@@ -108,7 +108,7 @@ def run_peer(library: str, algo: str, slices: tuple[int, int]) -> dict:
 def drive(args) -> None:
     from compiled_loop import cpu_model, run_worker
 
-    libraries = [f"kerasrl-{b}" for b in args.backends] + ["sb3", "sbx"]
+    libraries = [f"kerasrl-{b}" for b in args.backends] + list(args.peers)
     rows = []
     slices = ["--slices", *map(str, args.slices)] if args.slices else []
     for algo in args.algos:
@@ -145,6 +145,8 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--core", type=int, default=1)
     parser.add_argument("--backends", nargs="+", default=["jax", "torch"])
+    parser.add_argument("--peers", nargs="*", default=["sb3", "sbx"], choices=["sb3", "sbx"],
+                        help="the peers beside kerasrl (SBX's DQN takes 16 minutes of a core here)")
     parser.add_argument("--out", default="benchmarks/results/atari_throughput.md")
     parser.add_argument("--algos", nargs="+", default=["dqn", "ppo"], choices=["dqn", "ppo"])
     parser.add_argument("--slices", nargs=2, type=int, metavar=("WARM", "TIMED"),
