@@ -3,8 +3,9 @@
 Layout (T, N, ...): T = n_steps, N = n_envs, time first. Observations are stored as the network
 saw them (normalized, if the policy normalizes), in `obs_dtype`: uint8 frames stay uint8 (a
 quarter of float32's bytes, to the host's memory and to the learner's device), and the update
-converts its minibatch to float32 where it reads it. Actions are stored as sampled: a Gaussian action
-is clipped to the Box bounds only when it is sent to the env, so its log-probability stays exact.
+converts its minibatch to float32 where it reads it. Actions are stored as sampled: a Gaussian
+action is clipped to the Box bounds only when it is sent to the env, so its log-probability stays
+exact.
 """
 
 from __future__ import annotations
