@@ -52,7 +52,8 @@ def run_kerasrl(seed: int, steps: int, backend: str, out: str) -> None:
 
     agent = kerasrl.PPO("kerasrl/Breakout-v5", seed=seed, **ATARI_PPO)
     start = time.perf_counter()
-    record = {"library": "kerasrl", "backend": backend, "seed": seed, "steps": 0, "games": []}
+    record = {"library": "kerasrl", "backend": backend, "seed": seed, "steps": 0, "games": [],
+              "adam_epsilon_style": ATARI_PPO["adam_epsilon_style"]}
     for stop in range(WINDOW, steps + WINDOW, WINDOW):
         history = agent.fit(SCHEDULE_STEPS, stop_at=min(stop, steps), progress=False)
         record.update(steps=agent.num_timesteps, wall=time.perf_counter() - start,
@@ -124,7 +125,8 @@ def report(runs_dir: str, out: str, window: int) -> None:
     from compiled_loop import cpu_model
 
     runs = [json.loads(path.read_text()) for path in sorted(Path(runs_dir).glob("*.json"))]
-    runs.sort(key=lambda r: (r["library"] != "kerasrl", r["library"], r["seed"]))
+    runs.sort(key=lambda r: (r["library"] != "kerasrl", r["library"], r.get("adam_epsilon_style") == "keras",
+                             r["seed"]))
     n_windows = max(-(-r["steps"] // window) for r in runs if r["library"] != "random")
     header = "| run | agent steps | wall | " + " | ".join(
         f"{i * window // 1000}k-{(i + 1) * window // 1000}k" for i in range(n_windows)) + " |"
@@ -140,6 +142,8 @@ def report(runs_dir: str, out: str, window: int) -> None:
             means.append(scores.mean() if len(scores) else np.nan)
             cells.append(f"{scores.mean():.2f} ({len(scores)})" if len(scores) else "")
         name = f"{run['library']}{' ' + run['backend'] if run['library'] == 'kerasrl' else ''}, seed {run['seed']}"
+        if run.get("adam_epsilon_style") == "keras":  # the runs before the presets took PyTorch's
+            name = name.replace(",", " (Adam epsilon Keras's way),")
         wall = f"{run['wall'] / 60:.0f} min" if "wall" in run else ""
         lines.append(f"| {name} | {run['steps']:,} | {wall} | " + " | ".join(cells) + " |")
         curves[name] = means
@@ -163,6 +167,8 @@ def report(runs_dir: str, out: str, window: int) -> None:
     for name, means in curves.items():
         library = name.split(",")[0].split()[0]
         style, color = {"kerasrl": ("-", "tab:blue"), "sb3": (":", "tab:red")}.get(library, ("--", "gray"))
+        if "Keras's" in name:
+            style, color = "-.", "tab:cyan"
         values = np.full(n_windows, means[0]) if library == "random" else np.array(means)
         ax.plot(x, values, style, color=color, marker="" if library == "random" else "o", label=name,
                 alpha=1.0 if name.endswith("0") else 0.6)
