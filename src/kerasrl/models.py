@@ -153,12 +153,16 @@ _OWNED: weakref.WeakSet = weakref.WeakSet()
 user's model is never written on."""
 
 
+def _recorded(models: weakref.WeakSet, model) -> bool:
+    try:
+        return model in models
+    except TypeError:  # not weak-referenceable: not a model kerasrl could have recorded
+        return False
+
+
 def is_claimed(model) -> bool:
     """True once an agent owns `model` (its weights are that agent's)."""
-    try:
-        return model in _OWNED
-    except TypeError:  # not weak-referenceable: not a model kerasrl could have claimed
-        return False
+    return _recorded(_OWNED, model)
 
 
 _BUILT_IN: weakref.WeakSet = weakref.WeakSet()
@@ -174,10 +178,7 @@ def built_in(model):
 
 def is_built_in(model) -> bool:
     """True for a model `built_in` recorded."""
-    try:
-        return model in _BUILT_IN
-    except TypeError:
-        return False
+    return _recorded(_BUILT_IN, model)
 
 
 def check_unclaimed(model, role: str = "model") -> None:

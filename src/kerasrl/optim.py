@@ -42,6 +42,13 @@ class Adam:
         self.epsilon_style = epsilon_style
         self.max_grad_norm = max_grad_norm
 
+    @classmethod
+    def from_config(cls, config) -> "Adam":
+        """The Adam an agent's `config` sets (`adam_epsilon`, `adam_epsilon_style`,
+        `max_grad_norm`): every agent's optimizer."""
+        return cls(epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
+                   epsilon_style=config.adam_epsilon_style)
+
     def init(self, params):
         """Optimizer state for `params`: zero moments and a step count of zero."""
         return {
@@ -102,6 +109,13 @@ class RMSprop:
         self.alpha = alpha
         self.epsilon = epsilon
         self.max_grad_norm = max_grad_norm
+
+    @classmethod
+    def from_config(cls, config) -> "Adam":
+        """The Adam an agent's `config` sets (`adam_epsilon`, `adam_epsilon_style`,
+        `max_grad_norm`): every agent's optimizer."""
+        return cls(epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
+                   epsilon_style=config.adam_epsilon_style)
 
     def init(self, params):
         """Optimizer state for `params`: zero mean squares and a step count of zero."""

@@ -42,7 +42,8 @@ from kerasrl.policies import (ActorCriticPolicy, DeterministicActorPolicy, categ
 from kerasrl.spaces import categorical_sizes
 
 # CommonConfig's fields that a gradient-free, undiscounted method has no use for.
-_GRADIENT_ONLY = ("learning_rate", "lr_schedule", "max_grad_norm", "adam_epsilon", "adam_epsilon_style", "gamma")
+_GRADIENT_ONLY = ("learning_rate", "lr_schedule", "max_grad_norm", "adam_epsilon",
+                  "adam_epsilon_style", "gamma")
 
 
 def cem_update(candidates: np.ndarray, scores: np.ndarray, n_elite: int, extra_std: float = 0.0):

@@ -128,8 +128,7 @@ class ContinuousAgent(Agent):
             seed=self.weights_seed, stream=f"critic_{i}")
 
     def _adam(self) -> Adam:
-        return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm,
-                    epsilon_style=self.config.adam_epsilon_style)
+        return Adam.from_config(self.config)
 
     def _make_learner(self) -> Learner:
         critics = tuple(f"critic_{i}" for i in range(len(self.critics)))

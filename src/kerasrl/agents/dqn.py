@@ -218,8 +218,7 @@ def q_learner_for(model: keras.Model, config, target_fn: TargetFn,
                   needs_online_next: bool, head: ValueHead | None = None) -> QLearner:
     """The QLearner a value agent's `config` makes on `model` (Adam and the loss as configured,
     `head` its value head, None: DQN's): the agent's and its compiled loop's alike."""
-    return QLearner(model, optimizer=Adam(epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
-                                          epsilon_style=config.adam_epsilon_style),
+    return QLearner(model, optimizer=Adam.from_config(config),
                     target_fn=target_fn, head=ValueHead(config.loss) if head is None else head,
                     needs_online_next=needs_online_next)
 

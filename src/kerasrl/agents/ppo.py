@@ -117,8 +117,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
 
     def _optimizer(self):
         """The optimizer of all the parameters (the learner's group `optimizer_group`)."""
-        return Adam(epsilon=self.config.adam_epsilon, max_grad_norm=self.config.max_grad_norm,
-                    epsilon_style=self.config.adam_epsilon_style)
+        return Adam.from_config(self.config)
 
     # -- the compiled update -------------------------------------------------------------------
     def _batch_outputs(self, params, non_trainable, batch):
