@@ -486,7 +486,7 @@ def gpu(extra_args: list[str]) -> int:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         return env
 
-    commands = [[*pytest_command(python), *extra_args, "-m", "gpu", "tests/test_gpu.py", "-ra"]
+    commands = [[*pytest_command(python), *extra_args, "-m", "gpu", "tests/test_gpu.py", "-rA"]
                 for _ in names]
     if not parallel:
         failed = 0

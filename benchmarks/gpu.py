@@ -26,7 +26,7 @@ Parts (run in the order given; PARTS below lists each one's runs):
   after compile and with it, compile time, and the many-seed setup (agents built, before a step).
 - agreement: one seed of DQN on the CPU and on the GPU in one process, full precision on and
   off: how far the runs drift apart (losses, weights) and whether they take the same actions.
-- minatar: MinAtar-Breakout in the compiled loop against rejax (benchmarks/minatar.py's workers).
+- minatar (or its pieces minatar-ppo, minatar-dqn): MinAtar-Breakout in the compiled loop against rejax (benchmarks/minatar.py's workers).
 - atari: Breakout DQN's training throughput, kerasrl (JAX, PyTorch) beside SB3 (benchmarks/atari.py).
 - precision: the compiled loop again with KERASRL_FULL_PRECISION=0 (the frameworks' default
   float32 matrix products, TensorFloat-32 on this GPU): the speed cost of full precision.
@@ -162,6 +162,11 @@ def _compiled(setting: str, seeds: int, libraries=("kerasrl", "rejax"), backend:
                  seeds=seeds, **extra) for library in libraries]
 
 
+def _minatar(algo: str, steps: int) -> list[dict]:
+    return [dict(part="minatar", library=library, backend="jax", setting=f"minatar-{algo}", seeds=1, algo=algo,
+                 steps=steps) for library in ("kerasrl", "rejax")]
+
+
 # Each part's runs, most wanted first. The parts run in the order given (--parts), so a session
 # cut short by its deadline keeps what was asked for first.
 PARTS = {
@@ -184,9 +189,9 @@ PARTS = {
     # MinAtar-Breakout against rejax (benchmarks/minatar.py's settings, gymnax's game rules, which
     # rejax trains on): PPO to 1M steps (speed and return), DQN 200k steps (speed: a full run of
     # rejax's per-step DQN would take minutes on a GPU).
-    "minatar": lambda: [dict(part="minatar", library=library, backend="jax", setting=f"minatar-{algo}", seeds=1,
-                             algo=algo, steps=steps)
-                        for algo, steps in (("ppo", 1_000_000), ("dqn", 200_000)) for library in ("kerasrl", "rejax")],
+    "minatar-ppo": lambda: _minatar("ppo", 1_000_000),
+    "minatar-dqn": lambda: _minatar("dqn", 200_000),
+    "minatar": lambda: [*PARTS["minatar-ppo"](), *PARTS["minatar-dqn"]()],
     # Breakout's training throughput (benchmarks/atari.py's workers and slices): DQN at RL Zoo's settings.
     "atari": lambda: [dict(part="atari", library=library, backend=backend, algo="dqn")
                       for library, backend in (("kerasrl-jax", "jax"), ("sb3", "torch"), ("kerasrl-torch", "torch"))],

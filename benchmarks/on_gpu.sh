@@ -11,7 +11,8 @@
 # imported as is. TensorFlow's CUDA build (over 500 MB) does not fit what travels, so TensorFlow
 # is not run there. TIER_S and BENCH_S bound the two parts
 # (seconds); PARTS picks benchmarks/gpu.py's parts, by default what no GPU session has measured
-# first (PyTorch's compiled loop, MinAtar, Breakout), then the rest, cut at BENCH_S.
+# first (PyTorch's compiled loop, MinAtar, Breakout), then the rest, cut at BENCH_S; TIER_ARGS
+# goes to pytest (--durations=10, say).
 set -u
 OUT=${OUT:-/tmp/kerasrl-gpu}
 mkdir -p "$OUT"
@@ -29,7 +30,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 } 2>&1 | tee "$OUT/machine.txt"
 
 if [ "${TIER_S:-300}" != 0 ]; then
-    timeout "${TIER_S:-300}" python3 run.py gpu --here --parallel --backends jax torch 2>&1 \
+    timeout "${TIER_S:-300}" python3 run.py gpu --here --parallel --backends jax torch ${TIER_ARGS:-} 2>&1 \
         | tail -c 200000 > "$OUT/tier.txt"
     grep -E "passed|failed|error|FAILED|ERROR|== GPU" "$OUT/tier.txt" | tail -n 40
 fi
