@@ -87,14 +87,14 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
+def run_kerasrl(setting: str, seeds: int, backend: str, device: str = "auto") -> dict:
     os.environ["KERAS_BACKEND"] = backend
     from kerasrl.compiled import CompiledDQN, CompiledPPO
 
     cls = CompiledPPO if setting.startswith("ppo") else CompiledDQN
     compiles = xla_compilations()
     setup_start = time.perf_counter()
-    agent = cls("CartPole", seeds=list(range(seeds)), **KERASRL[setting])
+    agent = cls("CartPole", seeds=list(range(seeds)), device=device, **KERASRL[setting])
     setup_s = time.perf_counter() - setup_start  # every seed's networks, state and envs, before any step
     setup_compiles = dict(compiles)
     total = STEPS[setting]
@@ -111,6 +111,7 @@ def run_kerasrl(setting: str, seeds: int, backend: str) -> dict:
     steps = agent.num_timesteps * seeds
     returns = [agent.evaluate(i, n_episodes=10)[0] for i in range(min(seeds, EVALUATED_SEEDS))]
     return {"steps": steps, "wall": wall, "cpu": cpu, "compile": compile_s, "setup": setup_s,
+            "device": device, "placed_on": agent.placement.learning,
             "after_compile": steps / max(wall - compile_s, 1e-9), "with_compile": steps / wall,
             "eval_mean": float(sum(returns) / len(returns)),
             "setup_xla_compilations": setup_compiles.get("count"), "setup_xla_compile_s": setup_compiles.get("seconds")}
@@ -281,6 +282,7 @@ def main(argv=None) -> None:
     parser.add_argument("--fit-backends", nargs="+", default=["jax"],
                         help="backends of the kerasrl-fit rows: the agents' own fit on the ops env")
     parser.add_argument("--backend", default="jax")
+    parser.add_argument("--device", default="auto", help="the kerasrl worker's device= (docs/gpu.md)")
     parser.add_argument("--setting", choices=sorted(STEPS))
     parser.add_argument("--settings", nargs="+", default=sorted(STEPS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 16])
@@ -301,8 +303,8 @@ def main(argv=None) -> None:
     if args.worker == "rejax":
         result = run_rejax(args.setting, seeds)
     else:
-        run = run_kerasrl if args.worker == "kerasrl" else run_kerasrl_fit
-        result = run(args.setting, seeds, args.backend)
+        result = (run_kerasrl(args.setting, seeds, args.backend, args.device) if args.worker == "kerasrl"
+                  else run_kerasrl_fit(args.setting, seeds, args.backend))
     Path(args.json).write_text(json.dumps(result))
 
 

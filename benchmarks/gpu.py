@@ -183,7 +183,9 @@ PARTS = {
     # rejax's many-seed DQN ran 128k steps/s on an H100 (issue 25): not run again
     "dqn": lambda: [*_compiled("dqn-step", 1), *_compiled("dqn-step", 256, ("kerasrl",))],
     "ppo512": lambda: _compiled("ppo-zoo", 512),
-    "torch": lambda: _compiled("ppo-zoo", 1, ("kerasrl",), backend="torch"),
+    # PyTorch's compiled loop where "auto" puts it (the host, for this MLP) and on the GPU.
+    "torch": lambda: [dict(job, device=device) for device in ("auto", "gpu")
+                      for job in _compiled("ppo-zoo", 1, ("kerasrl",), backend="torch")],
     "compiled": lambda: [*PARTS["ppo1"](), *PARTS["ppo4096"](), *PARTS["dqn"](), *PARTS["ppo512"](),
                          *PARTS["torch"]()],
     # MinAtar-Breakout against rejax (benchmarks/minatar.py's settings, gymnax's game rules, which
@@ -236,7 +238,8 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
     worker = "rejax" if job["library"] == "rejax" else "kerasrl"
     env["KERAS_BACKEND"] = job["backend"]
     return [sys.executable, str(HERE / "compiled_loop.py"), "--worker", worker, "--backend", job["backend"],
-            "--setting", job["setting"], "--seeds", str(job["seeds"]), "--json", out], env
+            "--setting", job["setting"], "--seeds", str(job["seeds"]), "--json", out,
+            *(["--device", job["device"]] if "device" in job else [])], env
 
 
 def drive(out_dir: Path, parts: list[str], deadline: float, per_run: float, backends: tuple[str, ...]) -> None:
@@ -323,7 +326,8 @@ def summarize(path: Path) -> str:
         if r["part"] in ("python", "agreement", "placement", "atari"):
             continue
         full = "off" if r.get("full_precision") == "0" else ("on" if r["library"] == "kerasrl" else "")
-        head = f"| {r['setting']} | {r['seeds']} | {r['library']} | {r['backend']} | {full} |"
+        backend = r["backend"] + (f", device={r['device']}" if "device" in r else "")
+        head = f"| {r['setting']} | {r['seeds']} | {r['library']} | {backend} | {full} |"
         if "error" in r:
             lines.append(f"{head} {r['error'][:80]} | | | | |")
             continue

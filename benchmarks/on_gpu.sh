@@ -11,8 +11,9 @@
 # imported as is. TensorFlow's CUDA build (over 500 MB) does not fit what travels, so TensorFlow
 # is not run there. TIER_S and BENCH_S bound the two parts
 # (seconds); PARTS picks benchmarks/gpu.py's parts, by default what no GPU session has measured
-# first (PyTorch's compiled loop, MinAtar, Breakout), then the rest, cut at BENCH_S; TIER_ARGS
-# goes to pytest (--durations=10, say).
+# first (PyTorch's compiled loop where "auto" puts it now, beside it on the GPU; one-seed PPO and
+# per-step DQN with the code since 4818bf6), then the rest, cut at BENCH_S; TIER_ARGS goes to
+# pytest (--durations=10, say).
 set -u
 OUT=${OUT:-/tmp/kerasrl-gpu}
 mkdir -p "$OUT"
@@ -36,7 +37,7 @@ if [ "${TIER_S:-300}" != 0 ]; then
 fi
 if [ "${BENCH_S:-300}" != 0 ]; then
     # shellcheck disable=SC2086
-    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-torch minatar atari ppo4096 ppo1 dqn placement agreement precision ppo512} \
+    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-torch ppo1 dqn minatar-ppo placement agreement precision ppo4096 atari ppo512} \
         > "$OUT/bench.txt" 2>&1
     python3 benchmarks/gpu.py --summarize "$OUT/gpu.jsonl" | tee "$OUT/summary.md"
 fi

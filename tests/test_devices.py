@@ -123,6 +123,34 @@ def test_auto_acts_on_the_host_for_small_mlps_only(monkeypatch):
     assert devices.Placement("cpu:0", "cpu:0", False).acting_device([mlp]) is None  # a named device
 
 
+@pytest.mark.backend
+def test_compiled_loops_stay_on_the_accelerator_where_a_call_is_one_program_else_go_where_learners_learn():
+    """"auto" on a GPU machine, the rule itself on the active backend: JAX's and TensorFlow's
+    compiled loops (one program a call) run on the accelerator whatever the size; PyTorch's,
+    which launch op by op, on the host for networks a learner would learn there (tests/
+    device_worker.py runs both rules on JAX's two devices, loops and an agent's fit)."""
+    import keras
+
+    def mlp(width):
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(width), keras.layers.Dense(2)])
+
+    gpu_machine = devices.Placement("auto", None, True, 32)
+    bound = devices.HOST_LEARNING_MAX_WORK[backend.NAME]
+    small = [mlp(16)]  # 7 x 16 + 2 = 114 parameters x 32 rows, far under every backend's bound
+    large = [mlp(-(-bound // (32 * 7)))]  # just over the bound
+    assert gpu_machine.for_learner(small).learning == backend.devices()[0]
+    assert gpu_machine.for_learner(large).learning is None
+    if backend.NAME == "torch":
+        assert devices.launches_per_op()
+        assert gpu_machine.for_compiled_loop(small).learning == backend.devices()[0]
+    else:
+        assert not devices.launches_per_op()
+        assert gpu_machine.for_compiled_loop(small) is gpu_machine
+    assert gpu_machine.for_compiled_loop(large).learning is None
+    named = devices.Placement("cpu:0", "cpu:0", False, 32)
+    assert named.for_compiled_loop(small) is named
+
+
 @pytest.mark.cross_backend
 @pytest.mark.parametrize("backend_name", ["jax", "tensorflow", "torch"])
 def test_each_backend_makes_its_tensors_on_the_keras_device(backend_name, tmp_path):

@@ -113,6 +113,17 @@ class Placement:
             return self
         return Placement(self.device, backend.devices()[0], False, self.batch_size)
 
+    def for_compiled_loop(self, models) -> Placement:
+        """Where a compiled loop (kerasrl.compiled) of the Keras `models` keeps its runner state
+        and runs its calls. Where a call compiles into one program (JAX, TensorFlow:
+        `backend.COMPILED_LOOPS`), this placement: under "auto" the accelerator whatever the size,
+        one launch for a call of many rounds (per-step DQN on CartPole, one seed: 13,703 env
+        steps/s on an NVIDIA H100 against 8,355 on one AMD EPYC core). On PyTorch, whose compiled
+        loop launches its ops one by one from Python as its Python loop does, where `for_learner`
+        puts a learner (RL-Zoo PPO on CartPole, 64x64, one seed: 1,733 env steps/s on the H100
+        against 4,377 on this project's 2-core AMD EPYC)."""
+        return self.for_learner(models) if launches_per_op() else self
+
     def scope(self):
         """The learning device's `keras.device` scope (nothing where `learning` is None), in
         which learners made remember this placement (`active`)."""
@@ -148,6 +159,20 @@ def placement(device: str = "auto", batch_size: int | None = None) -> Placement:
     if name == "auto":
         return Placement("auto", None, not backend.on_cpu(), batch_size)
     return Placement(name, name, False, batch_size)
+
+
+def launches_per_op() -> bool:
+    """Whether a compiled call launches its ops one by one from Python (PyTorch), not as one
+    compiled program (JAX, TensorFlow)."""
+    return not backend.COMPILED_LOOPS
+
+
+def rows_per_gradient_step(config) -> int | None:
+    """Transitions in one gradient step of an agent of `config`, which `device="auto"` weighs:
+    its batch_size, else the whole rollout, n_steps * n_envs (A2C, SARSA)."""
+    if hasattr(config, "batch_size"):
+        return config.batch_size
+    return config.n_steps * config.n_envs if hasattr(config, "n_steps") else None
 
 
 def active() -> Placement:

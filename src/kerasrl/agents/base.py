@@ -95,12 +95,8 @@ class Agent(Fitting):
 
     @property
     def rows_per_gradient_step(self) -> int | None:
-        """Transitions in one gradient step, which `device="auto"` weighs (kerasrl.devices): the
-        config's batch_size, else the whole rollout, n_steps * n_envs (A2C, SARSA)."""
-        cfg = self.config
-        if hasattr(cfg, "batch_size"):
-            return cfg.batch_size
-        return cfg.n_steps * cfg.n_envs if hasattr(cfg, "n_steps") else None
+        """Transitions in one gradient step, which `device="auto"` weighs (kerasrl.devices)."""
+        return devices.rows_per_gradient_step(self.config)
 
     @property
     def device(self) -> str:

@@ -8,12 +8,14 @@ are the same dict with a leading seed axis (vmapped on JAX, one after the other 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from kerasrl import backend, devices
 from kerasrl.compiled.chunks import loop_in_chunks, piece
+from kerasrl.compiled.seed_axis import owned, stack, stacked_tensors, tree_map, unstack
 from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
 from kerasrl.seeding import seed_sequence_words
 
@@ -157,52 +159,7 @@ def reset_many(env, rngs: np.ndarray, params) -> tuple:
                              f"along its first axis.")
         return x.reshape(n_seeds, n_envs, *x.shape[1:])
 
-    return _tree_map(per_seed, obs), _tree_map(per_seed, state)
-
-
-def repeat(tree, n: int):
-    """A tree of numpy arrays with a leading axis of `n` copies (the seeds' equal starting values):
-    read-only views of one copy, so that a replay buffer of 4,096 seeds takes no host memory;
-    `CompiledLoop._start` repeats them on the device (`stacked_tensors`)."""
-    return _tree_map(lambda x: np.broadcast_to(np.asarray(x)[None], (n, *np.shape(x))), tree)
-
-
-def _repeated(x) -> bool:
-    """Whether `x` is one row seen along its leading axis (a `repeat` view: stride 0)."""
-    return isinstance(x, np.ndarray) and x.ndim > 0 and x.shape[0] > 1 and x.strides[0] == 0
-
-
-def _owned(tree):
-    """The tree with its read-only views copied (a backend may share a numpy array's memory and
-    write into it in place: PyTorch's replay writes)."""
-    return _tree_map(lambda x: x if not isinstance(x, np.ndarray) or x.flags.writeable else np.array(x), tree)
-
-
-def stacked_tensors(tree):
-    """`backend.to_tensors` of a tree with a leading seed axis, in one transfer per leaf; the
-    leaves `repeat` made (an empty replay buffer, episode sums) go over as one row, made `n` rows
-    on the device by one compiled call. (The host copies of a 100k-row buffer for 512 seeds took
-    most of DQN's setup: 2 GB repeated, then copied again to the device.)"""
-    leaves = []
-    _tree_map(leaves.append, tree)
-    repeated = [x for x in leaves if _repeated(x)]
-    plain = iter(backend.to_tensors([x for x in leaves if not _repeated(x)]))
-    if repeated:
-        from keras import ops
-
-        counts = [x.shape[0] for x in repeated]
-        spread = backend.compile(lambda rows: [ops.broadcast_to(ops.expand_dims(row, 0), (n, *row.shape))
-                                               for row, n in zip(rows, counts)])
-        repeated = iter(spread(backend.to_tensors([np.array(x[0]) for x in repeated])))
-    return _tree_map(lambda x: next(repeated) if _repeated(x) else next(plain), tree)
-
-
-def _tree_map(fn, tree):
-    if isinstance(tree, dict):
-        return {key: _tree_map(fn, value) for key, value in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_tree_map(fn, value) for value in tree)
-    return fn(tree)
+    return tree_map(per_seed, obs), tree_map(per_seed, state)
 
 
 def parse_seeds(seeds) -> list[int]:
@@ -224,23 +181,15 @@ def parse_seeds(seeds) -> list[int]:
     return seeds
 
 
-def stack(trees: list):
-    """One tree of numpy arrays with a leading axis from a list of same-shaped trees."""
-    first = trees[0]
-    if isinstance(first, dict):
-        return {key: stack([t[key] for t in trees]) for key in first}
-    if isinstance(first, (list, tuple)):
-        return type(first)(stack([t[i] for t in trees]) for i in range(len(first)))
-    return np.stack([np.asarray(t) for t in trees])
+def placed(method):
+    """`method` of a compiled loop run inside its placement's scope: the tensors it makes live
+    where the loop's state does (JAX refuses a call on arrays of two devices; PyTorch fails it)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self.placement.scope():
+            return method(self, *args, **kwargs)
 
-
-def unstack(tree, index: int):
-    """Entry `index` of the leading axis of a tree of numpy arrays."""
-    if isinstance(tree, dict):
-        return {key: unstack(value, index) for key, value in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(unstack(value, index) for value in tree)
-    return tree[index]
+    return run
 
 
 class CompiledLoop:
@@ -266,22 +215,38 @@ class CompiledLoop:
 
     log_episodes = False
 
-    def _start(self, states) -> None:
-        """Take the seeds' runner states: one numpy tree with a leading seed axis."""
+    # Where the runner state lives and the calls run (a `devices.Placement`, `for_compiled_loop`):
+    # set by `_start` (a loop of its own) or `_on_agent` (an agent's fit).
+    placement: devices.Placement
+
+    def _learner_models(self):
+        """The Keras models of the learner this loop runs (the agent's, or one made as it is)."""
+        learner = self.agent.learner if hasattr(self, "agent") else self.learner
+        return learner.models.values()
+
+    def _start(self, states, device: str = "auto") -> None:
+        """Take the seeds' runner states: one numpy tree with a leading seed axis, made tensors
+        where `device` (as an agent's `device=`, kerasrl.devices) puts this loop."""
+        self.placement = devices.placement(device, devices.rows_per_gradient_step(self.config)).for_compiled_loop(
+            self._learner_models())
+        with self.placement.scope():
+            self._hold(states)
+        self._calls = {}
+        self.num_timesteps = 0
+        self.history: list[dict] = []
+
+    def _hold(self, states) -> None:
         n_seeds = len(self.seeds)
         self._many = n_seeds > 1
         self._vmap = self._many and vmaps_seeds()
         if self._vmap:
             self.state = stacked_tensors(states)
         elif not self._many:
-            self.state = backend.to_tensors(_owned(unstack(states, 0)))
+            self.state = backend.to_tensors(owned(unstack(states, 0)))
         else:
             self.state = None
-        self._seed_states = ([backend.to_tensors(_owned(unstack(states, i))) for i in range(n_seeds)]
+        self._seed_states = ([backend.to_tensors(owned(unstack(states, i))) for i in range(n_seeds)]
                              if self._many and not self._vmap else None)
-        self._calls = {}
-        self.num_timesteps = 0
-        self.history: list[dict] = []
 
     @classmethod
     def _on_agent(cls, agent, *models):
@@ -293,6 +258,7 @@ class CompiledLoop:
         games = ops_vector_env(agent.env)
         loop = cls.__new__(cls)
         loop._configure(games.env, games.params, agent.config, [agent.config.seed], *models)
+        loop.placement = agent.placement.for_compiled_loop(agent.learner.models.values())
         loop.log_episodes = True
         loop._many = loop._vmap = False
         loop._calls = {}
@@ -367,6 +333,7 @@ class CompiledLoop:
         count = rounds if not backend.COMPILED_LOOPS or partial is not None else np.int32(rounds)
         return lambda state: compiled(state, count)
 
+    @placed
     def fit(self, total_steps: int, *, rounds_per_call: int | None = None, callback=None) -> list[dict]:
         """Train every seed for `total_steps` env steps (rounded up to whole rounds).
 
@@ -419,6 +386,7 @@ class CompiledLoop:
         np.savez(path, **flatten_arrays("state", states), num_timesteps=np.int64(self.num_timesteps),
                  seeds=np.array(self.seeds, np.int64))
 
+    @placed
     def load(self, path) -> None:
         """Restore what `save` wrote, into a loop made with the same env, config and seeds (any backend)."""
         from kerasrl.agents.base import unflatten_arrays

@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -36,12 +36,13 @@ from kerasrl.compiled.common import (
     many_seed_streams,
     normal01,
     parse_seeds,
+    placed,
     random_ints,
-    repeat,
     reset_many,
     seed_streams,
     uniform01,
 )
+from kerasrl.compiled.seed_axis import repeat
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.exploration import ornstein_uhlenbeck_step
 from kerasrl.policies import scale_to_bounds, unit_from_bounds
@@ -73,14 +74,16 @@ class CompiledOffPolicy(CompiledLoop):
         config: a `DDPGConfig`, `TD3Config` or `SACConfig` (or its fields as keywords).
         seeds: an int, a list of ints or "0-15": independent runs trained together.
         env_params: keyword changes to the env's params (e.g. `max_steps=100`).
+        device: as `CompiledDQN`'s.
     """
 
     def __init__(self, env="Pendulum", algorithm: str | None = None, config=None, *, seeds=0,
-                 env_params: dict | None = None, **fields):
+                 env_params: dict | None = None, device: str = "auto", **fields):
         from kerasrl import registry
         from kerasrl.envs.ops.gym import OpsGymEnv
         from kerasrl.initializers import WeightDraws
 
+        devices.check(device)  # a wrong name fails before anything is built
         if algorithm is None:
             algorithm = next((name for name in ALGORITHMS if config is not None and type(config) is registry.load(
                 registry.ALGORITHMS[name].config)), "td3")
@@ -107,7 +110,7 @@ class CompiledOffPolicy(CompiledLoop):
         # The algorithm is the agent's, made as `kerasrl.TD3` (...) makes it for these games: its
         # networks, learner state, acting and gradient step. It never steps its own envs.
         agent = agent_class(lambda: OpsGymEnv(ops_env, **vars(params)),
-                            config=dataclasses.replace(config, seed=seeds[0], check_env=False))
+                            config=dataclasses.replace(config, seed=seeds[0], check_env=False), device=device)
         self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone, each model from its own stream as the
         # agent draws it (the models are not touched per seed).
@@ -116,7 +119,7 @@ class CompiledOffPolicy(CompiledLoop):
             draws = WeightDraws(model)
             weights[name] = draws.seeded_many(model.trainable_variables, seeds, name)
             non_trainable[name] = draws.seeded_many(model.non_trainable_variables, seeds, name)
-        self._start(self._initial_states(weights, non_trainable))
+        self._start(self._initial_states(weights, non_trainable), device)
 
     def _configure(self, env, env_params, config, seeds: list[int], agent) -> None:
         check_ops_env(env, env_params, config.n_envs)
@@ -386,6 +389,7 @@ class CompiledOffPolicy(CompiledLoop):
         """The actor's weights (trainable, then non-trainable) of seed `index`."""
         return self.agent.learner.weights("actor", self.seed_state(index)["learner"])
 
+    @placed
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the deterministic policy of seed `index` over `n_episodes`
         games (one episode each, run together in one compiled call)."""

@@ -37,7 +37,7 @@ import dataclasses
 
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -46,12 +46,13 @@ from kerasrl.compiled.common import (
     log_episodes,
     many_seed_streams,
     parse_seeds,
+    placed,
     random_ints,
-    repeat,
     reset_many,
     seed_streams,
     uniform01,
 )
+from kerasrl.compiled.seed_axis import repeat
 from kerasrl.compiled.chunks import loop_in_chunks
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
@@ -75,15 +76,18 @@ class CompiledDQN(CompiledLoop):
         config: a `DQNConfig` (or its fields as keywords).
         seeds: an int, a list of ints or "0-15": independent runs trained together.
         env_params: keyword changes to the env's params (e.g. `max_steps=200`).
+        device: where the runner state lives and the calls run, as an agent's `device=`
+            ("auto", "cpu", "gpu", ...; kerasrl.devices, `Placement.for_compiled_loop`).
     """
 
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
-                 env_params: dict | None = None, model=None, **fields):
+                 env_params: dict | None = None, model=None, device: str = "auto", **fields):
         from kerasrl.agents.dqn import dqn_learner
         from kerasrl.initializers import WeightDraws
         from kerasrl.models import build_model, dueling_q_network
         from kerasrl.networks import default_network
 
+        devices.check(device)  # a wrong name fails before anything is built
         if config is None:
             config = DQNConfig.from_dict(fields)
         elif fields:
@@ -105,7 +109,7 @@ class CompiledDQN(CompiledLoop):
         draws = WeightDraws(model)
         self._start(self._initial_states(
             draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
-            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")))
+            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")), device)
 
     def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], learner) -> None:
         check_ops_env(env, env_params, config.n_envs)
@@ -385,6 +389,7 @@ class CompiledDQN(CompiledLoop):
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""
         return self.learner.weights("q", self.seed_state(index)["learner"])
 
+    @placed
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the greedy policy of seed `index` over `n_episodes` games
         (one episode each, run together in one compiled call)."""

@@ -22,7 +22,8 @@ import numpy as np
 from kerasrl import backend, registry
 from kerasrl.agents.learner import unrolled_steps
 from kerasrl.backend.layers import slow_in_loops
-from kerasrl.compiled.common import episode_init, stack, unstack, vmaps_seeds
+from kerasrl.compiled.common import episode_init, vmaps_seeds
+from kerasrl.compiled.seed_axis import stack, unstack
 from kerasrl.envs.ops.gym import ops_vector_env
 
 # Env steps per compiled call (rounded to whole rounds): long enough that the per-call work
@@ -111,6 +112,10 @@ class CompiledEngine:
         algorithm, resumed exactly). Either way the step count ends where the Python loop's would.
         `callback(agent, history)` runs for each agent after a call in which one of its episodes
         ended; False stops all."""
+        with self.loop.placement.scope():  # where the loop's state lives (kerasrl.devices)
+            self._train_together(agents, loggers, total_steps, stop_at, callback)
+
+    def _train_together(self, agents: list, loggers: list, total_steps: int, stop_at: int, callback) -> None:
         loop, first = self.loop, agents[0]
         n_envs, per_round = loop.n_envs, loop.vector_steps_per_round
         max_rounds = max(1, STEPS_PER_CALL // loop.steps_per_round)

@@ -36,7 +36,7 @@ import dataclasses
 
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.compiled.chunks import loop_in_chunks
 from kerasrl.compiled.common import (
     CompiledLoop,
@@ -47,11 +47,12 @@ from kerasrl.compiled.common import (
     many_seed_streams,
     normal01,
     parse_seeds,
-    repeat,
+    placed,
     reset_many,
     seed_streams,
     uniform01,
 )
+from kerasrl.compiled.seed_axis import repeat
 from kerasrl.config import PPOConfig
 from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.policies import running_moments, standardize
@@ -84,14 +85,15 @@ class CompiledPPO(CompiledLoop):
     """PPO on an ops env with rollout, advantages and learning in one compiled call.
 
     Args as `CompiledDQN`: `env`, `config` (a `PPOConfig`, or its fields as keywords), `seeds`,
-    `env_params`.
+    `env_params`, `device`.
     """
 
     def __init__(self, env="CartPole", config: PPOConfig | None = None, *, seeds=0,
-                 env_params: dict | None = None, **fields):
+                 env_params: dict | None = None, device: str = "auto", **fields):
         from kerasrl.agents.ppo import PPO
         from kerasrl.initializers import WeightDraws
 
+        devices.check(device)  # a wrong name fails before anything is built
         if config is None:
             config = PPOConfig(**fields)
         elif fields:
@@ -102,7 +104,7 @@ class CompiledPPO(CompiledLoop):
         # The algorithm is the PPO agent's, made as `kerasrl.PPO` makes it for these games: its
         # networks, learner state and update. It never steps its own (Gymnasium) envs.
         agent = PPO(agent_env(ops_env, params),
-                    config=dataclasses.replace(config, seed=seeds[0], check_env=False))
+                    config=dataclasses.replace(config, seed=seeds[0], check_env=False), device=device)
         self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone (the models are not touched per seed).
         # (A shared actor-critic model is the learner's "actor", drawn as the agent seeds it.)
@@ -110,7 +112,8 @@ class CompiledPPO(CompiledLoop):
         if self.critic is not None:
             models["critic"] = (self.critic, "value")
         self._start(self._initial_states({name: WeightDraws(model).seeded_many(model.trainable_variables, seeds, stream)
-                                          for name, (model, stream) in models.items()}))
+                                          for name, (model, stream) in models.items()}),
+                    device)
 
     def _configure(self, env, env_params, config: PPOConfig, seeds: list[int], agent) -> None:
         check_ops_env(env, env_params, config.n_envs)
@@ -399,6 +402,7 @@ class CompiledPPO(CompiledLoop):
         """The policy model's weights of seed `index` (the critic's follow in `seed_state`)."""
         return self.agent.learner.weights("actor", self.seed_state(index)["learner"])
 
+    @placed
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the greedy (argmax) policy of seed `index`."""
         from kerasrl.compiled.evaluation import greedy_returns

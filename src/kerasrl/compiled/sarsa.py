@@ -22,7 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.exploration import exploration_rate
 from kerasrl.compiled.common import (
     CompiledLoop,
@@ -32,12 +32,13 @@ from kerasrl.compiled.common import (
     log_episodes,
     many_seed_streams,
     parse_seeds,
+    placed,
     random_ints,
-    repeat,
     reset_many,
     seed_streams,
     uniform01,
 )
+from kerasrl.compiled.seed_axis import repeat
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import behaviour_actions, round_in_parts, sync_tau_and_learning_rate
 from kerasrl.config import SARSAConfig
@@ -48,20 +49,21 @@ class CompiledSARSA(CompiledLoop):
     """SARSA (or Expected SARSA, `expected=True`) on an ops env, the whole loop in one call.
 
     Args as `CompiledDQN`: `env`, `config` (a `SARSAConfig`, or its fields as keywords), `seeds`,
-    `env_params`, `model`.
+    `env_params`, `model`, `device`.
     """
 
     STREAMS = ("explore_rng", "action_rng")
     partial_rounds = False  # a round's transitions are whole: mid-round steps run in the Python loop
 
     def __init__(self, env="CartPole", config: SARSAConfig | None = None, *, seeds=0,
-                 env_params: dict | None = None, model=None, **fields):
+                 env_params: dict | None = None, model=None, device: str = "auto", **fields):
         from kerasrl.agents.sarsa import sarsa_target_fn
         from kerasrl.agents.dqn import q_learner_for
         from kerasrl.initializers import WeightDraws
         from kerasrl.models import build_model
         from kerasrl.networks import default_network
 
+        devices.check(device)  # a wrong name fails before anything is built
         if config is None:
             config = SARSAConfig.from_dict(fields)
         elif fields:
@@ -79,7 +81,7 @@ class CompiledSARSA(CompiledLoop):
         draws = WeightDraws(model)
         self._start(self._initial_states(
             draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
-            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")))
+            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")), device)
 
     def _configure(self, env, env_params, config: SARSAConfig, seeds: list[int], learner) -> None:
         check_ops_env(env, env_params, config.n_envs)
@@ -253,6 +255,7 @@ class CompiledSARSA(CompiledLoop):
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""
         return self.learner.weights("q", self.seed_state(index)["learner"])
 
+    @placed
     def evaluate(self, index: int = 0, n_episodes: int = 10, seed: int = 12345, max_steps: int | None = None):
         """Mean and per-game returns of the greedy policy of seed `index`."""
         return greedy_returns(self.env, self.env_params, self.model, self.seed_state(index)["learner"], n_episodes,
