@@ -16,7 +16,8 @@ devices), PyTorch has one, "cpu".
   weights change; and the Python loop's learning on the CPU too where one gradient step is too
   small to pay for the accelerator's kernel launches (parameters times batch at most the
   backend's HOST_LEARNING_MAX_WORK), so that a small network never trains slower on a GPU machine
-  than on its CPU.
+  than on its CPU. PyTorch's compiled loops, which launch op by op as its Python loop does, follow
+  that rule too (`Placement.for_compiled_loop`).
 
 A named device puts both on that device. The agent's Keras models are built there, its learner
 state is made there (`kerasrl.backend.to_tensors` follows `keras.device`), and compiled calls run
