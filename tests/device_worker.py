@@ -141,16 +141,19 @@ LOOPS = {"dqn": dict(learning_starts=32, train_freq=8, batch_size=16, buffer_siz
          "ppo": dict(n_steps=16, batch_size=32, n_epochs=1)}
 
 
-def check_loops_of_their_own(out: Path, device: str, expected: str, hidden=(16, 16)) -> None:
+def check_loops_of_their_own(out: Path, device: str, expected: str, hidden=(16, 16),
+                             seed_sets=([0], [0, 1])) -> None:
     """CompiledDQN and CompiledPPO made with `device`, one seed and two: the runner state on
     `expected`, where they train, evaluate, save and load (any array made on another device
     would be mixed into a jitted call with theirs, and JAX would raise)."""
     from kerasrl.compiled import CompiledDQN, CompiledPPO
 
     for name, loop_class in (("dqn", CompiledDQN), ("ppo", CompiledPPO)):
-        for seeds in ([0], [0, 1]):
-            make = lambda: loop_class("CartPole", seeds=seeds, device=device, n_envs=2, hidden_sizes=hidden,  # noqa: E731
-                                      **LOOPS[name])
+        for seeds in seed_sets:
+            def make():
+                return loop_class("CartPole", seeds=seeds, device=device, n_envs=2, hidden_sizes=hidden,
+                                  **LOOPS[name])
+
             loop = make()
             where = f"{name}, {len(seeds)} seed(s), device={device}"
             assert device_of(loop.state) == expected, where
@@ -163,8 +166,9 @@ def check_loops_of_their_own(out: Path, device: str, expected: str, hidden=(16, 
             again = make()
             again.load(path)
             assert device_of(again.state) == expected, where
-            np.testing.assert_array_equal(again.seed_state(0)["learner"]["params"]["actor" if name == "ppo" else "q"][0],
-                                          loop.seed_state(0)["learner"]["params"]["actor" if name == "ppo" else "q"][0])
+            model = "actor" if name == "ppo" else "q"
+            np.testing.assert_array_equal(again.seed_state(0)["learner"]["params"][model][0],
+                                          loop.seed_state(0)["learner"]["params"][model][0])
 
 
 def check_host_learning(out: Path) -> None:
@@ -221,14 +225,14 @@ def check_host_learning(out: Path) -> None:
                 np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
         check_one_off_work_on_the_host()
         # Compiled loops under "auto": JAX's run on the accelerator whatever their size (one
-        # program a call); PyTorch's, which launch op by op, where a learner of their size
-        # learns: the host for small networks, also when they train an agent's fit.
-        check_loops_of_their_own(out, "auto", "cpu:1", hidden=(16,))
+        # program a call: check_one_off_work_on_the_host's small loop stays on cpu:1); PyTorch's,
+        # which launch op by op, where a learner of their size learns: the host for small
+        # networks, also when they train an agent's fit.
         launches_per_op = devices.launches_per_op
         devices.launches_per_op = lambda: True  # PyTorch's rule
         try:
-            check_loops_of_their_own(out, "auto", "cpu:0", hidden=(16,))
-            check_loops_of_their_own(out, "auto", "cpu:1", hidden=(256, 256))
+            check_loops_of_their_own(out, "auto", "cpu:0", hidden=(16,), seed_sets=([0, 1],))
+            check_loops_of_their_own(out, "auto", "cpu:1", hidden=(256, 256), seed_sets=([0],))
             agent = kerasrl.DQN("kerasrl/OpsCartPole-v1", **runs[0][2], **small, **common)
             agent.fit(192, progress=False, engine="compiled")
             assert agent.compiled_engine(True).loop.placement.learning == "cpu:0"
