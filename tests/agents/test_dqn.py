@@ -290,3 +290,31 @@ def test_epsilon_greedy_runs_the_network_only_when_some_env_acts_greedily(monkey
         agent.fit(100, progress=False)
         # epsilon 1: every env explores at every step; 0: once per vector step, for both envs
         assert forwards == expected
+
+
+def test_a_saved_q_policy_acts_epsilon_greedily_running_its_network_only_when_needed(monkeypatch):
+    """QPolicy.predict (a loaded policy, Ray's remote actors) draws first as the agent's loop does:
+    epsilon 1 never runs the network; otherwise the actions are the eager formula's from the same
+    draws, action masks included."""
+    from kerasrl.masks import masked_argmax
+    from kerasrl.policies import epsilon_greedy
+
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, hidden_sizes=(8,), check_env=False)
+    policy = agent.policy
+    obs = np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 1, 2]]
+    masks = np.ones((6, 4), bool)
+    masks[:, 0] = False
+    forwards = []
+    original = policy._batch_q_values
+    monkeypatch.setattr(policy, "_batch_q_values", lambda o: forwards.append(len(o)) or original(o))
+    for epsilon, mask in ((1.0, None), (1.0, masks), (0.3, None), (0.3, masks), (0.0, masks)):
+        forwards.clear()
+        actions = policy.predict(obs, deterministic=False, epsilon=epsilon, rng=np.random.default_rng(5),
+                                 action_mask=mask)
+        assert forwards == ([] if epsilon == 1.0 else [6])
+        greedy = masked_argmax(original(obs), mask)
+        eager = epsilon_greedy(greedy, 4, epsilon, np.random.default_rng(5), mask)
+        np.testing.assert_array_equal(actions, eager)
+        if mask is not None:
+            assert np.all(actions != 0)
+    np.testing.assert_array_equal(policy.predict(obs[0]), masked_argmax(original(obs[:1]), None)[0])

@@ -54,14 +54,17 @@ class QPolicy(Policy):
         """Action values (the value head's), (B, n_actions) for a batch, (n_actions,) for one
         observation."""
         obs, single = self._batch(observations)
+        q = self._batch_q_values(obs)
+        return q[0] if single else q
+
+    def _batch_q_values(self, obs: np.ndarray) -> np.ndarray:
         with backend.inference():
             q = self._forward(
                 [v.value for v in self.model.trainable_variables],
                 [v.value for v in self.model.non_trainable_variables],
                 backend.feed(obs),
             )
-        q = np.asarray(backend.to_numpy(q))
-        return q[0] if single else q
+        return np.asarray(backend.to_numpy(q))
 
     def predict(self, observations, deterministic: bool = True, epsilon: float = 0.05,
                 rng: np.random.Generator | None = None, action_mask=None,
@@ -71,21 +74,23 @@ class QPolicy(Policy):
         Deterministic: argmax of Q. Otherwise epsilon-greedy with `epsilon`, drawn with `rng`, or
         with `temperature` drawn from softmax(Q / temperature) (Boltzmann; `epsilon` unused).
         `action_mask` (B, n_actions), or (n_actions,) for one observation, 1 = allowed: the
-        argmax and the random actions are then over the allowed actions only.
+        argmax and the random actions are then over the allowed actions only. Epsilon-greedy
+        runs the network only if some observation acts greedily (as the agents' own loops).
         """
-        q = self.q_values(observations)
-        single = q.ndim == 1
-        q2 = q[None] if single else q
+        obs, single = self._batch(observations)
+        n_actions = int(self.action_space.n)
         masks = None if action_mask is None else batch_masks(
-            action_mask, len(q2), single, q2.shape[-1], "QPolicy.predict(action_mask=...)")
-        actions = masked_argmax(q2, masks)
-        if not deterministic:
+            action_mask, len(obs), single, n_actions, "QPolicy.predict(action_mask=...)")
+        if deterministic:
+            actions = masked_argmax(self._batch_q_values(obs), masks)
+        else:
             rng = rng if rng is not None else np.random.default_rng()
             if temperature is not None:
-                actions = boltzmann(q2, check_temperature(temperature, "QPolicy.predict"), rng,
-                                    masks)
+                actions = boltzmann(self._batch_q_values(obs),
+                                    check_temperature(temperature, "QPolicy.predict"), rng, masks)
             else:
-                actions = epsilon_greedy(actions, q2.shape[-1], epsilon, rng, masks)
+                actions = epsilon_greedy(lambda: masked_argmax(self._batch_q_values(obs), masks),
+                                         n_actions, epsilon, rng, masks, size=len(obs))
         return actions[0] if single else actions
 
     __call__ = predict
