@@ -110,13 +110,6 @@ class RMSprop:
         self.epsilon = epsilon
         self.max_grad_norm = max_grad_norm
 
-    @classmethod
-    def from_config(cls, config) -> "Adam":
-        """The Adam an agent's `config` sets (`adam_epsilon`, `adam_epsilon_style`,
-        `max_grad_norm`): every agent's optimizer."""
-        return cls(epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
-                   epsilon_style=config.adam_epsilon_style)
-
     def init(self, params):
         """Optimizer state for `params`: zero mean squares and a step count of zero."""
         return {"v": [ops.zeros_like(p) for p in params], "count": ops.zeros((), dtype="int32")}

@@ -6,7 +6,6 @@ import gymnasium as gym
 import keras
 import numpy as np
 
-from kerasrl import backend
 from kerasrl.heads import ValueHead, head_from_spec, head_spec
 from kerasrl.masks import batch_masks, masked_argmax
 from kerasrl.policies.base import (
@@ -58,13 +57,7 @@ class QPolicy(Policy):
         return q[0] if single else q
 
     def _batch_q_values(self, obs: np.ndarray) -> np.ndarray:
-        with backend.inference():
-            q = self._forward(
-                [v.value for v in self.model.trainable_variables],
-                [v.value for v in self.model.non_trainable_variables],
-                backend.feed(obs),
-            )
-        return np.asarray(backend.to_numpy(q))
+        return np.asarray(self._call(self._forward, self.model, obs))
 
     def predict(self, observations, deterministic: bool = True, epsilon: float = 0.05,
                 rng: np.random.Generator | None = None, action_mask=None,
