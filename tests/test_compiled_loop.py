@@ -98,6 +98,32 @@ def test_a_fits_shorter_last_call_runs_the_same_compiled_function():
         np.testing.assert_array_equal(a, b, err_msg=path)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: CompiledDQN("CartPole", seeds=[0, 1], **dict(TINY_DQN, learning_starts=8, lr_schedule="linear",
+                                                           exploration_fraction=0.5)),
+    lambda: CompiledPPO("CartPole", seeds=0, n_envs=2, n_steps=8, batch_size=8, n_epochs=2,
+                        lr_schedule="linear", clip_range_schedule="linear"),
+], ids=["dqn", "ppo"])
+def test_a_fit_continued_to_a_larger_total_reads_the_new_total_in_the_same_compiled_function(make):
+    """The run's length, which epsilon, the learning rate and the clip range decay over, is an
+    input of the compiled call (JAX, TensorFlow): `fit(48)` then `fit(96)` compile one function,
+    and its second call reads 96, as a function compiled afresh for 96 does."""
+    staged, fresh = make(), make()
+    for total in (48, 96):
+        staged.fit(total, rounds_per_call=4)
+        fresh._calls.clear()  # compiled anew for each total, the total then a new input's value
+        fresh.fit(total, rounds_per_call=4)
+    assert len(staged._calls) == (1 if backend.COMPILED_LOOPS else 2)
+    assert staged.num_timesteps == fresh.num_timesteps == 96
+    for (path, a), (_, b) in zip(leaves(staged.seed_state(0)), leaves(fresh.seed_state(0))):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    # The schedules did read the new total: a run planned at 96 from the start decays slower over
+    # its first 48 steps than one that thought it ended there.
+    planned = make()
+    planned.fit(96, rounds_per_call=4)
+    assert not np.array_equal(planned.weights(0)[0], staged.weights(0)[0])
+
+
 def test_unsupported_settings_are_named():
     with pytest.raises(ValueError, match="discrete actions"):
         CompiledDQN("Pendulum")

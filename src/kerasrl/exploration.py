@@ -22,7 +22,7 @@ import math
 import gymnasium as gym
 import numpy as np
 
-from kerasrl.schedules import linear_schedule
+from kerasrl.schedules import at_least, linear_schedule
 
 
 
@@ -33,8 +33,9 @@ def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
         start, end = config.exploration_initial_temperature, config.exploration_final_temperature
     else:
         start, end = config.exploration_initial_eps, config.exploration_final_eps
+    # A compiled loop passes its run's length as a tensor: one compiled function for any length.
     return linear_schedule(start, end,
-                           num_timesteps / max(1.0, config.exploration_fraction * total_steps))
+                           num_timesteps / at_least(config.exploration_fraction * total_steps, 1.0))
 
 
 class Explorer:

@@ -20,3 +20,11 @@ def linear_schedule(start, end, progress):
     if isinstance(progress, (int, float)):
         return end if progress >= 1.0 else value
     return ops.where(progress >= 1.0, end, value)
+
+
+def at_least(value, minimum: float):
+    """`max(value, minimum)` of a Python number (the agents' loops) or a float32 tensor (a compiled
+    loop's, which takes its run's length as an input)."""
+    if isinstance(value, (int, float)):
+        return max(value, minimum)
+    return ops.maximum(value, minimum)
