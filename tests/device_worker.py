@@ -145,8 +145,11 @@ def check_loops_of_their_own(out: Path, device: str, expected: str, hidden=(16, 
                              seed_sets=([0], [0, 1])) -> None:
     """CompiledDQN and CompiledPPO made with `device`, one seed and two: the runner state on
     `expected`, where they train, evaluate, save and load (any array made on another device
-    would be mixed into a jitted call with theirs, and JAX would raise)."""
+    would be mixed into a jitted call with theirs, and JAX would raise). The agent or learner
+    whose math a loop runs, a template, is built on the host CPU where an accelerator is visible
+    (cheaper eager compilations), else on `device`: the loop reads none of its arrays."""
     from kerasrl.compiled import CompiledDQN, CompiledPPO
+    from kerasrl.devices import host_device
 
     for name, loop_class in (("dqn", CompiledDQN), ("ppo", CompiledPPO)):
         for seeds in seed_sets:
@@ -157,6 +160,8 @@ def check_loops_of_their_own(out: Path, device: str, expected: str, hidden=(16, 
             loop = make()
             where = f"{name}, {len(seeds)} seed(s), device={device}"
             assert device_of(loop.state) == expected, where
+            template = loop.agent.learner if name == "ppo" else loop.learner
+            assert device_of(template.state) == (host_device() or expected), where
             loop.fit(96)
             assert loop.num_timesteps >= 96 and device_of(loop.state) == expected, where
             mean, returns = loop.evaluate(len(seeds) - 1, n_episodes=2, max_steps=500)

@@ -181,6 +181,17 @@ def parse_seeds(seeds) -> list[int]:
     return seeds
 
 
+def template_device(device: str) -> str:
+    """The device on which a loop of its own (`CompiledDQN(...)`, not an agent's fit) builds the
+    agent or learner whose math it runs: the host CPU where an accelerator is visible, else
+    `device`. That agent is a template: every seed's weights are drawn with numpy and its
+    functions run on the loop's state, wherever the loop is placed; but building it runs a dozen
+    eager ops (initializers, a first forward pass), each compiling a program for its device on
+    JAX, and a GPU's compilations cost more (see `devices.host_device`)."""
+    host = devices.host_device()
+    return device if host is None else host
+
+
 def placed(method):
     """`method` of a compiled loop run inside its placement's scope: the tensors it makes live
     where the loop's state does (JAX refuses a call on arrays of two devices; PyTorch fails it)."""

@@ -40,6 +40,7 @@ from kerasrl.compiled.common import (
     random_ints,
     reset_many,
     seed_streams,
+    template_device,
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
@@ -110,7 +111,8 @@ class CompiledOffPolicy(CompiledLoop):
         # The algorithm is the agent's, made as `kerasrl.TD3` (...) makes it for these games: its
         # networks, learner state, acting and gradient step. It never steps its own envs.
         agent = agent_class(lambda: OpsGymEnv(ops_env, **vars(params)),
-                            config=dataclasses.replace(config, seed=seeds[0], check_env=False), device=device)
+                            config=dataclasses.replace(config, seed=seeds[0], check_env=False),
+                            device=template_device(device))
         self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone, each model from its own stream as the
         # agent draws it (the models are not touched per seed).

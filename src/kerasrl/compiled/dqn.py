@@ -50,6 +50,7 @@ from kerasrl.compiled.common import (
     random_ints,
     reset_many,
     seed_streams,
+    template_device,
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
@@ -98,13 +99,14 @@ class CompiledDQN(CompiledLoop):
             raise ValueError(f"CompiledDQN needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
         obs_space = ops_env.observation_space
         seeds = parse_seeds(seeds)
-        if config.dueling:
-            model = dueling_q_network(model, obs_space, space, config.hidden_sizes)
-        model = build_model(model, obs_space, int(space.n), action_space=space,
-                            default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
-                            role="Q-network", seed=seeds[0])
-        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds,
-                        dqn_learner(model, config))
+        with devices.placement(template_device(device)).scope():  # the model and learner: templates
+            if config.dueling:
+                model = dueling_q_network(model, obs_space, space, config.hidden_sizes)
+            model = build_model(model, obs_space, int(space.n), action_space=space,
+                                default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
+                                role="Q-network", seed=seeds[0])
+            learner = dqn_learner(model, config)
+        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, learner)
         # Every seed's weights drawn with numpy alone (the model is not touched per seed).
         draws = WeightDraws(model)
         self._start(self._initial_states(

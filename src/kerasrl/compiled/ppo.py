@@ -50,6 +50,7 @@ from kerasrl.compiled.common import (
     placed,
     reset_many,
     seed_streams,
+    template_device,
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
@@ -104,7 +105,8 @@ class CompiledPPO(CompiledLoop):
         # The algorithm is the PPO agent's, made as `kerasrl.PPO` makes it for these games: its
         # networks, learner state and update. It never steps its own (Gymnasium) envs.
         agent = PPO(agent_env(ops_env, params),
-                    config=dataclasses.replace(config, seed=seeds[0], check_env=False), device=device)
+                    config=dataclasses.replace(config, seed=seeds[0], check_env=False),
+                    device=template_device(device))
         self._configure(ops_env, params, agent.config, seeds, agent)
         # Every seed's weights drawn with numpy alone (the models are not touched per seed).
         # (A shared actor-critic model is the learner's "actor", drawn as the agent seeds it.)

@@ -36,6 +36,7 @@ from kerasrl.compiled.common import (
     random_ints,
     reset_many,
     seed_streams,
+    template_device,
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
@@ -73,11 +74,12 @@ class CompiledSARSA(CompiledLoop):
         if not hasattr(space, "n"):
             raise ValueError(f"CompiledSARSA needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
         obs_space, n_actions, seeds = ops_env.observation_space, int(space.n), parse_seeds(seeds)
-        model = build_model(model, obs_space, n_actions, action_space=space,
-                            default=lambda: default_network(obs_space, n_actions, config.hidden_sizes),
-                            role="Q-network", seed=seeds[0])
-        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds,
-                        q_learner_for(model, config, *sarsa_target_fn(config)))
+        with devices.placement(template_device(device)).scope():  # the model and learner: templates
+            model = build_model(model, obs_space, n_actions, action_space=space,
+                                default=lambda: default_network(obs_space, n_actions, config.hidden_sizes),
+                                role="Q-network", seed=seeds[0])
+            learner = q_learner_for(model, config, *sarsa_target_fn(config))
+        self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, learner)
         draws = WeightDraws(model)
         self._start(self._initial_states(
             draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
