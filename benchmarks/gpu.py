@@ -27,6 +27,7 @@ Parts (run in the order given; PARTS below lists each one's runs):
 - agreement: one seed of DQN on the CPU and on the GPU in one process, full precision on and
   off: how far the runs drift apart (losses, weights) and whether they take the same actions.
 - minatar (or its pieces minatar-ppo, minatar-dqn): MinAtar-Breakout in the compiled loop against rejax (benchmarks/minatar.py's workers).
+- minatar-precision: kerasrl's MinAtar PPO again with KERASRL_FULL_PRECISION=0 (its compile time).
 - atari: Breakout DQN's training throughput, kerasrl (JAX, PyTorch) beside SB3 (benchmarks/atari.py).
 - precision: the compiled loop again with KERASRL_FULL_PRECISION=0 (the frameworks' default
   float32 matrix products, TensorFloat-32 on this GPU): the speed cost of full precision.
@@ -194,6 +195,10 @@ PARTS = {
     "minatar-ppo": lambda: _minatar("ppo", 1_000_000),
     "minatar-dqn": lambda: _minatar("dqn", 200_000),
     "minatar": lambda: [*PARTS["minatar-ppo"](), *PARTS["minatar-dqn"]()],
+    # kerasrl's MinAtar PPO with the frameworks' default products: whether full precision is why
+    # XLA took 18.5 s to compile it on an H100 (rejax's program 14.3 s; 2.2 s on a CPU core).
+    "minatar-precision": lambda: [dict(job, full_precision="0") for job in _minatar("ppo", 1_000_000)
+                                  if job["library"] == "kerasrl"],
     # Breakout's training throughput (benchmarks/atari.py's workers and slices): DQN at RL Zoo's settings.
     "atari": lambda: [dict(part="atari", library=library, backend=backend, algo="dqn")
                       for library, backend in (("kerasrl-jax", "jax"), ("sb3", "torch"), ("kerasrl-torch", "torch"))],
@@ -216,6 +221,8 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
            "JAX_PLATFORMS": ""}
     if job["part"] == "agreement":
         return [sys.executable, __file__, "--worker", json.dumps(job), "--json", out], env
+    if "full_precision" in job:
+        env["KERASRL_FULL_PRECISION"] = job["full_precision"]
     if job["part"] == "minatar":
         env["KERAS_BACKEND"] = "jax"
         return [sys.executable, str(HERE / "minatar.py"), "--worker", job["library"], "--algo", job["algo"],
@@ -233,8 +240,6 @@ def command(job: dict, out: str) -> tuple[list[str], dict]:
             env[name] = "1"
         env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         return argv, env
-    if "full_precision" in job:
-        env["KERASRL_FULL_PRECISION"] = job["full_precision"]
     worker = "rejax" if job["library"] == "rejax" else "kerasrl"
     env["KERAS_BACKEND"] = job["backend"]
     return [sys.executable, str(HERE / "compiled_loop.py"), "--worker", worker, "--backend", job["backend"],

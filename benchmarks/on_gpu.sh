@@ -37,7 +37,7 @@ if [ "${TIER_S:-300}" != 0 ]; then
 fi
 if [ "${BENCH_S:-300}" != 0 ]; then
     # shellcheck disable=SC2086
-    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-torch ppo1 dqn minatar-ppo placement agreement precision ppo4096 atari ppo512} \
+    python3 benchmarks/gpu.py --out "$OUT" --deadline "${BENCH_S:-300}" --per-run "${PER_RUN:-120}" --parts ${PARTS:-torch ppo1 dqn minatar-ppo minatar-precision placement agreement precision ppo4096 atari ppo512} \
         > "$OUT/bench.txt" 2>&1
     python3 benchmarks/gpu.py --summarize "$OUT/gpu.jsonl" | tee "$OUT/summary.md"
 fi
