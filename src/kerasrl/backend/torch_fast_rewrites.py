@@ -166,8 +166,9 @@ def onednn_matmuls(graph: torch.fx.GraphModule) -> None:
     for node in graph.graph.nodes:
         if node.target is not torch.ops.aten.mm.default:
             continue
+        # A fake tensor (a graph input) or torch_fast.TensorMeta (an op's output): shape, dtype, device.
         a, b = (arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None for arg in node.args)
-        if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        if (all(hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "device") for x in (a, b))
                 and a.device.type == b.device.type == "cpu"  # oneDNN is a CPU library
                 and a.dtype == b.dtype == torch.float32
                 and a.shape[0] * a.shape[1] * b.shape[1] >= ONEDNN_MIN_MACS):
