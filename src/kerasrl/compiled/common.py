@@ -325,20 +325,24 @@ class CompiledLoop:
         read, is an input too: a fit continued to a larger total (`fit(10_000)`, then
         `fit(20_000)`) runs the function compiled for the first (JAX on one CPU core: four such
         stages of 10k DQN steps took 8.5 s, each compiling again, against 2.8 s for one fit).
-        Made once per (max_rounds, partial, vmap); on PyTorch, whose loops are Python over traced
-        pieces, count and total stay Python ints, as the pieces' keys."""
+        Made once per (max_rounds, partial, vmap). On PyTorch, whose loops are Python over traced
+        pieces, the count stays a Python int and the total a numpy float32: an input of the pieces
+        that take it as an argument (PPO's update), a constant of those that close over it, whose
+        keys then hold it."""
         import keras
 
         vmap = self._vmap if vmap is None else vmap
         if partial is not None or not backend.COMPILED_LOOPS:
             max_rounds = rounds
         max_rounds = max(rounds, max_rounds or rounds)
+        # float32, as the schedules divided by the Python int before (exact up to 2**24 steps).
+        total = np.float32(total_steps)
         if not backend.COMPILED_LOOPS:
             key = (max_rounds, total_steps, partial, vmap)
             if key not in self._calls:
                 self._calls[key] = lambda state, count, total: self._run(state, count, total, partial)
             compiled = self._calls[key]
-            return lambda state: compiled(state, rounds, total_steps)
+            return lambda state: compiled(state, rounds, total)
         key = (max_rounds, partial, vmap)
         if key not in self._calls:
             run = lambda state, count, total: self._run(state, count, total, partial, max_rounds)  # noqa: E731
@@ -349,8 +353,6 @@ class CompiledLoop:
             self._calls[key] = backend.compile(run)
         compiled = self._calls[key]
         count = rounds if partial is not None else np.int32(rounds)
-        # float32, as the schedules divided by the Python int before (exact up to 2**24 steps).
-        total = np.float32(total_steps)
         return lambda state: compiled(state, count, total)
 
     @placed

@@ -255,9 +255,9 @@ class CompiledPPO(CompiledLoop):
 
     def _round(self, state, metrics, total_steps):
         state, rollout, metrics = self._collect(state, metrics)
-        # One piece with GAE and the update's inputs (on PyTorch: one graph, not eager ops).
-        return self._piece(("learn", total_steps), lambda s, r, m: self._learn(s, r, m, total_steps))(
-            state, rollout, metrics)
+        # One piece with GAE and the update's inputs (on PyTorch: one graph, not eager ops), the
+        # run's length an input of it (a fit continued to a larger total traces nothing again).
+        return self._piece("learn", self._learn)(state, rollout, metrics, total_steps)
 
     def _collect(self, state, metrics):
         """A rollout of `n_steps` vector steps from `state`: (state, rollout {key: (n_steps,
