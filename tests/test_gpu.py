@@ -312,6 +312,9 @@ def test_compiled_loops_run_where_auto_puts_them_and_where_they_are_told():
     for device, kind in (("auto", auto_kind), (GPU, "gpu")):
         loop = CompiledPPO("CartPole", seeds=[0], device=device, **settings)
         assert kinds(loop.state) == {kind}, device
+        # The agent whose math the loop runs, a template, is built on the host (its eager ops
+        # compile there, not on the GPU); the loop never reads its arrays.
+        assert kinds(loop.agent.learner.state) == {"cpu"}, device
         loop.fit(1024)
         assert kinds(loop.state) == {kind} and loop.num_timesteps == 1024, device
         mean, returns = loop.evaluate(0, n_episodes=2)

@@ -231,9 +231,9 @@ class CompiledLoop:
     placement: devices.Placement
 
     def _learner_models(self):
-        """The Keras models of the learner this loop runs (the agent's, or one made as it is)."""
-        learner = self.agent.learner if hasattr(self, "agent") else self.learner
-        return learner.models.values()
+        """The Keras models of the learner this loop runs (`self.learner`: the agent's, or one
+        made as it is)."""
+        return self.learner.models.values()
 
     def _start(self, states, device: str = "auto") -> None:
         """Take the seeds' runner states: one numpy tree with a leading seed axis, made tensors

@@ -131,6 +131,7 @@ class CompiledOffPolicy(CompiledLoop):
         # The agent whose acting (`explore`), gradient step (`train_step`) and learner state
         # layout this loop runs: the one definition of the algorithm.
         self.agent = agent
+        self.learner = agent.learner  # its state layout is the runner state's "learner"
         self.action_dim = agent.action_dim
         self.low = np.asarray(env.action_space.low, np.float32)
         self.high = np.asarray(env.action_space.high, np.float32)

@@ -136,6 +136,7 @@ class CompiledPPO(CompiledLoop):
         # The PPO agent whose acting (`act_outputs`), update (`train_epochs`) and learner state
         # layout this loop runs: the one definition of the algorithm.
         self.agent = agent
+        self.learner = agent.learner  # its state layout is the runner state's "learner"
         self.actor, self.critic = agent.learner.models["actor"], agent.learner.models.get("critic")
         self.n_envs = cfg.n_envs
         self.steps_per_round = self.n_samples
