@@ -363,6 +363,7 @@ else:
         back as they were afterwards."""
         monkeypatch.setattr(backend, "_FELL_BACK", set())
         monkeypatch.setattr(torch_fast, "_support", None)
+        monkeypatch.setattr(torch_fast, "_light_metadata_works", True)
         monkeypatch.setattr(torch_fast_rewrites, "_onednn", None)
 
     @pytest.fixture(scope="module")
@@ -418,6 +419,25 @@ else:
         (message,) = kerasrl_warnings(record)
         assert "TracingContext" in message
         assert sum(n_graphs(t) for t in traced) >= 3  # still graphs: the rounds and acting
+
+    def test_traces_record_shapes_as_metadata_and_without_it_make_fx_records_its_own(
+            monkeypatch, fresh_fast_paths, eager_dqn):
+        traced = assert_dqn_matches_eager(eager_dqn)
+        graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
+        ops = [node for g in graphs for node in g.fx.graph.nodes if node.op == "call_function"]
+        meta_class = torch_fast.TensorMeta
+        assert ops and any(isinstance(node.meta.get("val"), meta_class) for node in ops)
+        monkeypatch.setattr(torch_fast, "_support", None)
+        monkeypatch.setattr(torch_fast, "TensorMeta", broken)  # the swapped set_meta now raises
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            traced = assert_dqn_matches_eager(eager_dqn)
+        (message,) = kerasrl_warnings(record)
+        assert "set_meta" in message and not torch_fast._light_metadata_works
+        graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
+        assert len(graphs) >= 3  # still graphs, with make_fx's own metadata
+        assert not any(isinstance(node.meta.get("val"), meta_class)
+                       for g in graphs for node in g.fx.graph.nodes)
 
     @pytest.mark.parametrize("failure", ["torch.jit.trace", "_get_graph_executor_optimize"])
     def test_without_torchscript_graphs_run_as_fx_code_with_one_warning(

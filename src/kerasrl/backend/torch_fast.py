@@ -164,6 +164,16 @@ def _check_support():
         fall_back("make_fx (torch.fx.experimental.proxy_tensor) with TorchDispatchMode", error,
                   "compiled functions run eagerly")
         return False
+    global _light_metadata_works
+    try:
+        with _light_metadata():
+            light = make_fx(_probe_fn, tracing_mode="real")(x)
+        if not torch.equal(light(x)[0], expected):
+            raise RuntimeError("the traced graph computed something else")
+    except Exception as error:  # noqa: BLE001
+        _light_metadata_works = False
+        fall_back("torch.fx.experimental.proxy_tensor.set_meta (swapped while tracing)", error,
+                  "make_fx records its own metadata (a quarter slower to trace)")
     try:
         graph = _make_fx_in_context(_probe_fn, (x,))
         if not torch.equal(graph(x)[0], expected):
@@ -200,6 +210,9 @@ def _make_fx_in_context(fn, tensors):
         return make_fx(fn, tracing_mode="real")(*tensors)
 
 
+_light_metadata_works = True  # until the probe (`_check_support`) finds otherwise
+
+
 class TensorMeta(collections.namedtuple("TensorMeta", "shape dtype device")):
     """What a traced node's metadata ("val") holds for a tensor an op made, in place of the fake
     tensor make_fx would make: all that the rewrites read (`torch_fast_rewrites`)."""
@@ -211,7 +224,8 @@ def _light_metadata():
     makes a fake tensor of each (`proxy_tensor.set_meta`), a quarter of a trace's time here (PPO's
     compiled update on CartPole, 7,270 ops: 8.6 s -> 6.3 s). A graph's inputs keep theirs. Where
     that private function is missing, make_fx runs as it is."""
-    if _proxy_tensor is None or getattr(_proxy_tensor, "set_meta", None) is not _FULL_SET_META:
+    if (not _light_metadata_works or _proxy_tensor is None
+            or getattr(_proxy_tensor, "set_meta", None) is not _FULL_SET_META):
         yield
         return
 
