@@ -89,6 +89,26 @@ else:
         assert compiled and sum(n_graphs(c) for c in compiled) >= 4
         assert not any(isinstance(v, torch_fast.Traced) for v in vars(eager.learner).values())
 
+    def test_compiled_ppos_update_in_traced_chunks_equals_eager_bit_for_bit(monkeypatch):
+        """The compiled PPO loop's update runs its minibatch steps in chunks of one traced step
+        repeated (kerasrl.compiled.chunks): the numbers of every step run eagerly, and it is
+        traced as graphs (the update's chunks among them)."""
+        from kerasrl.compiled import CompiledPPO
+        from state_trees import leaves
+
+        settings = dict(seeds=[0], n_envs=2, n_steps=16, batch_size=8, n_epochs=3, lr_schedule="linear")
+        traced = CompiledPPO("CartPole", **settings)
+        traced.fit(96, rounds_per_call=3)
+        with monkeypatch.context() as patch:
+            patch.setenv("KERASRL_TORCH_TRACE", "0")
+            eager = CompiledPPO("CartPole", **settings)
+            eager.fit(96, rounds_per_call=3)
+        for (path, a), (_, b) in zip(leaves(traced.seed_state(0)), leaves(eager.seed_state(0)), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        update_chunks = [graph for (key, count), graph in traced._chunks.items() if key == "update"]
+        assert update_chunks and all(n_graphs(graph) >= 1 for graph in update_chunks)
+        assert not any(isinstance(graph, torch_fast.Traced) for graph in eager._chunks.values())
+
     def conv_bn_model():
         inputs = keras.Input((6, 6, 2))
         x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)

@@ -208,7 +208,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         """One Adam step on the minibatch `indices[i]`, the update's step `number`: `carry` is
         `(state, metric sums, steps taken)`, as `_train_steps` passes it from step to step."""
         state, sums, steps = carry
-        batch = self._minibatch(data, indices[i])
+        batch = self._minibatch(data, ops.take(indices, i, axis=0))  # i may be a tensor (traced chunks)
         new_state, loss, metrics = self.learner.descend(
             state, self.optimizer_group,
             lambda params: self._loss(params, state["non_trainable"], batch, clip_range),
@@ -243,6 +243,14 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         `indices` (M, batch_size) int32 the minibatches of all epochs. Returns `(state, sums of
         self.metrics, steps taken)`."""
         return self._train_epochs(state, data, indices, learning_rate, clip_range)
+
+    def train_minibatch(self, carry, data, indices, i, learning_rate, clip_range):
+        """Step `i` of `train_epochs`, for a loop that runs the update step by step (PyTorch's
+        compiled loop traces one step and repeats its graph, where tracing every step costs
+        seconds): `carry` is `(state, metric sums, steps taken)` after the steps before `i`, as
+        `train_epochs` starts it from `(state, zeros(len(self.metrics)), 0.0)`; returns it after
+        step `i`. The same numbers as `train_epochs`."""
+        return self._minibatch_step(carry, data, indices, i, i, learning_rate, clip_range)
 
     # -- acting --------------------------------------------------------------------------------
     def _evaluate_networks(self, observations: np.ndarray):

@@ -256,9 +256,26 @@ class CompiledPPO(CompiledLoop):
 
     def _round(self, state, metrics, total_steps):
         state, rollout, metrics = self._collect(state, metrics)
-        # One piece with GAE and the update's inputs (on PyTorch: one graph, not eager ops), the
-        # run's length an input of it (a fit continued to a larger total traces nothing again).
-        return self._piece("learn", self._learn)(state, rollout, metrics, total_steps)
+        steps = self.n_epochs * self.n_minibatches
+        if backend.COMPILED_LOOPS or steps == 1:
+            # One piece with GAE and the update's inputs (on PyTorch: one graph, not eager ops),
+            # the run's length an input of it (a fit continued to a larger total traces nothing again).
+            return self._piece("learn", self._learn)(state, rollout, metrics, total_steps)
+        # PyTorch: tracing the update whole costs about 1 ms an op (RL Zoo's 20 epochs: 7,000 ops,
+        # 6 s); its minibatch steps run in chunks of one traced step repeated instead
+        # (kerasrl.compiled.chunks), the same ops in the same order.
+        (data, indices, learning_rate, clip_range), shuffle_rng = self._piece("inputs", self._update_inputs)(
+            state, rollout, total_steps)
+        from keras import ops
+
+        def step(i, carry):
+            return (*self.agent.train_minibatch(carry[:3], *carry[3:5], i, *carry[5:]), *carry[3:])
+
+        start = (state["learner"], ops.zeros((len(self.agent.metrics),), "float32"), ops.zeros((), "float32"),
+                 data, indices, learning_rate, clip_range)
+        updated = loop_in_chunks(self, "update", steps, step, start)[:3]
+        return self._piece("after", self._after_update)(state, metrics, data, updated, learning_rate, clip_range,
+                                                       shuffle_rng)
 
     def _collect(self, state, metrics):
         """A rollout of `n_steps` vector steps from `state`: (state, rollout {key: (n_steps,
@@ -315,11 +332,17 @@ class CompiledPPO(CompiledLoop):
 
     def _learn(self, state, rollout, metrics, total_steps):
         """The agent's update on the rollout (`_update_inputs`); (state, metrics) after it."""
+        (data, indices, learning_rate, clip_range), shuffle_rng = self._update_inputs(state, rollout, total_steps)
+        updated = self._piece("update", self.agent.train_epochs)(state["learner"], data, indices, learning_rate,
+                                                                 clip_range)
+        return self._after_update(state, metrics, data, updated, learning_rate, clip_range, shuffle_rng)
+
+    def _after_update(self, state, metrics, data, updated, learning_rate, clip_range, shuffle_rng):
+        """(state, metrics) after the update: `updated` is the agent's `(learner state, metric
+        sums, steps taken)`, `data` the rollout it learned from."""
         from keras import ops
 
-        (data, indices, learning_rate, clip_range), shuffle_rng = self._update_inputs(state, rollout, total_steps)
-        learner, sums, steps = self._piece("update", self.agent.train_epochs)(
-            state["learner"], data, indices, learning_rate, clip_range)
+        learner, sums, steps = updated
         returns_variance = ops.var(data["returns"])
         explained = ops.where(returns_variance > 0,
                               1.0 - ops.var(data["returns"] - data["old_values"]) / ops.maximum(returns_variance, 1e-30),
