@@ -160,7 +160,8 @@ class CompiledDQN(CompiledLoop):
         transitions into the replay buffer (in place on PyTorch, see `backend.write_rows`)."""
         from keras import ops
 
-        act = self._piece(("act", total_steps), lambda s: self._act(s, total_steps))
+        act_piece = self._piece("act", self._act)  # the run's length an input of it
+        act = lambda s: act_piece(s, total_steps)  # noqa: E731
         order = list(state)  # kept: a traced chunk of steps (PyTorch) feeds each step's state to the next
         stored = {key: state[key] for key in ("buffer", "priorities") if key in state}
         state, rows, transition, ended = act({key: value for key, value in state.items() if key not in stored})
@@ -282,11 +283,12 @@ class CompiledDQN(CompiledLoop):
 
         cfg = self.config
 
-        def env_body(i, carry):
-            return self._env_step(*carry, total_steps)
+        def env_body(i, carry):  # the run's length in the carry: an input of PyTorch's traced chunks
+            state, metrics, total = carry
+            return (*self._env_step(state, metrics, total), total)
 
-        state, metrics = loop_in_chunks(self, ("env", total_steps), cfg.train_freq if env_steps is None else env_steps,
-                                        env_body, (state, metrics))
+        state, metrics, _ = loop_in_chunks(self, "env", cfg.train_freq if env_steps is None else env_steps,
+                                           env_body, (state, metrics, total_steps))
         if not train_after:
             return state, metrics
         timesteps = state["vector_steps"] * self.n_envs

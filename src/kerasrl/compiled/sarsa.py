@@ -180,12 +180,11 @@ class CompiledSARSA(CompiledLoop):
                    "actions": ops.zeros((cfg.n_steps, n), "int32"),
                    "next_actions": ops.zeros((cfg.n_steps, n), "int32"),
                    **{key: ops.zeros((cfg.n_steps, n), "float32") for key in ("rewards", "terminated", "rates")}}
-        env_step = self._piece(("env", total_steps),
-                               lambda i, state, rollout: self._env_step(i, state, rollout, total_steps))
+        env_step = self._piece("env", self._env_step)  # the run's length an input of it
 
         def step_body(i, carry):
             state, rollout, metrics = carry
-            state, rollout, ended = env_step(ops.convert_to_tensor(i, "int32"), state, rollout)
+            state, rollout, ended = env_step(ops.convert_to_tensor(i, "int32"), state, rollout, total_steps)
             return state, rollout, log_episodes(metrics, ended)
 
         state, rollout, metrics = backend.fori_loop(0, cfg.n_steps, step_body, (state, rollout, metrics))
