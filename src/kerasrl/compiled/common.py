@@ -326,9 +326,8 @@ class CompiledLoop:
         `fit(20_000)`) runs the function compiled for the first (JAX on one CPU core: four such
         stages of 10k DQN steps took 8.5 s, each compiling again, against 2.8 s for one fit).
         Made once per (max_rounds, partial, vmap). On PyTorch, whose loops are Python over traced
-        pieces, the count stays a Python int and the total a numpy float32: an input of the pieces
-        that take it as an argument (PPO's update), a constant of those that close over it, whose
-        keys then hold it."""
+        pieces, the count stays a Python int and the total, a numpy float32, is an argument of
+        the pieces (or in the carry of the chunks) that read it: an input of their graphs."""
         import keras
 
         vmap = self._vmap if vmap is None else vmap
@@ -337,13 +336,12 @@ class CompiledLoop:
         max_rounds = max(rounds, max_rounds or rounds)
         # float32, as the schedules divided by the Python int before (exact up to 2**24 steps).
         total = np.float32(total_steps)
+        key = (max_rounds, partial, vmap)
         if not backend.COMPILED_LOOPS:
-            key = (max_rounds, total_steps, partial, vmap)
             if key not in self._calls:
                 self._calls[key] = lambda state, count, total: self._run(state, count, total, partial)
             compiled = self._calls[key]
             return lambda state: compiled(state, rounds, total)
-        key = (max_rounds, partial, vmap)
         if key not in self._calls:
             run = lambda state, count, total: self._run(state, count, total, partial, max_rounds)  # noqa: E731
             if vmap:
