@@ -383,7 +383,7 @@ else:
         back as they were afterwards."""
         monkeypatch.setattr(backend, "_FELL_BACK", set())
         monkeypatch.setattr(torch_fast, "_support", None)
-        monkeypatch.setattr(torch_fast, "_light_metadata_works", True)
+        monkeypatch.setattr(torch_fast_rewrites, "light_metadata_works", True)
         monkeypatch.setattr(torch_fast_rewrites, "_onednn", None)
 
     @pytest.fixture(scope="module")
@@ -445,15 +445,15 @@ else:
         traced = assert_dqn_matches_eager(eager_dqn)
         graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
         ops = [node for g in graphs for node in g.fx.graph.nodes if node.op == "call_function"]
-        meta_class = torch_fast.TensorMeta
+        meta_class = torch_fast_rewrites.TensorMeta
         assert ops and any(isinstance(node.meta.get("val"), meta_class) for node in ops)
         monkeypatch.setattr(torch_fast, "_support", None)
-        monkeypatch.setattr(torch_fast, "TensorMeta", broken)  # the swapped set_meta now raises
+        monkeypatch.setattr(torch_fast_rewrites, "TensorMeta", broken)  # the swapped set_meta now raises
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             traced = assert_dqn_matches_eager(eager_dqn)
         (message,) = kerasrl_warnings(record)
-        assert "set_meta" in message and not torch_fast._light_metadata_works
+        assert "set_meta" in message and not torch_fast_rewrites.light_metadata_works
         graphs = [g for t in traced for g in t.graphs.values() if g is not torch_fast._EAGER]
         assert len(graphs) >= 3  # still graphs, with make_fx's own metadata
         assert not any(isinstance(node.meta.get("val"), meta_class)

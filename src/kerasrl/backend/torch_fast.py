@@ -28,9 +28,9 @@ first use; one RuntimeWarning names it; results stay the same):
   trace and to count ops: without them compiled functions run eagerly (public PyTorch).
 - `torch._guards.TracingContext` with a `torch._subclasses.FakeTensorMode`: make_fx traces 3x
   faster with one; without it make_fx makes its own.
-- `torch.fx.experimental.proxy_tensor.set_meta`, swapped while tracing for one that records a
-  tensor's shape, dtype and device instead of a fake tensor (a quarter of the trace time): without
-  it make_fx records its own metadata.
+- `torch.fx.experimental.proxy_tensor.set_meta` (`torch_fast_rewrites.light_metadata`), swapped
+  while tracing for one that records a tensor's shape, dtype and device instead of a fake tensor
+  (a quarter of the trace time): without it make_fx records its own metadata.
 - TorchScript replay (`torch.jit.trace` of an FX graph, run with
   `torch._C._get_graph_executor_optimize` off): without it graphs run as the FX graph's Python code.
 - `torch.ops.mkldnn._linear_pointwise`, registered as `kerasrl::onednn_mm` (in
@@ -49,7 +49,6 @@ eagerly and neither module is used.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import warnings
 
@@ -59,7 +58,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kerasrl.backend import fall_back
-from kerasrl.backend.torch_fast_rewrites import onednn_matmuls, simplify, unrolled
+from kerasrl.backend import torch_fast_rewrites
+from kerasrl.backend.torch_fast_rewrites import light_metadata, onednn_matmuls, simplify, unrolled
 from kerasrl.backend.tree import flatten as _flatten
 from kerasrl.backend.tree import unflatten as _unflatten
 
@@ -75,13 +75,6 @@ try:
 except Exception as _error:  # noqa: BLE001
     TorchDispatchMode = None
     _IMPORT_ERRORS["TorchDispatchMode"] = _error
-try:
-    from torch.fx.experimental import proxy_tensor as _proxy_tensor
-
-    _FULL_SET_META = _proxy_tensor.set_meta
-except Exception as _error:  # noqa: BLE001
-    _proxy_tensor = _FULL_SET_META = None
-    _IMPORT_ERRORS["set_meta"] = _error
 try:
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -164,14 +157,13 @@ def _check_support():
         fall_back("make_fx (torch.fx.experimental.proxy_tensor) with TorchDispatchMode", error,
                   "compiled functions run eagerly")
         return False
-    global _light_metadata_works
     try:
-        with _light_metadata():
+        with light_metadata():
             light = make_fx(_probe_fn, tracing_mode="real")(x)
         if not torch.equal(light(x)[0], expected):
             raise RuntimeError("the traced graph computed something else")
     except Exception as error:  # noqa: BLE001
-        _light_metadata_works = False
+        torch_fast_rewrites.light_metadata_works = False
         fall_back("torch.fx.experimental.proxy_tensor.set_meta (swapped while tracing)", error,
                   "make_fx records its own metadata (a quarter slower to trace)")
     try:
@@ -206,40 +198,8 @@ def _make_fx_in_context(fn, tensors):
         raise (_IMPORT_ERRORS.get("TracingContext")
                or ImportError("TracingContext, tracing or FakeTensorMode is missing"))
     with (tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))), _TraceableOps(),
-          _light_metadata()):
+          light_metadata()):
         return make_fx(fn, tracing_mode="real")(*tensors)
-
-
-_light_metadata_works = True  # until the probe (`_check_support`) finds otherwise
-
-
-class TensorMeta(collections.namedtuple("TensorMeta", "shape dtype device")):
-    """What a traced node's metadata ("val") holds for a tensor an op made, in place of the fake
-    tensor make_fx would make: all that the rewrites read (`torch_fast_rewrites`)."""
-
-
-@contextlib.contextmanager
-def _light_metadata():
-    """make_fx, while it traces, with `TensorMeta` as the metadata of the tensors ops make: it
-    makes a fake tensor of each (`proxy_tensor.set_meta`), a quarter of a trace's time here (PPO's
-    compiled update on CartPole, 7,270 ops: 8.6 s -> 6.3 s). A graph's inputs keep theirs. Where
-    that private function is missing, make_fx runs as it is."""
-    if (not _light_metadata_works or _proxy_tensor is None
-            or getattr(_proxy_tensor, "set_meta", None) is not _FULL_SET_META):
-        yield
-        return
-
-    def set_meta(proxy, val):
-        if isinstance(val, torch.Tensor) and proxy.node.op != "placeholder":
-            proxy.node.meta["val"] = TensorMeta(val.shape, val.dtype, val.device)
-            return proxy
-        return _FULL_SET_META(proxy, val)
-
-    _proxy_tensor.set_meta = set_meta
-    try:
-        yield
-    finally:
-        _proxy_tensor.set_meta = _FULL_SET_META
 
 
 def _script(graph, example_inputs):
@@ -362,7 +322,7 @@ class Traced:
             if how.context:
                 graph = _make_fx_in_context(flat_fn, [tensor.clone() for tensor in tensors])
             else:
-                with _TraceableOps(), _light_metadata():
+                with _TraceableOps(), light_metadata():
                     graph = make_fx(flat_fn, tracing_mode="real")(*[tensor.clone() for tensor in tensors])
         except Exception as error:  # noqa: BLE001 -- any failure to trace means: run eagerly
             if "_local_scalar_dense" in str(error):

@@ -55,7 +55,7 @@ from kerasrl.compiled.common import (
 )
 from kerasrl.compiled.seed_axis import repeat
 from kerasrl.config import PPOConfig
-from kerasrl.envs.ops.gym import make_ops_env
+from kerasrl.envs.ops.gym import agent_env, make_ops_env
 from kerasrl.policies import running_moments, standardize
 from kerasrl.schedules import linear_schedule
 
@@ -63,23 +63,6 @@ from kerasrl.schedules import linear_schedule
 def _moments(statistics: dict) -> tuple:
     """(mean, var, count) of a {"mean", "var", "count"} entry of the runner state's statistics."""
     return statistics["mean"], statistics["var"], statistics["count"]
-
-
-def agent_env(ops_env, params):
-    """What the agent that holds a standalone loop's algorithm is made on (it is never stepped:
-    the loop steps its own games): a built-in ops env's registered id, one batched env made at
-    once, or else one `OpsGymEnv` of `ops_env` per env."""
-    from kerasrl import registry
-    from kerasrl.envs.ops.gym import OpsGymEnv
-
-    for env_id, entry in registry.ENV_IDS.items():
-        name = entry.get("kwargs", {}).get("env")
-        if entry.get("vector_entry_point") and name == ops_env.name and name in registry.OPS_ENVS:
-            builtin = make_ops_env(name)
-            if (type(builtin) is type(ops_env) and builtin.observation_space == ops_env.observation_space
-                    and builtin.action_space == ops_env.action_space):
-                return env_id
-    return lambda: OpsGymEnv(ops_env, **vars(params))
 
 
 class CompiledPPO(CompiledLoop):

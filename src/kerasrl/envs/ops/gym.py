@@ -186,6 +186,20 @@ def ops_vector_env(env) -> OpsVectorEnv | None:
     return env if isinstance(env, OpsVectorEnv) else None
 
 
+def agent_env(ops_env, params):
+    """What the agent that holds a standalone compiled loop's algorithm (kerasrl.compiled) is made
+    on (it is never stepped: the loop steps its own games): a built-in ops env's registered id,
+    one batched env made at once, or else one `OpsGymEnv` of `ops_env` (with `params`) per env."""
+    for env_id, entry in registry.ENV_IDS.items():
+        name = entry.get("kwargs", {}).get("env")
+        if entry.get("vector_entry_point") and name == ops_env.name and name in registry.OPS_ENVS:
+            builtin = make_ops_env(name)
+            if (type(builtin) is type(ops_env) and builtin.observation_space == ops_env.observation_space
+                    and builtin.action_space == ops_env.action_space):
+                return env_id
+    return lambda: OpsGymEnv(ops_env, **vars(params))
+
+
 def _snake_board(kwargs: dict) -> dict:
     """Snake's board keywords, taken out of `kwargs`."""
     return {key: kwargs.pop(key) for key in ("height", "width", "n_fruits", "initial_length") if key in kwargs}
