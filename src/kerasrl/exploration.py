@@ -33,11 +33,10 @@ def exploration_rate(config, num_timesteps: int, total_steps: int) -> float:
         start, end = config.exploration_initial_temperature, config.exploration_final_temperature
     else:
         start, end = config.exploration_initial_eps, config.exploration_final_eps
-    if isinstance(total_steps, (int, float)):
-        span = max(1.0, config.exploration_fraction * total_steps)
-    else:  # a compiled loop's run length, float32 (an input of its call): float32 on every backend
-        span = at_least(np.float32(config.exploration_fraction) * total_steps, 1.0)
-    return linear_schedule(start, end, num_timesteps / span)
+    fraction = config.exploration_fraction
+    if not isinstance(total_steps, (int, float)):  # a compiled loop's float32 run length (an input
+        fraction = np.float32(fraction)             # of its call): the product in float32 everywhere
+    return linear_schedule(start, end, num_timesteps / at_least(fraction * total_steps, 1.0))
 
 
 class Explorer:

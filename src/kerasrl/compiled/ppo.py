@@ -238,6 +238,8 @@ class CompiledPPO(CompiledLoop):
             state["shuffle_rng"], ops.zeros((self.n_epochs * self.n_minibatches, self.batch_size), "int32")))
 
     def _round(self, state, metrics, total_steps):
+        from keras import ops
+
         state, rollout, metrics = self._collect(state, metrics)
         steps = self.n_epochs * self.n_minibatches
         if backend.COMPILED_LOOPS or steps == 1:
@@ -247,15 +249,15 @@ class CompiledPPO(CompiledLoop):
         # PyTorch: tracing the update whole costs about 1 ms an op (RL Zoo's 20 epochs: 7,000 ops,
         # 6 s); its minibatch steps run in chunks of one traced step repeated instead
         # (kerasrl.compiled.chunks), the same ops in the same order.
-        (data, indices, learning_rate, clip_range), shuffle_rng = self._piece("inputs", self._update_inputs)(
-            state, rollout, total_steps)
-        from keras import ops
+        inputs, shuffle_rng = self._piece("inputs", self._update_inputs)(state, rollout, total_steps)
+        data, _, learning_rate, clip_range = inputs
 
-        def step(i, carry):
-            return (*self.agent.train_minibatch(carry[:3], *carry[3:5], i, *carry[5:]), *carry[3:])
+        def step(i, carry):  # (learner state, metric sums, steps taken, *the update's inputs)
+            data, indices, learning_rate, clip_range = carry[3:]  # inputs of each traced chunk, not constants
+            return (*self.agent.train_minibatch(carry[:3], data, indices, i, learning_rate, clip_range), *carry[3:])
 
         start = (state["learner"], ops.zeros((len(self.agent.metrics),), "float32"), ops.zeros((), "float32"),
-                 data, indices, learning_rate, clip_range)
+                 *inputs)
         updated = loop_in_chunks(self, "update", steps, step, start)[:3]
         return self._piece("after", self._after_update)(state, metrics, data, updated, learning_rate, clip_range,
                                                        shuffle_rng)
