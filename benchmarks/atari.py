@@ -43,8 +43,8 @@ LEARNING_STARTS = 1_000
 
 
 def zoo(algo: str) -> dict:
-    """The zoo's hyperparameters as kerasrl names them (registry.ATARI_DQN / ATARI_PPO)."""
-    from kerasrl.registry import ATARI_DQN, ATARI_PPO
+    """The zoo's hyperparameters as kerasrl names them (presets.ATARI_DQN / ATARI_PPO)."""
+    from kerasrl.presets import ATARI_DQN, ATARI_PPO
 
     config = dict(ATARI_DQN if algo == "dqn" else ATARI_PPO)
     if algo == "dqn":

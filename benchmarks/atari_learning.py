@@ -1,19 +1,20 @@
-"""Breakout learning beside Stable-Baselines3: whole-game scores during training, same settings.
+"""Atari learning beside Stable-Baselines3: whole-game scores during training, same settings.
 
-    python benchmarks/atari_learning.py --worker kerasrl|sb3|random --seed S --steps N --json OUT [--backend torch]
+    python benchmarks/atari_learning.py --worker kerasrl|sb3|random --seed S --steps N --json OUT
+                                        [--backend torch] [--game Breakout|Pong]
     python benchmarks/atari_learning.py --report benchmarks/results/atari_learning.md --runs DIR [--window 40000]
 
-RL Baselines3 Zoo's PPO for Atari on both sides (kerasrl's `breakout-ppo` preset, registry.ATARI_PPO:
+RL Baselines3 Zoo's PPO for Atari on both sides (kerasrl's `breakout-ppo` preset, presets.ATARI_PPO:
 8 envs x 128 steps, 4 epochs of 256, lr 2.5e-4 and clip 0.1 decaying linearly over 10M steps,
 entropy 0.01, the Nature CNN shared by policy and value); SB3 2.x with `make_atari_env` +
-`VecFrameStack(4)` and "CnnPolicy" on BreakoutNoFrameskip-v4, its schedules also spanning 10M
+`VecFrameStack(4)` and "CnnPolicy" on <Game>NoFrameskip-v4, its schedules also spanning 10M
 steps, both stopped at `--steps` agent steps (all envs together). The preprocessing is the same
 (observations checked equal byte for byte, tests/envs/test_atari.py).
 
 What is compared: each finished game's whole raw score (five lives, unclipped), at the agent step
 it ended: kerasrl's env reports it as `game_score` (kerasrl.envs.atari.EpisodicLife), SB3's
 Monitor as the episode's `r` (its `ep_rew_mean`). `random` plays uniformly random actions in
-kerasrl/Breakout-v5: the floor. A worker writes its JSON after every window of steps, so a run
+kerasrl/<Game>-v5: the floor. Every run of one directory plays one game (`--game`). A worker writes its JSON after every window of steps, so a run
 stopped early keeps what it reached.
 
 The report bins games by the window their step falls in, per run, and writes a table of each
@@ -45,14 +46,14 @@ def _write(path: str, record: dict) -> None:
     tmp.replace(path)
 
 
-def run_kerasrl(seed: int, steps: int, backend: str, out: str) -> None:
+def run_kerasrl(seed: int, steps: int, backend: str, out: str, game: str) -> None:
     os.environ["KERAS_BACKEND"] = backend
     import kerasrl
-    from kerasrl.registry import ATARI_PPO
+    from kerasrl.presets import ATARI_PPO
 
-    agent = kerasrl.PPO("kerasrl/Breakout-v5", seed=seed, **ATARI_PPO)
+    agent = kerasrl.PPO(f"kerasrl/{game}-v5", seed=seed, **ATARI_PPO)
     start = time.perf_counter()
-    record = {"library": "kerasrl", "backend": backend, "seed": seed, "steps": 0, "games": [],
+    record = {"library": "kerasrl", "game": game, "backend": backend, "seed": seed, "steps": 0, "games": [],
               "adam_epsilon_style": ATARI_PPO["adam_epsilon_style"]}
     for stop in range(WINDOW, steps + WINDOW, WINDOW):
         history = agent.fit(SCHEDULE_STEPS, stop_at=min(stop, steps), progress=False)
@@ -61,7 +62,7 @@ def run_kerasrl(seed: int, steps: int, backend: str, out: str) -> None:
         _write(out, record)
 
 
-def run_sb3(seed: int, steps: int, out: str) -> None:
+def run_sb3(seed: int, steps: int, out: str, game: str) -> None:
     import ale_py
     import gymnasium as gym
     import torch
@@ -70,7 +71,7 @@ def run_sb3(seed: int, steps: int, out: str) -> None:
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    from kerasrl.registry import ATARI_PPO
+    from kerasrl.presets import ATARI_PPO
 
     gym.register_envs(ale_py)
     torch.set_num_threads(1)
@@ -80,10 +81,10 @@ def run_sb3(seed: int, steps: int, out: str) -> None:
     for name in ("shared_network", "lr_schedule", "clip_range_schedule", "adam_epsilon_style"):
         config.pop(name)
     lr, clip = config.pop("learning_rate"), config.pop("clip_range")
-    env = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=n_envs, seed=seed), n_stack=4)
+    env = VecFrameStack(make_atari_env(f"{game}NoFrameskip-v4", n_envs=n_envs, seed=seed), n_stack=4)
     model = PPO("CnnPolicy", env, seed=seed, learning_rate=lambda p: lr * p, clip_range=lambda p: clip * p,
                 **config)
-    record = {"library": "sb3", "backend": "torch", "seed": seed, "steps": 0, "games": []}
+    record = {"library": "sb3", "game": game, "backend": "torch", "seed": seed, "steps": 0, "games": []}
     start = time.perf_counter()
 
     class Games(BaseCallback):
@@ -99,13 +100,13 @@ def run_sb3(seed: int, steps: int, out: str) -> None:
     model.learn(SCHEDULE_STEPS, callback=Games())
 
 
-def run_random(seed: int, steps: int, out: str) -> None:
+def run_random(seed: int, steps: int, out: str, game: str) -> None:
     import gymnasium as gym
     import numpy as np
 
-    import kerasrl  # noqa: F401  (registers kerasrl/Breakout-v5)
+    import kerasrl  # noqa: F401  (registers kerasrl/<Game>-v5)
 
-    env = gym.make("kerasrl/Breakout-v5")
+    env = gym.make(f"kerasrl/{game}-v5")
     rng = np.random.default_rng(seed)
     env.reset(seed=seed)
     games = []
@@ -115,7 +116,7 @@ def run_random(seed: int, steps: int, out: str) -> None:
             games.append((step, info["game_score"]))
         if terminated or truncated:
             env.reset()
-    _write(out, {"library": "random", "backend": "", "seed": seed, "steps": steps, "games": games})
+    _write(out, {"library": "random", "game": game, "backend": "", "seed": seed, "steps": steps, "games": games})
 
 
 def report(runs_dir: str, out: str, window: int) -> None:
@@ -125,6 +126,10 @@ def report(runs_dir: str, out: str, window: int) -> None:
     from compiled_loop import cpu_model
 
     runs = [json.loads(path.read_text()) for path in sorted(Path(runs_dir).glob("*.json"))]
+    games_played = {run.get("game", "Breakout") for run in runs}  # the first runs predate --game
+    if len(games_played) != 1:
+        raise SystemExit(f"{runs_dir} holds runs of {sorted(games_played)}: one game per directory")
+    game = games_played.pop()
     runs.sort(key=lambda r: (r["library"] != "kerasrl", r["library"], r.get("adam_epsilon_style") == "keras",
                              r["seed"]))
     n_windows = max(-(-r["steps"] // window) for r in runs if r["library"] != "random")
@@ -147,7 +152,7 @@ def report(runs_dir: str, out: str, window: int) -> None:
         wall = f"{run['wall'] / 60:.0f} min" if "wall" in run else ""
         lines.append(f"| {name} | {run['steps']:,} | {wall} | " + " | ".join(cells) + " |")
         curves[name] = means
-    text = (f"# Breakout: whole-game scores in training, kerasrl and Stable-Baselines3 (PPO, RL Zoo settings)\n\n"
+    text = (f"# {game}: whole-game scores in training, kerasrl and Stable-Baselines3 (PPO, RL Zoo settings)\n\n"
             f"`python benchmarks/atari_learning.py --report {out} --runs {runs_dir}`; {cpu_model()}, "
             f"each run one process pinned to one core (wall: two runs at a time, other work beside them: not a "
             f"throughput figure, BENCHMARKS.md has those). Mean raw score of the games that ended in each window of "
@@ -174,7 +179,7 @@ def report(runs_dir: str, out: str, window: int) -> None:
                 alpha=1.0 if name.endswith("0") else 0.6)
     ax.set_xlabel("frames (millions)")
     ax.set_ylabel("whole-game score in training")
-    ax.set_title("Breakout, PPO at RL Zoo's settings")
+    ax.set_title(f"{game}, PPO at RL Zoo's settings")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(Path(out).with_suffix(".png"), dpi=100)
@@ -186,6 +191,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=240_000)
     parser.add_argument("--backend", default="torch")
+    parser.add_argument("--game", default="Breakout", choices=["Breakout", "Pong"])
     parser.add_argument("--json")
     parser.add_argument("--report")
     parser.add_argument("--runs", default="benchmarks/results/atari_learning")
@@ -194,11 +200,11 @@ def main() -> None:
     if args.report:
         report(args.runs, args.report, args.window)
     elif args.worker == "kerasrl":
-        run_kerasrl(args.seed, args.steps, args.backend, args.json)
+        run_kerasrl(args.seed, args.steps, args.backend, args.json, args.game)
     elif args.worker == "sb3":
-        run_sb3(args.seed, args.steps, args.json)
+        run_sb3(args.seed, args.steps, args.json, args.game)
     elif args.worker == "random":
-        run_random(args.seed, args.steps, args.json)
+        run_random(args.seed, args.steps, args.json, args.game)
     else:
         sys.exit("--worker or --report")
 

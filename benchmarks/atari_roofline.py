@@ -127,7 +127,7 @@ def kerasrl_updates(backend_name: str, algo: str, repeats: int) -> list[float]:
     os.environ["KERAS_BACKEND"] = backend_name
     import kerasrl
     from kerasrl import backend
-    from kerasrl.registry import ATARI_DQN, ATARI_PPO
+    from kerasrl.presets import ATARI_DQN, ATARI_PPO
 
     rng = np.random.default_rng(0)
     env = frames_env()()
@@ -165,7 +165,7 @@ def sb3_updates(algo: str, repeats: int) -> list[float]:
     from stable_baselines3 import DQN, PPO
     from stable_baselines3.common.logger import configure
 
-    from kerasrl.registry import ATARI_DQN, ATARI_PPO
+    from kerasrl.presets import ATARI_DQN, ATARI_PPO
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)

@@ -4,7 +4,7 @@ CPU backend), in one process, from the same state and rollout.
 
     taskset -c 1 python benchmarks/ppo_update.py [--repeats 3] [--paths rolled unrolled]
 
-RL Zoo's Atari PPO settings (registry.ATARI_PPO: a rollout of 8 envs x 128 steps, minibatches of
+RL Zoo's Atari PPO settings (presets.ATARI_PPO: a rollout of 8 envs x 128 steps, minibatches of
 256, 4 epochs: 16 Adam steps) and the default network on (84, 84, 4) uint8 frame stacks, the Nature
 CNN shared by the policy and value heads. The rollout is random frames (the time does not depend
 on them). Prints, per path, the first call (compilation included) and the min and all of
@@ -63,7 +63,7 @@ def main() -> None:
 
     import kerasrl
     from kerasrl import backend
-    from kerasrl.registry import ATARI_PPO
+    from kerasrl.presets import ATARI_PPO
 
     agent = kerasrl.PPO(Frames(), seed=0, **ATARI_PPO)
     buffer = filled_buffer(agent, np.random.default_rng(0))

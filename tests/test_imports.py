@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import kerasrl
-from kerasrl import registry
+from kerasrl import presets, registry
 
 SRC = Path(kerasrl.__file__).resolve().parent.parent
 # The backends' own modules import their framework: only the running backend's are imported.
@@ -220,7 +220,7 @@ def test_every_registered_env_id_is_registered_with_gymnasium():
 
 
 def test_presets_name_registered_algorithms_and_models():
-    for name, preset in registry.PRESETS.items():
+    for name, preset in presets.PRESETS.items():
         assert preset.algorithm in registry.AGENTS, name
         assert preset.model is None or preset.model in registry.MODEL_BUILDERS, name
 

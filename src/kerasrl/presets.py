@@ -1,14 +1,269 @@
 """Named, tested hyperparameter sets: `kerasrl train --preset NAME`.
 
 Each preset names its algorithm, environment, step budget and config fields; anything can be
-overridden with `--set name=value`. The presets themselves are in `kerasrl.registry`.
+overridden with `--set name=value`. Like `kerasrl.registry`, this module imports no agent: a
+preset names its algorithm, which the registry resolves when it is trained.
 """
 
 from __future__ import annotations
 
-from kerasrl.registry import PRESETS, Preset
+from dataclasses import dataclass, field
+from typing import Any
+
+from kerasrl.registry import SNAKE_TIME_LIMIT_ID
 
 __all__ = ["PRESETS", "Preset", "get_preset", "load_preset_file"]
+
+
+# -- presets: named, tested hyperparameter sets (`kerasrl train --preset NAME`) ------------------
+# snake-dqn-fast's DQN settings, which snake-dqn-compiled shares but for two.
+SNAKE_DQN_FAST = dict(buffer_size=100_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
+                      gamma=0.99, loss="huber", max_grad_norm=10.0, double_q=True,
+                      target_update_interval=2000, tau=1.0, train_freq=1, gradient_steps=1,
+                      exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                      exploration_fraction=0.05, n_envs=16)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A ready-made training run."""
+
+    algorithm: str
+    env: str
+    total_steps: int
+    config: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    model: str | None = None
+    """A builder in `MODEL_BUILDERS` (e.g. "snake_reference"); None: the default."""
+    eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of `gymnasium.make(env, ...)` for evaluation (e.g. a step limit)."""
+
+
+PRESETS: dict[str, Preset] = {
+    "cartpole-dqn": Preset(
+        "dqn", "CartPole-v1", 50_000,
+        dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+             gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+             exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(256, 256)),
+        "DQN on CartPole-v1 with the RL Baselines3 Zoo hyperparameters.",
+    ),
+    "cartpole-qrdqn": Preset(
+        "qrdqn", "CartPole-v1", 50_000,
+        dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+             gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+             exploration_fraction=0.16, exploration_final_eps=0.04, hidden_sizes=(256, 256),
+             n_quantiles=10, adam_epsilon=0.01 / 64),
+        "QR-DQN on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (qrdqn.yml: 10 "
+        "quantiles, 256-256 MLP; Adam's epsilon 0.01 / batch size as SB3-contrib sets it).",
+    ),
+    "acrobot-qrdqn": Preset(
+        "qrdqn", "Acrobot-v1", 100_000,
+        dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+             gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=4,
+             exploration_fraction=0.12, exploration_final_eps=0.1, hidden_sizes=(256, 256),
+             n_quantiles=25, adam_epsilon=0.01 / 128),
+        "QR-DQN on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (qrdqn.yml: 25 "
+        "quantiles, 256-256 MLP, gradient_steps -1 = 4 per round of 4 steps).",
+    ),
+    "cartpole-c51": Preset(
+        "c51", "CartPole-v1", 50_000,
+        dict(learning_rate=1e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+             gamma=0.99, n_step_return=3, target_update_interval=10, train_freq=256,
+             gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+             hidden_sizes=(256, 256), n_atoms=51, v_min=0.0, v_max=100.0,
+             adam_epsilon=0.01 / 64),
+        "C51 on CartPole-v1 with cartpole-qrdqn's settings (the RL Baselines3 Zoo's for DQN and "
+        "QR-DQN; the zoo has no C51) but Tianshou's C51 learning rate 1e-3 and 3-step returns, "
+        "and 51 atoms on [0, 100], the returns of CartPole's +1 rewards at gamma 0.99. 500 "
+        "after 50k steps on JAX seeds 0-2 (with QR-DQN's 2.3e-3 and 1-step returns: 291).",
+    ),
+    "cartpole-ppo": Preset(
+        "ppo", "CartPole-v1", 100_000,
+        dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+             ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+             clip_range_schedule="linear"),
+        "PPO on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (lin_1e-3, lin_0.2).",
+    ),
+    "pendulum-ppo": Preset(
+        "ppo", "Pendulum-v1", 300_000,
+        dict(n_envs=4, n_steps=1024, batch_size=64, gae_lambda=0.95, gamma=0.9, n_epochs=10,
+             ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, normalize_observations=True,
+             normalize_reward=True),
+        "PPO on Pendulum-v1: the RL Baselines3 Zoo settings (normalized observations and "
+        "rewards) without gSDE, so with a longer budget.",
+    ),
+    "cartpole-novel-recurrent-ppo": Preset(
+        "recurrent_ppo", "kerasrl/CartPoleNoVel-v1", 100_000,
+        dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+             ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+             clip_range_schedule="linear", normalize_observations=True, normalize_reward=True,
+             recurrent_units=64, hidden_sizes=(64,), activation="relu", ortho_init=False),
+        "Recurrent PPO on CartPole with the velocities hidden, with RL Baselines3 Zoo's ppo_lstm "
+        "CartPoleNoVel-v1 settings: lin_1e-3, lin_0.2, normalized observations and rewards, an "
+        "LSTM of 64 units for the policy and one for the value, each then 64 ReLU units "
+        "(ortho_init off). After 100k steps, 20 deterministic episodes: JAX 500.0 and 480.2 "
+        "(seeds 0, 1), TensorFlow 500.0, PyTorch 500.0 (seed 0).",
+    ),
+    "cartpole-a2c": Preset(
+        "a2c", "CartPole-v1", 500_000, dict(n_envs=8, ent_coef=0.0),
+        "A2C on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (8 envs, 500k steps; the "
+        "rest A2CConfig's defaults, Stable-Baselines3's: 5-step rollouts, RMSprop at 7e-4).",
+    ),
+    "pendulum-a2c": Preset(
+        "a2c", "Pendulum-v1", 1_000_000,
+        dict(n_envs=8, n_steps=8, gae_lambda=0.9, vf_coef=0.4, gamma=0.99, ent_coef=0.0,
+             max_grad_norm=0.5, normalize_advantage=False, learning_rate=7e-4,
+             lr_schedule="linear", optimizer="rmsprop", normalize_observations=True,
+             normalize_reward=True, log_std_init=-2.0, ortho_init=False),
+        "A2C on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (lin_7e-4, RMSprop, "
+        "normalized observations and rewards, log std -2) but without gSDE (use_sde: kerasrl has "
+        "no state-dependent exploration), which the zoo's settings were tuned with.",
+    ),
+    "pendulum-td3": Preset(
+        "td3", "Pendulum-v1", 20_000, {},
+        "TD3 on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (TD3Config's defaults: "
+        "gamma 0.98, 10k random steps, Gaussian noise 0.1, 400-300 MLPs, lr 1e-3).",
+    ),
+    "pendulum-sac": Preset(
+        "sac", "Pendulum-v1", 20_000, {},
+        "SAC on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (SACConfig's defaults: "
+        "lr 1e-3, automatic entropy tuning, 256-256 MLPs).",
+    ),
+    "pendulum-ddpg": Preset(
+        "ddpg", "Pendulum-v1", 50_000, {},
+        "DDPG on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (DDPGConfig's defaults: "
+        "gamma 0.98, 10k random steps, Gaussian noise 0.1, 400-300 MLPs, lr 1e-3).",
+    ),
+    "pendulum-naf": Preset(
+        "naf", "Pendulum-v1", 50_000, dict(reward_scale=0.01),
+        "NAF on Pendulum-v1 with keras-rl's examples/naf_pendulum.py settings (NAFConfig's "
+        "defaults: gamma 0.99, tau 1e-3, Adam lr 1e-3 with the gradient norm clipped to 1, "
+        "Ornstein-Uhlenbeck noise theta 0.15 and sigma 0.3 in Pendulum's units, batches of 32, "
+        "100 warm-up steps, 50k steps), with 32-32-32 MLPs for mu, V and L (keras-rl: 16-16-16 "
+        "for mu and V, 32-32-32 for L) and rewards scaled by 1/100 as its PendulumProcessor.",
+    ),
+    "halfcheetah-sac": Preset(
+        "sac", "HalfCheetah-v5", 1_000_000,
+        dict(learning_rate=3e-4, learning_starts=10_000, buffer_size=1_000_000, batch_size=256,
+             tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, hidden_sizes=(256, 256)),
+        "SAC on HalfCheetah-v5 (gymnasium[mujoco]) with the RL Baselines3 Zoo hyperparameters "
+        "(10k random steps, lr 3e-4, 256-256 MLPs, one gradient step per env step, 1M steps). "
+        "Checked on the real task for a few updates (tests/test_cli_continuous.py); not trained to the "
+        "end on this machine.",
+    ),
+    "mountaincar-td3": Preset(
+        "td3", "MountainCarContinuous-v0", 50_000,
+        dict(action_noise="ornstein_uhlenbeck", action_noise_std=1.0, ou_theta=1.0,
+             learning_starts=100, gamma=0.99, hidden_sizes=(64, 64), train_freq=4,
+             gradient_steps=4),
+        "TD3 on MountainCarContinuous-v0: the RL Baselines3 Zoo settings (Ornstein-Uhlenbeck "
+        "noise, lr 1e-3, gamma 0.99, 100 random steps) with stronger, faster-reverting noise (std "
+        "1.0, theta 1.0: the noise alone reaches the flag in about half the episodes, the zoo's "
+        "0.5 / 0.15 in one of ten), 64-64 MLPs and 4 gradient steps every 4 env steps, for 50k "
+        "steps instead of 300k. Solved it (mean return >= 90) on seeds 0, 1 and 2 in about 2 "
+        "minutes each on one CPU core with JAX (docs/continuous.md)",
+    ),
+    "cartpole-cem": Preset(
+        "cem", "CartPole-v1", 100_000,
+        dict(batch_size=50, elite_frac=0.2, hidden_sizes=(), n_envs=10, policy_weights="mean"),
+        "The cross-entropy method on CartPole-v1 with keras-rl's examples/cem_cartpole.py settings "
+        "(a linear policy, 50 candidates per iteration, 100k steps) adapted: CartPole-v1 (500 "
+        "steps) for v0, the elite 20% for 5% (keras-rl's 2 of 50 collapsed below 500 on 2 of 4 "
+        "seeds), each iteration refitted to its own candidates (keras-rl sampled them from a "
+        "1,000-episode memory), argmax actions while searching and the Gaussian's mean as the "
+        "policy (keras-rl: softmax draws, the best candidate), 10 candidates at once in 10 envs. "
+        "Reached 500 over 20 episodes on seeds 0-5 in 100k steps, about 20 s each on one CPU core "
+        "with JAX (docs/agents.md)",
+    ),
+    "snake-dqn": Preset(
+        "dqn", "kerasrl/Snake-v0", 1_000_000,
+        dict(buffer_size=10_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,
+             gamma=0.99, loss="mse", max_grad_norm=None, double_q=False,
+             target_update_interval=1000, tau=1.0, train_freq=1, gradient_steps=1,
+             exploration_initial_eps=0.5, exploration_final_eps=0.01,
+             exploration_fraction=0.1, n_envs=1, random_warmup=False),
+        "The tfjs snake-dqn reference agent on 9x9 Snake (docs/snake.md): its network, one Adam "
+        "step per frame, MSE, hard target sync every 1000 frames, epsilon 0.5 -> 0.01 over the "
+        "first 100k of 1M frames; stop at a 100-episode mean return of 100 with --stop-at-return "
+        "100. Quirks fixed: the target starts equal to the online network; the 100-episode mean "
+        "averages only episodes that exist. Kept: the 10k prefill frames are epsilon-greedy "
+        "from the untrained network (random_warmup=False). Slow on CPU (about 9 frames/s on 2 cores)",
+        model="snake_reference",
+        eval_env_kwargs={"max_steps_without_fruit": 100},
+    ),
+    "snake-dqn-fast": Preset(
+        "dqn", "kerasrl/Snake-v0", 2_000_000, SNAKE_DQN_FAST,
+        "Snake on 16 native vector games with a small CNN (snake_small: ~18x fewer multiply-adds "
+        "per frame than the reference network, no batch norm or dropout), Double DQN, Huber loss, "
+        "one Adam step per 16 frames, a 100k buffer, epsilon 1.0 -> 0.01 over 100k frames; same "
+        "game and rewards as snake-dqn. About 2,000 to 4,000 frames/s on 2 CPU cores (snake-dqn: "
+        "about 9); seed 0 reached a 100-episode mean return of 100 at 736k frames (7.5 min)",
+        model="snake_small",
+        eval_env_kwargs={"max_steps_without_fruit": 100},
+    ),
+    "snake-dqn-compiled": Preset(
+        "dqn", SNAKE_TIME_LIMIT_ID, 500_000,
+        dict(SNAKE_DQN_FAST, learning_starts=2_000, n_envs=32),
+        "Snake with the whole loop compiled: the keras.ops Snake (same rules and rewards; 100 steps "
+        "without fruit truncate an episode, as in evaluation), 32 games, the snake_egocentric "
+        "network (the board centred on the head and turned to its heading, then Dense(128)), "
+        "Double DQN, Huber loss, one Adam step of 64 per 32 frames, epsilon 1.0 -> 0.01 over the "
+        "first 25k frames. Reached a 100-episode mean return of 100 in 115k-150k frames, 16-19 s "
+        "of fit on one core with JAX (seeds 0-2; benchmarks/results/snake_compiled.md)",
+        model="snake_egocentric",
+        eval_env_kwargs={"max_steps_without_fruit": 100},
+    ),
+}
+
+
+# RL Baselines3 Zoo's `atari:` entries (hyperparams/dqn.yml, ppo.yml; the zoo's AtariWrapper +
+# 4-frame stack is kerasrl/<Game>-v5), for any game; evaluation on the evaluation preprocessing.
+ATARI_DQN = dict(buffer_size=100_000, learning_rate=1e-4, batch_size=32, learning_starts=100_000,
+                 target_update_interval=1000, train_freq=4, gradient_steps=1,
+                 exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                 gamma=0.99, loss="huber", max_grad_norm=10.0, n_envs=1)
+# The zoo's Adam epsilon is PyTorch's, after the bias correction (docs/atari.md, "Why SB3 led").
+ATARI_PPO = dict(n_envs=8, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4,
+                 lr_schedule="linear", clip_range=0.1, clip_range_schedule="linear", vf_coef=0.5,
+                 ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5,
+                 shared_network=True, adam_epsilon_style="pytorch")
+# SB3-contrib's QRDQN defaults (they are the paper's, for Atari: 200 quantiles, lr 5e-5, Adam's
+# epsilon 0.01 / 32, 1M replay, target sync every 10k steps, no gradient clipping) and the zoo's
+# qrdqn.yml `atari:` entry, which sets only exploration_fraction 0.025 (and optimize_memory_usage,
+# which kerasrl's frame buffer does for any stacked frames).
+ATARI_QRDQN = dict(n_quantiles=200, buffer_size=1_000_000, learning_rate=5e-5, adam_epsilon=0.01 / 32,
+                   batch_size=32, learning_starts=100, target_update_interval=10_000, train_freq=4,
+                   gradient_steps=1, exploration_fraction=0.025, exploration_initial_eps=1.0,
+                   exploration_final_eps=0.01, gamma=0.99, max_grad_norm=None, n_envs=1)
+ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: no-op starts, frame "
+              "skip 4 with max-pooling, 84x84 gray, 4 frames, episodic life and clipped rewards in "
+              "training; the Nature CNN). Evaluated on whole games with sticky actions (0.25). Not "
+              "trained to the end here: 10M frames need a GPU or days of CPU (docs/atari.md)")
+for _game in ("Pong", "Breakout"):
+    PRESETS[f"{_game.lower()}-dqn"] = Preset(
+        "dqn", f"kerasrl/{_game}-v5", 10_000_000, ATARI_DQN,
+        f"DQN on {_game} with the RL Baselines3 Zoo Atari hyperparameters (100k replay stored "
+        f"frame by frame, lr 1e-4, 100k random steps, target sync every 1000 steps, epsilon "
+        f"1.0 -> 0.01 over the first 1M steps, one Adam step of 32 every 4 steps, Huber loss, "
+        f"10M steps). " + ATARI_NOTE,
+        eval_env_kwargs={"training": False})
+    PRESETS[f"{_game.lower()}-qrdqn"] = Preset(
+        "qrdqn", f"kerasrl/{_game}-v5", 10_000_000, ATARI_QRDQN,
+        f"QR-DQN on {_game} with the RL Baselines3 Zoo Atari hyperparameters (qrdqn.yml, over "
+        f"SB3-contrib's defaults: 200 quantiles, 1M replay stored frame by frame (about 7 GB), "
+        f"lr 5e-5 with Adam's epsilon 0.01 / 32, 100 random steps, target sync every 10k steps, "
+        f"epsilon 1.0 -> 0.01 over the first 2.5%, one update of 32 every 4 steps, no gradient "
+        f"clipping, 10M steps). " + ATARI_NOTE,
+        eval_env_kwargs={"training": False})
+    PRESETS[f"{_game.lower()}-ppo"] = Preset(
+        "ppo", f"kerasrl/{_game}-v5", 10_000_000, ATARI_PPO,
+        f"PPO on {_game} with the RL Baselines3 Zoo Atari hyperparameters (8 envs x 128 steps, 4 "
+        f"epochs of minibatches of 256, lr 2.5e-4 and clip range 0.1 both decaying linearly, "
+        f"entropy 0.01, value 0.5, one Nature CNN shared by the policy and value heads as SB3's "
+        f"CnnPolicy, 10M steps). " + ATARI_NOTE,
+        eval_env_kwargs={"training": False})
+del _game
+
 
 
 def get_preset(name: str) -> Preset:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kerasrl
-from kerasrl import backend, losses, registry
+from kerasrl import backend, losses, presets, registry
 from kerasrl.config import A2CConfig
 from kerasrl.envs.testing import IdentityEnv
 from state_trees import assert_same_leaves
@@ -108,7 +108,7 @@ def test_config_errors_and_registration():
     assert type(loop).__name__ == "CompiledPPO"
     assert (loop.n_epochs, loop.n_minibatches, loop.batch_size, loop.clipped) == (1, 1, 20, False)
     for name in ("cartpole-a2c", "pendulum-a2c"):
-        preset = registry.PRESETS[name]
+        preset = presets.PRESETS[name]
         A2CConfig(**preset.config)  # every preset field is an A2C field
         assert preset.algorithm == "a2c"
 
@@ -155,7 +155,7 @@ def test_cartpole_a2c_preset_solves_cartpole():
     """RL Zoo's CartPole settings (preset cartpole-a2c) for 300k of their 500k steps: a 20-episode
     evaluation of 475 or more for at least 2 of 3 seeds (measured on JAX: 500 for seeds 0-2 at
     200k-300k steps; docs/agents.md)."""
-    preset = registry.PRESETS["cartpole-a2c"]
+    preset = presets.PRESETS["cartpole-a2c"]
     solved = []
     for seed in CARTPOLE_SEEDS:
         agent = kerasrl.A2C(preset.env, seed=seed, **preset.config)
@@ -168,7 +168,7 @@ def test_cartpole_a2c_preset_solves_cartpole():
 def test_cartpole_a2c_preset_solves_the_ops_cartpole_in_the_compiled_loop():
     """The same settings on the keras.ops CartPole run the whole loop compiled (about 20 s per
     seed on JAX): measured 500 for seeds 0-2 at 300k steps; at least 2 of 3 seeds at 475."""
-    preset = registry.PRESETS["cartpole-a2c"]
+    preset = presets.PRESETS["cartpole-a2c"]
     solved = []
     for seed in CARTPOLE_SEEDS:
         agent = kerasrl.A2C("kerasrl/OpsCartPole-v1", seed=seed, **preset.config)

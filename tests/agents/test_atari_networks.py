@@ -69,6 +69,7 @@ def test_the_value_agents_default_is_the_nature_cnn():
     (lambda: kerasrl.DQN(Frames, seed=0), [4]),
     (lambda: kerasrl.DQN(Frames, seed=0, dueling=True), [1, 4]),
     (lambda: kerasrl.SARSA(Frames, seed=0), [4]),
+    (lambda: kerasrl.QRDQN(Frames, seed=0), [4 * 200]),  # SB3-contrib's CnnPolicy: 512 -> A * N
 ])
 def test_value_agents_default_to_the_nature_cnn(make, heads):
     assert_nature(make().model, heads)
@@ -96,7 +97,7 @@ def test_the_policy_takes_raw_frames():
 def breakout_ppo_returns(out: Path) -> None:
     """The breakout-ppo preset's settings (RL Zoo's) on kerasrl/Breakout-v5 for 240,000 agent
     steps of its 10M; every training episode's (step, return) to `out` (.npy)."""
-    from kerasrl.registry import ATARI_PPO
+    from kerasrl.presets import ATARI_PPO
 
     agent = kerasrl.PPO("kerasrl/Breakout-v5", seed=0, **ATARI_PPO)
     history = agent.fit(10_000_000, stop_at=240_000, progress=False)

@@ -113,6 +113,27 @@ def preset_return(name: str, seed: int) -> float:
     return agent.evaluate(episodes=20)["mean_return"]
 
 
+@pytest.mark.parametrize("game", ["Pong", "Breakout"])
+def test_atari_presets_are_sb3_contribs_defaults_with_the_zoos_atari_entry(game):
+    """SB3-contrib 2.9's QRDQN.__init__ and QRDQNPolicy defaults (the paper's Atari settings),
+    over which RL Zoo's qrdqn.yml `atari:` sets exploration_fraction 0.025 for 10M steps."""
+    from kerasrl.config import QRDQNConfig
+    from kerasrl.presets import get_preset
+
+    preset = get_preset(f"{game.lower()}-qrdqn")
+    assert (preset.algorithm, preset.env, preset.total_steps) == ("qrdqn", f"kerasrl/{game}-v5", 10_000_000)
+    assert preset.eval_env_kwargs == {"training": False}  # whole games, sticky actions
+    sb3_contrib = dict(n_quantiles=200, learning_rate=5e-5, buffer_size=1_000_000, learning_starts=100,
+                       batch_size=32, gamma=0.99, train_freq=4, gradient_steps=1,
+                       target_update_interval=10_000, exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                       max_grad_norm=None, adam_epsilon=0.01 / 32)
+    zoo = dict(exploration_fraction=0.025)
+    settings = {name: value for name, value in preset.config.items() if name != "n_envs"}
+    assert settings == {**sb3_contrib, **zoo}
+    config = QRDQNConfig(**settings)  # every name a field
+    assert config.tau == 1.0 and config.n_step_return == 1 and not config.double_q and not config.dueling
+
+
 @pytest.mark.slow
 def test_cartpole_preset_learns():
     """Measured (docs/agents.md): 500.0 on JAX seeds 0-2, TensorFlow seed 0 and PyTorch seed 0
