@@ -175,9 +175,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         KL exceeds 1.5 * target_kl (before its step, as SB3) stops all further steps. Returns
         `(state, metric sums (len(METRICS),), steps taken)`.
         """
-        return self._train_steps(state, ops.zeros((len(METRICS),), "float32"),
-                                 ops.zeros((), "float32"), data, indices, 0, learning_rate,
-                                 clip_range)
+        return self._train_steps(*self.update_start(state), data, indices, 0, learning_rate, clip_range)
 
     def _train_steps(self, state, sums, steps, data, indices, first, learning_rate, clip_range):
         """The steps of the minibatches `indices` (G, batch_size), the update's numbers `first` to
@@ -244,12 +242,15 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         self.metrics, steps taken)`."""
         return self._train_epochs(state, data, indices, learning_rate, clip_range)
 
+    def update_start(self, state):
+        """The carry an update starts from: `(state, metric sums (zeros), steps taken (0.0))`."""
+        return state, ops.zeros((len(METRICS),), "float32"), ops.zeros((), "float32")
+
     def train_minibatch(self, carry, data, indices, i, learning_rate, clip_range):
         """Step `i` of `train_epochs`, for a loop that runs the update step by step (PyTorch's
         compiled loop traces one step and repeats its graph, where tracing every step costs
-        seconds): `carry` is `(state, metric sums, steps taken)` after the steps before `i`, as
-        `train_epochs` starts it from `(state, zeros(len(self.metrics)), 0.0)`; returns it after
-        step `i`. The same numbers as `train_epochs`."""
+        seconds): `carry` is `(state, metric sums, steps taken)` after the steps before `i`, from
+        `update_start(state)`; returns it after step `i`. The same numbers as `train_epochs`."""
         return self._minibatch_step(carry, data, indices, i, i, learning_rate, clip_range)
 
     # -- acting --------------------------------------------------------------------------------

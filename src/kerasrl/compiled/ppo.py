@@ -238,8 +238,6 @@ class CompiledPPO(CompiledLoop):
             state["shuffle_rng"], ops.zeros((self.n_epochs * self.n_minibatches, self.batch_size), "int32")))
 
     def _round(self, state, metrics, total_steps):
-        from keras import ops
-
         state, rollout, metrics = self._collect(state, metrics)
         steps = self.n_epochs * self.n_minibatches
         if backend.COMPILED_LOOPS or steps == 1:
@@ -256,8 +254,7 @@ class CompiledPPO(CompiledLoop):
             data, indices, learning_rate, clip_range = carry[3:]  # inputs of each traced chunk, not constants
             return (*self.agent.train_minibatch(carry[:3], data, indices, i, learning_rate, clip_range), *carry[3:])
 
-        start = (state["learner"], ops.zeros((len(self.agent.metrics),), "float32"), ops.zeros((), "float32"),
-                 *inputs)
+        start = (*self.agent.update_start(state["learner"]), *inputs)
         updated = loop_in_chunks(self, "update", steps, step, start)[:3]
         return self._piece("after", self._after_update)(state, metrics, data, updated, learning_rate, clip_range,
                                                        shuffle_rng)
