@@ -314,6 +314,28 @@ def test_vector_env_for_the_agents():
     assert terminated and reward == -10.0 and last[..., 0].max() == 2.0
 
 
+def test_envs_made_alike_share_their_compiled_games_and_others_do_not():
+    # Each compiled function compiles once per input signature: a second agent, an evaluation env
+    # or each of many seeds' envs made alike reuses the first one's programs.
+    from kerasrl.envs.ops.gym import OpsVectorEnv
+
+    first, second = OpsVectorEnv("CartPole", 2), OpsVectorEnv("CartPole", 5)
+    assert (first._reset, first._step) == (second._reset, second._step)
+    assert OpsVectorEnv("CartPole", 2, max_steps=50)._step is not first._step  # other params
+    small, large = OpsVectorEnv("Snake", 2, height=5, width=5), OpsVectorEnv("Snake", 2, height=7, width=7)
+    assert small._step is not large._step  # other settings of the env itself
+    assert OpsVectorEnv("Snake", 3, height=5, width=5)._step is small._step
+    # Sharing changes nothing a game sees: two envs made alike play the same games from one seed,
+    # each its own state, stepped in turn.
+    (obs_a, _), (obs_b, _) = first.reset(seed=4), OpsVectorEnv("CartPole", 2).reset(seed=4)
+    other = OpsVectorEnv("CartPole", 2)
+    other.reset(seed=4)
+    for action in np.random.default_rng(1).integers(0, 2, size=(40, 2)):
+        step_a, step_b = first.step(action), other.step(action)
+        np.testing.assert_array_equal(step_a[0], step_b[0])
+        np.testing.assert_array_equal(step_a[2], step_b[2])
+
+
 def test_bad_input_is_named():
     from kerasrl.envs.ops.gym import OpsVectorEnv, make_ops_env
 

@@ -155,6 +155,22 @@ class OpsEnv:
         raise NotImplementedError(f"{self.name} does not say how its reference env draws it: write "
                                   f"render_attributes, or override renderer.")
 
+    def settings(self) -> tuple | None:
+        """What, besides its class and params, makes this env play as it does (a board's size),
+        hashable, or None where that is unknown: envs of one class with equal settings and params
+        share their compiled reset and step (`kerasrl.envs.ops.gym.compiled_games`).
+
+        The default: the instance's attributes, when they are all hashable values, its spaces
+        aside (they describe the games the settings make). A subclass holding arrays or other
+        unhashable attributes returns its constructor's arguments (Snake)."""
+        values = sorted((key, value) for key, value in vars(self).items()
+                        if key not in ("observation_space", "action_space"))
+        try:
+            hash(tuple(values))
+        except TypeError:
+            return None
+        return tuple(values)
+
     # Public API -----------------------------------------------------------------------------
     @property
     def metadata(self) -> dict:

@@ -78,6 +78,10 @@ class Snake(OpsEnv):
         cell = np.arange(self.cells, dtype=np.int32)
         self._row_of, self._column_of = cell // self.width, cell % self.width  # (cells,)
 
+    def settings(self) -> tuple:
+        """The board and the snake's start (the rest is derived from them)."""
+        return (self.height, self.width, self.n_fruits, self.initial_length)
+
     def _observation(self, state):
         from keras import ops
 
