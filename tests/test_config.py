@@ -169,3 +169,30 @@ def test_an_agent_refuses_a_wrong_type_where_it_is_made():
 
     with pytest.raises(TypeError, match="DQNConfig: seed must be an int, got 'abc'"):
         kerasrl.DQN("CartPole-v1", seed="abc")
+
+
+def test_a_config_of_another_algorithm_or_an_unknown_change_is_refused_where_it_is_passed():
+    # Before: kerasrl.DQN(env, config=PPOConfig()) failed on "'PPOConfig' object has no attribute
+    # 'dueling'" deep in the build, and a misspelt keyword beside config= on dataclasses' own
+    # message, without the known names. Agents and compiled loops share one rule (Config.resolve).
+    import kerasrl
+    from kerasrl.compiled import CompiledDQN, CompiledOffPolicy, CompiledPPO, CompiledSARSA
+
+    makers = [(kerasrl.DQN, "CartPole-v1", DQNConfig, PPOConfig), (kerasrl.PPO, "CartPole-v1", PPOConfig, DQNConfig),
+              (CompiledDQN, "CartPole", DQNConfig, PPOConfig), (CompiledPPO, "CartPole", PPOConfig, DQNConfig),
+              (CompiledSARSA, "CartPole", SARSAConfig, DQNConfig)]
+    for maker, env, own, other in makers:
+        with pytest.raises(TypeError, match=rf"{maker.__name__} takes config=<a {own.__name__}>, got a "
+                                            rf"{other.__name__}; make one with kerasrl.config.{own.__name__}"):
+            maker(env, config=other())
+        with pytest.raises(TypeError, match=rf"{own.__name__} has no field 'learning_rat'. Known fields: .*learning_rate"):
+            maker(env, config=own(), learning_rat=1e-3)
+        with pytest.raises(TypeError, match=rf"{own.__name__} has no field 'learning_rat'"):
+            maker(env, learning_rat=1e-3)
+    with pytest.raises(TypeError, match=r"CompiledOffPolicy\(algorithm='sac'\) takes config=<a SACConfig>, got a TD3Config"):
+        CompiledOffPolicy("Pendulum", algorithm="sac", config=TD3Config())
+    # A config with changes keeps its other values, and a renamed field is still taken.
+    changed = CompiledDQN("CartPole", config=DQNConfig(gamma=0.9, hidden_sizes=(8,)), learning_rate=5e-4).config
+    assert (changed.gamma, changed.learning_rate, changed.hidden_sizes) == (0.9, 5e-4, (8,))
+    with pytest.warns(DeprecationWarning, match="n_step"):
+        assert kerasrl.DQN("CartPole-v1", config=DQNConfig(), n_step=3, learning_starts=10).config.n_step_return == 3

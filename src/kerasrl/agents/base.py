@@ -57,12 +57,7 @@ class Agent(Fitting):
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, device: str = "auto",
                  **hyperparameters):
         devices.check(device)  # checked first, so a wrong name fails at once
-        if config is None:
-            config = self.config_class.from_dict(hyperparameters)
-        elif hyperparameters:
-            config = self.config_class.from_dict(
-                {**config.to_dict(), **self.config_class.upgrade(hyperparameters)})
-        self.config = config
+        self.config = config = self.config_class.resolve(config, hyperparameters, type(self).__name__)
         # Where it learns and acts (docs/gpu.md); "auto" weighs the size of a gradient step.
         self.placement = devices.placement(device, self.rows_per_gradient_step)
         backend.configure_threads()

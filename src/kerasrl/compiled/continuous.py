@@ -92,12 +92,7 @@ class CompiledOffPolicy(CompiledLoop):
             raise ValueError(f"CompiledOffPolicy runs {', '.join(map(repr, ALGORITHMS))}, not {algorithm!r}.")
         agent_class = registry.load(registry.ALGORITHMS[algorithm].agent)
         config_class = agent_class.config_class
-        if config is None:
-            config = config_class.from_dict(fields)
-        elif not isinstance(config, config_class):
-            raise TypeError(f"algorithm={algorithm!r} takes a {config_class.__name__}, got {type(config).__name__}.")
-        elif fields:
-            config = dataclasses.replace(config, **config_class.upgrade(fields))
+        config = config_class.resolve(config, fields, f"{type(self).__name__}(algorithm={algorithm!r})")
         reason = unsupported(config)
         if reason:
             raise ValueError(f"CompiledOffPolicy does not support {reason} yet; use kerasrl."

@@ -33,7 +33,6 @@ leaves) and the largest priority seen, and samples, weights and updates them as
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
@@ -89,10 +88,7 @@ class CompiledDQN(CompiledLoop):
         from kerasrl.networks import default_network
 
         devices.check(device)  # a wrong name fails before anything is built
-        if config is None:
-            config = DQNConfig.from_dict(fields)
-        elif fields:
-            config = dataclasses.replace(config, **DQNConfig.upgrade(fields))
+        config = DQNConfig.resolve(config, fields, type(self).__name__)
         ops_env = make_ops_env(env)
         space = ops_env.action_space
         if not hasattr(space, "n"):

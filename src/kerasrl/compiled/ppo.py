@@ -78,10 +78,7 @@ class CompiledPPO(CompiledLoop):
         from kerasrl.initializers import WeightDraws
 
         devices.check(device)  # a wrong name fails before anything is built
-        if config is None:
-            config = PPOConfig(**fields)
-        elif fields:
-            config = dataclasses.replace(config, **fields)
+        config = PPOConfig.resolve(config, fields, type(self).__name__)
         ops_env = make_ops_env(env)
         seeds = parse_seeds(seeds)
         params = ops_env.params(**(env_params or {}))

@@ -18,7 +18,6 @@ Not supported here (the agent runs them in the Python loop, saying so): envs wit
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
@@ -65,10 +64,7 @@ class CompiledSARSA(CompiledLoop):
         from kerasrl.networks import default_network
 
         devices.check(device)  # a wrong name fails before anything is built
-        if config is None:
-            config = SARSAConfig.from_dict(fields)
-        elif fields:
-            config = dataclasses.replace(config, **SARSAConfig.upgrade(fields))
+        config = SARSAConfig.resolve(config, fields, type(self).__name__)
         ops_env = make_ops_env(env)
         space = ops_env.action_space
         if not hasattr(space, "n"):

@@ -103,6 +103,19 @@ class CommonConfig:
         converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**converted)
 
+    @classmethod
+    def resolve(cls, config, changes: dict[str, Any], taker: str):
+        """The config `taker` (an agent or compiled loop, for the messages) runs: `config`, one of
+        this class, with `changes` applied, or one made from `changes` alone where `config` is
+        None. Old names are upgraded; a config of another class or an unknown name is refused here,
+        naming what is expected, rather than failing later on a missing attribute."""
+        if config is None:
+            return cls.from_dict(changes)
+        if not isinstance(config, cls):
+            raise TypeError(f"{taker} takes config=<a {cls.__name__}>, got a {type(config).__name__}; "
+                            f"make one with kerasrl.config.{cls.__name__}(...) or pass its fields as keywords.")
+        return cls.from_dict({**config.to_dict(), **cls.upgrade(changes)}) if changes else config
+
 
 def check_types(config) -> None:
     """Check every field of `config` against its annotation, before any range check: one
