@@ -196,3 +196,27 @@ def test_a_config_of_another_algorithm_or_an_unknown_change_is_refused_where_it_
     assert (changed.gamma, changed.learning_rate, changed.hidden_sizes) == (0.9, 5e-4, (8,))
     with pytest.warns(DeprecationWarning, match="n_step"):
         assert kerasrl.DQN("CartPole-v1", config=DQNConfig(), n_step=3, learning_starts=10).config.n_step_return == 3
+
+
+def test_step_counts_are_whole_numbers_refused_by_name_where_they_are_passed():
+    # Before: fit("1000") failed on "'<' not supported between instances of 'str' and 'int'", and
+    # fit(100.7) trained to 101 steps without a word. Integral floats (1e5) are taken as configs take them.
+    import kerasrl
+    from kerasrl.compiled import CompiledDQN
+
+    agent = kerasrl.DQN("CartPole-v1", learning_starts=10, target_update_interval=20)
+    for call, name in [(lambda value: agent.fit(value, progress=False), "total_steps"),
+                       (lambda value: agent.fit(200, stop_at=value, progress=False), "stop_at"),
+                       (lambda value: agent.fit(200, checkpoint_every=value, checkpoint_dir="unused",
+                                                progress=False), "checkpoint_every"),
+                       (lambda value: kerasrl.fit_seeds([agent], value, progress=False), "total_steps"),
+                       (lambda value: CompiledDQN("CartPole").fit(value), "total_steps")]:
+        for value in ("1000", 100.7):
+            with pytest.raises(TypeError, match=rf"{name} must be a whole number of env steps \(an int such as "
+                                                rf"100_000\), got {re.escape(repr(value))}"):
+                call(value)
+        with pytest.raises(ValueError, match=rf"{name} must be a positive number of env steps, got 0"):
+            call(0)
+    assert agent.num_timesteps == 0  # nothing ran
+    agent.fit(6e1, progress=False)
+    assert agent.num_timesteps == 60

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kerasrl import devices, registry
 from kerasrl.checkpoint import save_checkpoint
+from kerasrl.config.common import env_steps
 from kerasrl.files import checkpoint_path, prune_checkpoints
 from kerasrl.logger import History, RunLogger
 from kerasrl.runfiles import WriteError, hold_run_folders
@@ -58,18 +59,15 @@ class Fitting:
         this process learns; `engine` may also be a `kerasrl.distributed.RayEngine` with every
         option. See docs/scaling.md.
         """
+        total_steps = env_steps("total_steps", total_steps)
+        stop_at = total_steps if stop_at is None else min(env_steps("stop_at", stop_at), total_steps)
         if checkpoint_every is not None:
-            if checkpoint_every < 1:
-                raise ValueError(f"checkpoint_every must be a positive number of env steps, "
-                                 f"got {checkpoint_every}.")
+            checkpoint_every = env_steps("checkpoint_every", checkpoint_every)
             if checkpoint_dir is None:
                 if log_dir is None:
                     raise ValueError("checkpoint_every needs checkpoint_dir= (or log_dir=, "
                                      "whose checkpoints/ folder is used).")
                 checkpoint_dir = Path(log_dir) / "checkpoints"
-        if total_steps < 1:
-            raise ValueError(f"total_steps must be a positive number of env steps, got {total_steps}.")
-        stop_at = total_steps if stop_at is None else min(stop_at, total_steps)
         if self.num_timesteps >= stop_at:
             warnings.warn(
                 f"This agent has already taken {self.num_timesteps} env steps, so fit("

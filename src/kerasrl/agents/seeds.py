@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from kerasrl import registry
 from kerasrl.agents.base import Agent, with_current_weights
+from kerasrl.config.common import env_steps
 from kerasrl.logger import History, RunLogger
 
 
@@ -56,8 +57,7 @@ def fit_seeds(agents: Sequence[Agent], total_steps: int, *, progress: bool = Tru
     log_dirs = list(log_dirs) if log_dirs is not None else [None] * len(agents)
     if len(log_dirs) != len(agents):
         raise ValueError(f"fit_seeds: {len(log_dirs)} log_dirs for {len(agents)} agents.")
-    if total_steps < 1:
-        raise ValueError(f"total_steps must be a positive number of env steps, got {total_steps}.")
+    total_steps = env_steps("total_steps", total_steps)
     engine_class = registry.engine_class("compiled")
     reasons = [engine_class.why_not(agent) for agent in agents]
     if any(reasons):

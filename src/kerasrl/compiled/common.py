@@ -16,6 +16,7 @@ import numpy as np
 from kerasrl import backend, devices
 from kerasrl.compiled.chunks import loop_in_chunks, piece
 from kerasrl.compiled.seed_axis import owned, stack, stacked_tensors, tree_map, unstack
+from kerasrl.config.common import env_steps
 from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
 from kerasrl.seeding import seed_sequence_words
 
@@ -361,8 +362,7 @@ class CompiledLoop:
         steps; on PyTorch a call is a Python loop of traced chunks, kerasrl.compiled.chunks).
         Between calls, `callback(self, record)` may return False to stop. Returns the per-call records (also in `self.history`).
         """
-        if total_steps < 1:
-            raise ValueError(f"total_steps must be positive, got {total_steps}.")
+        total_steps = env_steps("total_steps", total_steps)
         per_round = self.steps_per_round
         n_rounds = math.ceil(total_steps / per_round)
         if rounds_per_call is None:
