@@ -1,5 +1,6 @@
 """The environment boundary: numpy out, the Gymnasium API checked, SAME_STEP vector envs."""
 
+import re
 import warnings
 
 import gymnasium as gym
@@ -197,6 +198,38 @@ def test_env_instance_is_handed_out_once_then_copied():
 def test_make_vec_env_bad_env_type(bad):
     with pytest.raises(TypeError, match="env must be"):
         make_vec_env(bad, 2)
+
+
+@pytest.mark.parametrize("env_id, said", [
+    ("NotAnEnv-v0", "Environment `NotAnEnv` doesn't exist."),
+    ("CartPol-v1", "Did you mean: `CartPole`?"),
+    ("kerasrl/OpsCartPol-v1", "Did you mean: `OpsCartPole`?"),
+])
+def test_an_unknown_env_id_is_refused_where_the_agent_is_made(env_id, said):
+    # Before: Gymnasium's own error from inside the agent (and a traceback on the command line).
+    import kerasrl
+
+    with pytest.raises(ValueError, match=rf"Unknown environment '{re.escape(env_id)}': .*{re.escape(said)} Pass a "
+                                         rf"registered Gymnasium id \(gymnasium.pprint_registry\(\) lists them"):
+        kerasrl.DQN(env_id)
+
+
+def test_ale_ids_work_as_gymnasium_names_them_and_say_what_to_install_without_ale_py():
+    # Gymnasium 1.x knows ALE/... only once ale_py is imported; kerasrl registers them on first use.
+    # In fresh processes: this one's tests may have registered them already.
+    import subprocess
+    import sys
+
+    made = subprocess.run([sys.executable, "-c", "import kerasrl\nfrom kerasrl.envs.vector import env_factory\n"
+                           "print(env_factory('ALE/Pong-v5')().observation_space.shape)"],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip().splitlines()[-1] == "(210, 160, 3)"
+    missing = subprocess.run([sys.executable, "-c", "import sys\nsys.modules['ale_py'] = None\nimport kerasrl\n"
+                              "kerasrl.PPO('ALE/Pong-v5')"], capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1
+    assert ("ValueError: 'ALE/Pong-v5' is an Atari game, and ale-py is not installed: pip install 'kerasrl[atari]'"
+            in missing.stderr)
 
 
 @pytest.mark.parametrize("n_envs", [0, -1])

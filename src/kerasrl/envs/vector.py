@@ -31,11 +31,42 @@ def describe(env: EnvSpec) -> str:
     return getattr(env, "__name__", repr(env))
 
 
+def check_env_id(env_id: str) -> None:
+    """Refuse an id Gymnasium does not know, where it is passed, naming it and what to pass
+    instead. ALE's own ids (ALE/Pong-v5) are registered here on first use where ale-py is
+    installed: Gymnasium 1.x registers them only once `ale_py` is imported."""
+    try:
+        gym.spec(env_id)
+        return
+    except gym.error.Error as error:
+        reason = error
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+        except ImportError:
+            raise ValueError(f"{env_id!r} is an Atari game, and ale-py is not installed: pip install 'kerasrl[atari]' "
+                             f"(it bundles the ROMs). kerasrl/<Game>-v5 (kerasrl/Pong-v5, ...) is the game with "
+                             f"the standard preprocessing (docs/atari.md).") from None
+        gym.register_envs(ale_py)
+        try:
+            gym.spec(env_id)
+            return
+        except gym.error.Error as error:
+            reason = error
+    raise ValueError(f"Unknown environment {env_id!r}: {reason} Pass a registered Gymnasium id "
+                     f"(gymnasium.pprint_registry() lists them; kerasrl's own start with kerasrl/, e.g. "
+                     f"kerasrl/OpsCartPole-v1, kerasrl/Pong-v5), a gymnasium.Env, or a function that returns one.") from None
+
+
 def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
     """A function that returns a new environment each call, wrapped for the numpy boundary (and a
     Dict or Tuple observation flattened there, see kerasrl.spaces)."""
     if isinstance(env, str):
-        make = lambda: gym.make(env)  # noqa: E731
+        check_env_id(env)
+
+        def make():  # registers ALE's ids in a worker process too (vectorization="subprocess")
+            check_env_id(env)
+            return gym.make(env)
     elif isinstance(env, gym.Env):
         instances = [env]
 
