@@ -5,6 +5,7 @@ same and on another backend: tests/test_resume_processes.py."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -238,6 +239,34 @@ def test_interrupted_write_keeps_the_previous_checkpoint(saved, tmp_path, monkey
         agent.save(target)
     assert read_manifest(target) == before
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary folder left
+
+
+def test_a_save_replaces_an_earlier_save_or_an_empty_folder_never_a_users_file_or_folder(saved, tmp_path):
+    # Before: agent.save(path) replaced whatever was at `path`: a user's file, or a folder of
+    # results and all in it. Checkpoints and policy folders share the rule (files.atomic_folder).
+    agent = kerasrl.DQN.load(saved)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in ("a.csv", "b.csv", "c.png", "d.png", "e.txt"):
+        (results / name).write_text(name)
+    for save in (agent.save, agent.policy.save):
+        with pytest.raises(CheckpointError, match=rf"Not saving the (checkpoint|policy) to {re.escape(str(notes))}: "
+                                                  r"it is a file, and the save would replace it. Save to a new path"):
+            save(notes)
+        with pytest.raises(CheckpointError, match=r"it is a folder that is not a kerasrl checkpoint or policy \(it "
+                                                  r"holds a.csv, b.csv, c.png, d.png and 1 more\)"):
+            save(results)
+    assert notes.read_text() == "mine" and sorted(p.name for p in results.iterdir()) == [
+        "a.csv", "b.csv", "c.png", "d.png", "e.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results"]  # no temporary folder left
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    agent.save(empty)  # an empty folder, then the save itself: replaced
+    agent.fit(total_steps=70, progress=False)
+    agent.save(empty)
+    assert kerasrl.DQN.load(empty).num_timesteps == 70
 
 
 def test_fit_writes_and_prunes_checkpoints(tmp_path):

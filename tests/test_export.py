@@ -175,6 +175,19 @@ def test_saved_model_works_or_says_what_works(tmp_path):
     else:
         path = policy.export(tmp_path / "sm", format="saved_model")
         assert compare_export(policy, path, "saved_model")["actions_differing"] == 0
+        policy.export(path, format="saved_model")  # an earlier SavedModel is replaced
+        # A folder of the user's is not (before: removed with all in it), nor a file.
+        results = tmp_path / "results"
+        results.mkdir()
+        (results / "scores.csv").write_text("1,2")
+        notes = tmp_path / "notes.txt"
+        notes.write_text("mine")
+        with pytest.raises(ExportError, match=r"Not exporting to .*results: it is a folder that is not a SavedModel "
+                                              r"\(it holds scores.csv\), and the export would replace it"):
+            policy.export(results, format="saved_model")
+        with pytest.raises(ExportError, match=r"notes.txt: it is a file"):
+            policy.export(notes, format="saved_model")
+        assert (results / "scores.csv").read_text() == "1,2" and notes.read_text() == "mine"
 
 
 def test_a_wrong_export_is_refused(tmp_path):

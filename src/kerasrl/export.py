@@ -92,6 +92,14 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
             "kerasrl.load_policy(path).export(..., format='saved_model') under "
             "KERAS_BACKEND=tensorflow. ONNX export works from PyTorch.")
     path = Path(path)
+    if format != "onnx":  # a folder, replaced as a whole: only an earlier SavedModel or an empty one
+        from kerasrl.files import not_replaceable
+
+        refusal = not_replaceable(path, "saved_model.pb", "a SavedModel")
+        if refusal:
+            raise ExportError(f"Not exporting to {path}: {refusal}, and the export would replace it. Export to a "
+                              f"new path (or to an earlier SavedModel, which it replaces), or remove {path} yourself "
+                              f"if it is yours to lose.")
     inputs = _check_inputs(policy, n_check, action_mask, seed=0)
     model = (policy.inference_model(include_values=include_values, action_mask=True)
              if action_mask else policy.inference_model(include_values=include_values))

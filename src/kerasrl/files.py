@@ -64,6 +64,11 @@ def atomic_folder(path, what: str = "folder"):
     `path`, and for a `ckpt-<step>` folder the newest complete checkpoint beside it.
     """
     path = Path(path)
+    refusal = not_replaceable(path, MANIFEST, "a kerasrl checkpoint or policy")
+    if refusal:
+        raise CheckpointError(f"Not saving the {what} to {path}: {refusal}, and the save would replace it. "
+                              f"Save to a new path (or to an earlier kerasrl save, which it replaces), or remove "
+                              f"{path} yourself if it is yours to lose.")
     checkpoints = run = None
     if CHECKPOINT_NAME.match(path.name):  # a failed checkpoint of a run: resume from its newest sibling
         checkpoints = path.parent
@@ -87,6 +92,22 @@ def atomic_folder(path, what: str = "folder"):
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def not_replaceable(path, marker: str, kind: str) -> str | None:
+    """What `path` is, where a folder written there must not replace it, or None: only an earlier
+    folder of the same kind (`kind`, holding the file `marker`) or an empty folder is replaced,
+    never a user's file or folder (`agent.save("~/results")` would otherwise delete all in it)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "it is a file"
+    names = sorted(entry.name for entry in path.iterdir())
+    if not names or marker in names:
+        return None
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"it is a folder that is not {kind} (it holds {shown})"
 
 
 def write_json(path: Path, value) -> None:
