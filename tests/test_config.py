@@ -217,6 +217,18 @@ def test_step_counts_are_whole_numbers_refused_by_name_where_they_are_passed():
                 call(value)
         with pytest.raises(ValueError, match=rf"{name} must be a positive number of env steps, got 0"):
             call(0)
+    for call, name, unit in [(lambda value: agent.fit(200, log_interval=value, progress=False), "log_interval",
+                              "env steps"),
+                             (lambda value: agent.fit(200, keep_last=value, checkpoint_every=50, checkpoint_dir="unused",
+                                                      progress=False), "keep_last", r"checkpoints \(None keeps all\)"),
+                             (lambda value: agent.evaluate(episodes=value), "episodes", "episodes")]:
+        with pytest.raises(TypeError, match=rf"{name} must be a whole number of {unit} \(an int such as"):
+            call(2.5)
+        with pytest.raises(ValueError, match=rf"{name} must be a positive number of {unit}, got 0"):
+            call(0)  # log_interval=0 meant the default, keep_last=0 kept every checkpoint
+    with pytest.raises(TypeError, match=r"callback must be a function callback\(agent, history\) that returns False "
+                                        r"to stop, got 5 \(int\)"):
+        agent.fit(200, callback=5, progress=False)  # was "'int' object is not callable" after the first episode
     assert agent.num_timesteps == 0  # nothing ran
     agent.fit(6e1, progress=False)
     assert agent.num_timesteps == 60

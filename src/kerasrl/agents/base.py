@@ -29,6 +29,7 @@ from kerasrl.agents.state_arrays import (  # noqa: F401  (kept importable from h
 )
 from kerasrl.checkpoint import load_checkpoint, save_checkpoint
 from kerasrl.config import CommonConfig
+from kerasrl.config.common import positive_count
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, episode_extras, final_observations, make_vec_env
 from kerasrl.files import find_checkpoint
@@ -279,8 +280,7 @@ class Agent(Fitting):
         Returns mean_return, std_return, min_return, max_return, mean_length, episodes, and the
         mean of any numeric per-episode figure the env reports at the end (e.g. mean_fruits_eaten).
         """
-        if episodes < 1:
-            raise ValueError(f"episodes must be at least 1, got {episodes}.")
+        episodes = positive_count("episodes", episodes, "episodes", 20)
         n = min(episodes, n_envs or 10)
         spec = self.env_spec if env is None else env
         factory = self._make_env if env is None else None

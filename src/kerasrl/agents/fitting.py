@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kerasrl import devices, registry
 from kerasrl.checkpoint import save_checkpoint
-from kerasrl.config.common import env_steps
+from kerasrl.config.common import env_steps, positive_count
 from kerasrl.files import checkpoint_path, prune_checkpoints
 from kerasrl.logger import History, RunLogger
 from kerasrl.runfiles import WriteError, hold_run_folders
@@ -61,6 +61,13 @@ class Fitting:
         """
         total_steps = env_steps("total_steps", total_steps)
         stop_at = total_steps if stop_at is None else min(env_steps("stop_at", stop_at), total_steps)
+        if log_interval is not None:
+            log_interval = env_steps("log_interval", log_interval)
+        if keep_last is not None:
+            keep_last = positive_count("keep_last", keep_last, "checkpoints (None keeps all)", 5)
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be a function callback(agent, history) that returns False to stop, "
+                            f"got {callback!r} ({type(callback).__name__}).")
         if checkpoint_every is not None:
             checkpoint_every = env_steps("checkpoint_every", checkpoint_every)
             if checkpoint_dir is None:

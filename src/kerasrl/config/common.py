@@ -194,17 +194,22 @@ def _describe_type(annotation) -> str:
             type(None): "None"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
-def env_steps(name: str, value) -> int:
-    """`value` as a positive whole number of env steps (`fit(total_steps)`, `stop_at`, ...): an
-    int, a numpy int or an integral float such as 1e5, as the configs take them. A string, a
-    fraction or a step count below 1 is refused naming `name`, where the call is made."""
-    ok, steps = _as_type(value, int)
+def positive_count(name: str, value, unit: str, example: int = 10) -> int:
+    """`value` as a positive whole number of `unit` (env steps, episodes, checkpoints): an int, a
+    numpy int or an integral float such as 1e5, as the configs take them. A string, a fraction
+    or a count below 1 is refused naming `name`, where the call is made."""
+    ok, count = _as_type(value, int)
     if not ok:
-        raise TypeError(f"{name} must be a whole number of env steps (an int such as 100_000), got {value!r} "
+        raise TypeError(f"{name} must be a whole number of {unit} (an int such as {example:_}), got {value!r} "
                         f"({type(value).__name__}).")
-    if steps < 1:
-        raise ValueError(f"{name} must be a positive number of env steps, got {value!r}.")
-    return steps
+    if count < 1:
+        raise ValueError(f"{name} must be a positive number of {unit}, got {value!r}.")
+    return count
+
+
+def env_steps(name: str, value) -> int:
+    """`value` as a positive whole number of env steps (`fit(total_steps)`, `stop_at`, ...)."""
+    return positive_count(name, value, "env steps", 100_000)
 
 
 def check(ok: bool, name: str, value, expected: str) -> None:
