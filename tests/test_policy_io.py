@@ -136,6 +136,25 @@ def test_load_policy_from_a_checkpoint_and_a_run_folder(tmp_path):
         assert policy(obs[0]).shape == ()
 
 
+def test_a_policy_folder_given_to_agent_load_and_an_env_of_other_spaces_given_to_evaluate_are_named(tmp_path):
+    # Before: "manifest.json is not a kerasrl manifest of format kerasrl-checkpoint", and Keras's
+    # "Input 0 ... is incompatible with the layer" from inside evaluate.
+    from kerasrl.files import CheckpointError
+
+    agent = kerasrl.PPO("CartPole-v1", seed=0, n_steps=16, batch_size=16)
+    agent.policy.save(tmp_path / "policy")
+    with pytest.raises(CheckpointError, match=r"policy is a policy folder \(the policy alone, without its training "
+                                              r"state\): load it with kerasrl.load_policy\(path\)"):
+        kerasrl.PPO.load(tmp_path / "policy")
+    with pytest.raises(ValueError, match=r"evaluate\(env='Acrobot-v1'\): its observation and action spaces are "
+                                         r"Box\(.*\(6,\), float32\) and Discrete\(3\), the agent's \(CartPole-v1\) "
+                                         r"Box\(.*\(4,\), float32\) and Discrete\(2\)"):
+        agent.evaluate(episodes=1, env="Acrobot-v1")
+    with pytest.raises(ValueError, match="n_envs must be a positive number of envs, got 0"):
+        agent.evaluate(episodes=1, n_envs=0)  # was taken as the default
+    assert agent.evaluate(episodes=2, env="CartPole-v1", n_envs=1)["episodes"] == 2  # an env alike is taken
+
+
 @pytest.mark.backend
 def test_ppo_checkpoint_and_policy_round_trip(tmp_path):
     agent = kerasrl.PPO("CartPole-v1", seed=0, n_steps=32, batch_size=16, n_epochs=1,

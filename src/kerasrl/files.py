@@ -144,6 +144,10 @@ def read_manifest(folder, formats=(CHECKPOINT_FORMAT, POLICY_FORMAT)) -> dict[st
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path} is damaged (not valid JSON: {error}).") from None
+    if isinstance(manifest, dict) and manifest.get("format") == POLICY_FORMAT and formats == (CHECKPOINT_FORMAT,):
+        raise CheckpointError(f"{folder} is a policy folder (the policy alone, without its training state): load it "
+                              f"with kerasrl.load_policy(path). Loading an agent to train on takes a checkpoint "
+                              f"(agent.save(path), or fit(checkpoint_every=...)).")
     if not isinstance(manifest, dict) or manifest.get("format") not in formats:
         raise CheckpointError(f"{path} is not a kerasrl manifest of format "
                               f"{' or '.join(formats)} (format: {manifest.get('format')!r}).")

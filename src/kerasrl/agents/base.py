@@ -273,6 +273,19 @@ class Agent(Fitting):
         `sync_model()`: current after `fit`, in callbacks and after `load`)."""
         raise NotImplementedError
 
+    def _check_same_spaces(self, envs, where: str) -> None:
+        """Refuse (closing `envs`) an env whose observations or actions are not of the shapes the
+        agent's networks take, naming both, before a network meets them."""
+        def shape(space):
+            return type(space).__name__, getattr(space, "shape", None), getattr(space, "n", None)
+
+        ours = (self.env.single_observation_space, self.env.single_action_space)
+        theirs = (envs.single_observation_space, envs.single_action_space)
+        if [shape(space) for space in ours] != [shape(space) for space in theirs]:
+            envs.close()
+            raise ValueError(f"{where}: its observation and action spaces are {theirs[0]} and {theirs[1]}, the "
+                             f"agent's ({self.env_name}) {ours[0]} and {ours[1]}; give an env of the agent's spaces.")
+
     def evaluate(self, episodes: int = 20, *, env=None, deterministic: bool = True,
                  seed: int | None = None, n_envs: int | None = None) -> dict[str, float]:
         """Run `episodes` whole episodes with the current policy on fresh environments.
@@ -281,10 +294,12 @@ class Agent(Fitting):
         mean of any numeric per-episode figure the env reports at the end (e.g. mean_fruits_eaten).
         """
         episodes = positive_count("episodes", episodes, "episodes", 20)
-        n = min(episodes, n_envs or 10)
+        n = min(episodes, 10 if n_envs is None else positive_count("n_envs", n_envs, "envs", 10))
         spec = self.env_spec if env is None else env
         factory = self._make_env if env is None else None
         envs = make_vec_env(spec, n, factory=factory)
+        if env is not None:
+            self._check_same_spaces(envs, f"evaluate(env={describe(env)!r})")
         # Spread the episodes over the envs so that short episodes do not crowd out long ones.
         targets = np.array([(episodes + i) // n for i in range(n)])
         counts = np.zeros(n, dtype=np.int64)
