@@ -107,6 +107,7 @@ def cmd_train(args) -> int:
         eval_kwargs = {"max_steps_without_fruit": SNAKE_EVAL_STEPS_WITHOUT_FRUIT}
     if steps < 1:
         raise ValueError(f"--steps must be a positive number of env steps, got {steps}.")
+    _check_counts(args)  # before the run folder is made
     hyperparameters.update(dict(args.set or []))
     if args.seed is not None:
         hyperparameters["seed"] = args.seed
@@ -226,6 +227,14 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
           f"Trained in {train_time:.1f} s ({summary['steps_per_s']:.0f} steps/s in all). Plot them: "
           f"kerasrl plot {out}/seed-* -o curve.png")
     return 0
+
+
+def _check_counts(args) -> None:
+    """The command's counts, refused by their flag names before anything is written."""
+    for flag, value in (("--checkpoint-every", args.checkpoint_every), ("--keep-last", args.keep_last),
+                        ("--eval-episodes", getattr(args, "eval_episodes", None))):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}.")
 
 
 def save_final_checkpoint(agent, out: Path, keep_last: int | None) -> Path:
