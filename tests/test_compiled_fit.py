@@ -156,6 +156,25 @@ def test_seeds_trained_together_are_each_the_run_of_its_own_fit(tmp_path):
                                                                                               batch_size=8))], 100)
 
 
+def test_fit_seeds_refuses_what_is_not_one_configuration_of_agents_naming_it():
+    # Each refusal before any step; the algorithm is checked before the seeds (two agents of other
+    # algorithms both at seed 0 were told "the seeds must differ"), and a non-agent is named
+    # (was "'int' object has no attribute 'config'").
+    dqn = kerasrl.DQN(OPS_CARTPOLE, **TINY)
+    refusals = [
+        ([], ValueError, "fit_seeds needs at least one agent."),
+        ([dqn, 2], TypeError, r"fit_seeds takes kerasrl agents \(e.g. \[kerasrl.PPO\(env, seed=s\) for s in "
+                              r"range\(8\)\]\); item 1 is 2 \(int\)."),
+        ([dqn, kerasrl.PPO(OPS_CARTPOLE, seed=TINY["seed"])], ValueError,
+         "agent 1 is a PPO on kerasrl/OpsCartPole-v1, agent 0 a DQN on kerasrl/OpsCartPole-v1; train one"),
+        ([dqn, kerasrl.DQN(OPS_CARTPOLE, **TINY)], ValueError, r"the agents' seeds must differ, got \[(\d+), \1\]"),
+    ]
+    for agents, error, message in refusals:
+        with pytest.raises(error, match=message):
+            kerasrl.fit_seeds(agents, 100, progress=False)
+    assert dqn.num_timesteps == 0
+
+
 ZOO_PPO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=10, ent_coef=0.0,
                learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear")
 

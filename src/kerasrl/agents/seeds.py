@@ -24,15 +24,20 @@ def check_seeds(agents: Sequence[Agent]) -> None:
     """Raise unless `agents` are one configuration at one step, with distinct seeds."""
     if not agents:
         raise ValueError("fit_seeds needs at least one agent.")
+    for i, agent in enumerate(agents):
+        if not isinstance(agent, Agent):
+            raise TypeError(f"fit_seeds takes kerasrl agents (e.g. [kerasrl.PPO(env, seed=s) for s in range(8)]); "
+                            f"item {i} is {agent!r} ({type(agent).__name__}).")
     first = agents[0]
+    for i, agent in enumerate(agents[1:], 1):
+        if type(agent) is not type(first) or agent.env_name != first.env_name:
+            raise ValueError(f"fit_seeds: agent {i} is a {type(agent).__name__} on {agent.env_name}, agent 0 a "
+                             f"{type(first).__name__} on {first.env_name}; train one configuration at a time.")
     reference = {**first.config.to_dict(), "seed": None}
     seeds = [agent.config.seed for agent in agents]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"fit_seeds: the agents' seeds must differ, got {seeds}.")
     for i, agent in enumerate(agents[1:], 1):
-        if type(agent) is not type(first) or agent.env_name != first.env_name:
-            raise ValueError(f"fit_seeds: agent {i} is a {type(agent).__name__} on {agent.env_name}, agent 0 a "
-                             f"{type(first).__name__} on {first.env_name}; train one configuration at a time.")
         differ = sorted(k for k, v in {**agent.config.to_dict(), "seed": None}.items() if reference.get(k) != v)
         if differ:
             raise ValueError(f"fit_seeds: agent {i}'s config differs from agent 0's in {differ} (only the seed may "
