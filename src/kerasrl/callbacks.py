@@ -13,6 +13,7 @@ returns of the last `window` episodes that exist: before `window` episodes have 
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 
 from kerasrl import backend
@@ -79,6 +80,9 @@ class StopAtMeanReturn:
     """
 
     def __init__(self, threshold: float, window: int = 100):
+        if isinstance(threshold, (bool, str)) or not isinstance(threshold, numbers.Real):
+            raise TypeError(f"StopAtMeanReturn: threshold must be a number (a mean return, e.g. 475.0), got "
+                            f"{threshold!r} ({type(threshold).__name__}).")
         if window < 1:
             raise ValueError(f"StopAtMeanReturn: window must be at least 1 episode, got {window}.")
         self.threshold = float(threshold)

@@ -103,6 +103,8 @@ def test_save_best_waits_for_a_full_window_then_saves_on_improvement(tmp_path):
     assert len(agent.saved) == 2 and save.best == pytest.approx(400 / 3) and save.best_step == 7
     with pytest.raises(ValueError, match="window must be at least 1"):
         SaveBest(tmp_path / "best", window=0)
+    with pytest.raises(TypeError, match=r"threshold must be a number \(a mean return, e.g. 475.0\), got '475' \(str\)"):
+        StopAtMeanReturn("475")  # was float()'s "could not convert string to float"
 
 
 def test_stop_at_mean_return_and_callback_list(tmp_path):
