@@ -437,7 +437,8 @@ def test_a_command_refused_before_writing_leaves_no_folder(tmp_path, capsys):
                  "--no-progress"]) == 2
     assert "learning_rat" in capsys.readouterr().err
     assert sorted(tmp_path.iterdir()) == []
-    for flag in ("--checkpoint-every", "--keep-last", "--eval-episodes"):  # before: after training, or a folder left
+    for flag, unit in (("--checkpoint-every", "env steps"), ("--keep-last", "checkpoints"),
+                       ("--eval-episodes", "episodes")):  # before: after training, or a folder left
         assert main(["train", "dqn", "--out", str(tmp_path / "new"), "--steps", "100", flag, "0", "--no-progress"]) == 2
-        assert f"kerasrl: error: {flag} must be at least 1, got 0." in capsys.readouterr().err
+        assert f"kerasrl: error: {flag} must be a positive number of {unit}, got 0." in capsys.readouterr().err
         assert sorted(tmp_path.iterdir()) == []

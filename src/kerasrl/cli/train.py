@@ -231,10 +231,13 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
 
 def _check_counts(args) -> None:
     """The command's counts, refused by their flag names before anything is written."""
-    for flag, value in (("--checkpoint-every", args.checkpoint_every), ("--keep-last", args.keep_last),
-                        ("--eval-episodes", getattr(args, "eval_episodes", None))):
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} must be at least 1, got {value}.")
+    from kerasrl.config.common import positive_count
+
+    for flag, value, unit in (("--checkpoint-every", args.checkpoint_every, "env steps"),
+                              ("--keep-last", args.keep_last, "checkpoints"),
+                              ("--eval-episodes", getattr(args, "eval_episodes", None), "episodes")):
+        if value is not None:
+            positive_count(flag, value, unit)
 
 
 def save_final_checkpoint(agent, out: Path, keep_last: int | None) -> Path:

@@ -44,12 +44,10 @@ from kerasrl.compiled.common import (
     episode_update,
     log_episodes,
     many_seed_streams,
-    parse_seeds,
     placed,
     random_ints,
     reset_many,
     seed_streams,
-    template_device,
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
@@ -58,13 +56,13 @@ from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
     behaviour_actions,
     prioritized_sample,
+    q_network_parts,
     round_in_parts,
     sync_tau_and_learning_rate,
     updated_priorities,
 )
 from kerasrl.exploration import exploration_rate
 from kerasrl.config import DQNConfig
-from kerasrl.envs.ops.gym import make_ops_env
 from kerasrl.schedules import linear_schedule
 
 
@@ -83,31 +81,13 @@ class CompiledDQN(CompiledLoop):
     def __init__(self, env="CartPole", config: DQNConfig | None = None, *, seeds=0,
                  env_params: dict | None = None, model=None, device: str = "auto", **fields):
         from kerasrl.agents.dqn import dqn_learner
-        from kerasrl.initializers import WeightDraws
-        from kerasrl.models import build_model, dueling_q_network
-        from kerasrl.networks import default_network
 
         devices.check(device)  # a wrong name fails before anything is built
         config = DQNConfig.resolve(config, fields, type(self).__name__)
-        ops_env = make_ops_env(env)
-        space = ops_env.action_space
-        if not hasattr(space, "n"):
-            raise ValueError(f"CompiledDQN needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
-        obs_space = ops_env.observation_space
-        seeds = parse_seeds(seeds)
-        with devices.placement(template_device(device)).scope():  # the model and learner: templates
-            if config.dueling:
-                model = dueling_q_network(model, obs_space, space, config.hidden_sizes)
-            model = build_model(model, obs_space, int(space.n), action_space=space,
-                                default=lambda: default_network(obs_space, int(space.n), config.hidden_sizes),
-                                role="Q-network", seed=seeds[0])
-            learner = dqn_learner(model, config)
+        ops_env, seeds, learner, weights = q_network_parts(
+            type(self).__name__, env, config, seeds, model, device, lambda q: dqn_learner(q, config))
         self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, learner)
-        # Every seed's weights drawn with numpy alone (the model is not touched per seed).
-        draws = WeightDraws(model)
-        self._start(self._initial_states(
-            draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
-            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")), device)
+        self._start(self._initial_states(*weights), device)
 
     def _configure(self, env, env_params, config: DQNConfig, seeds: list[int], learner) -> None:
         check_ops_env(env, env_params, config.n_envs)

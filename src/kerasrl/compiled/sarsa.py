@@ -30,19 +30,21 @@ from kerasrl.compiled.common import (
     episode_update,
     log_episodes,
     many_seed_streams,
-    parse_seeds,
     placed,
     random_ints,
     reset_many,
     seed_streams,
-    template_device,
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
 from kerasrl.compiled.evaluation import greedy_returns
-from kerasrl.compiled.value_learning import behaviour_actions, round_in_parts, sync_tau_and_learning_rate
+from kerasrl.compiled.value_learning import (
+    behaviour_actions,
+    q_network_parts,
+    round_in_parts,
+    sync_tau_and_learning_rate,
+)
 from kerasrl.config import SARSAConfig
-from kerasrl.envs.ops.gym import make_ops_env
 
 
 class CompiledSARSA(CompiledLoop):
@@ -59,27 +61,14 @@ class CompiledSARSA(CompiledLoop):
                  env_params: dict | None = None, model=None, device: str = "auto", **fields):
         from kerasrl.agents.sarsa import sarsa_target_fn
         from kerasrl.agents.dqn import q_learner_for
-        from kerasrl.initializers import WeightDraws
-        from kerasrl.models import build_model
-        from kerasrl.networks import default_network
 
         devices.check(device)  # a wrong name fails before anything is built
         config = SARSAConfig.resolve(config, fields, type(self).__name__)
-        ops_env = make_ops_env(env)
-        space = ops_env.action_space
-        if not hasattr(space, "n"):
-            raise ValueError(f"CompiledSARSA needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
-        obs_space, n_actions, seeds = ops_env.observation_space, int(space.n), parse_seeds(seeds)
-        with devices.placement(template_device(device)).scope():  # the model and learner: templates
-            model = build_model(model, obs_space, n_actions, action_space=space,
-                                default=lambda: default_network(obs_space, n_actions, config.hidden_sizes),
-                                role="Q-network", seed=seeds[0])
-            learner = q_learner_for(model, config, *sarsa_target_fn(config))
+        ops_env, seeds, learner, weights = q_network_parts(
+            type(self).__name__, env, config, seeds, model, device,
+            lambda q: q_learner_for(q, config, *sarsa_target_fn(config)))
         self._configure(ops_env, ops_env.params(**(env_params or {})), config, seeds, learner)
-        draws = WeightDraws(model)
-        self._start(self._initial_states(
-            draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
-            draws.seeded_many(model.non_trainable_variables, seeds, "Q-network")), device)
+        self._start(self._initial_states(*weights), device)
 
     def _configure(self, env, env_params, config: SARSAConfig, seeds: list[int], learner) -> None:
         check_ops_env(env, env_params, config.n_envs)

@@ -108,3 +108,35 @@ def sync_tau_and_learning_rate(config, pending_syncs, timesteps, total_steps):
         learning_rate = config.learning_rate * linear_schedule(
             1.0, 0.0, ops.cast(timesteps, "float32") / total_steps)
     return tau, learning_rate
+
+
+def q_network_parts(loop_name: str, env, config, seeds, model, device: str, make_learner):
+    """What a value loop (CompiledDQN, CompiledSARSA) builds before its own state, alike for both:
+    its ops env (discrete actions, else refused naming the loop), the seeds, the Q-network (a
+    user's `model`, or the default network; dueling where `config.dueling`) and its learner,
+    `make_learner(model)`, made on the template device, and every seed's starting weights drawn
+    with numpy alone (the model is not touched per seed). Returns (ops env, seeds, learner,
+    (trainable weights, non-trainable weights) per seed)."""
+    from kerasrl import devices
+    from kerasrl.compiled.common import parse_seeds, template_device
+    from kerasrl.envs.ops.gym import make_ops_env
+    from kerasrl.initializers import WeightDraws
+    from kerasrl.models import build_model, dueling_q_network
+    from kerasrl.networks import default_network
+
+    ops_env = make_ops_env(env)
+    space = ops_env.action_space
+    if not hasattr(space, "n"):
+        raise ValueError(f"{loop_name} needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
+    obs_space, n_actions, seeds = ops_env.observation_space, int(space.n), parse_seeds(seeds)
+    with devices.placement(template_device(device)).scope():  # the model and learner: templates
+        if getattr(config, "dueling", False):
+            model = dueling_q_network(model, obs_space, space, config.hidden_sizes)
+        model = build_model(model, obs_space, n_actions, action_space=space,
+                            default=lambda: default_network(obs_space, n_actions, config.hidden_sizes),
+                            role="Q-network", seed=seeds[0])
+        learner = make_learner(model)
+    draws = WeightDraws(model)
+    weights = (draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
+               draws.seeded_many(model.non_trainable_variables, seeds, "Q-network"))
+    return ops_env, seeds, learner, weights
