@@ -91,9 +91,24 @@ def test_masks_from_vector_env_info_and_final_info():
     assert masks_from_info({}, 2, 3, "x") is None
 
 
+def test_env_masks_of_other_values_refused_as_the_env_reports_them():
+    """An env's info["action_mask"] of scores, stacked or one array per env, is refused at the step."""
+    stacked = {"action_mask": np.array([[1.0, 0.3, 0.0], [1.0, 1.0, 1.0]])}
+    with pytest.raises(ActionMaskError, match=r"env step 7: the action mask holds 0\.3"):
+        masks_from_info(stacked, 2, 3, "env step 7")
+    ragged = np.empty(2, dtype=object)
+    ragged[0], ragged[1] = np.array([1, 1, 1]), np.array([0, -1, 1])
+    with pytest.raises(ActionMaskError, match=r"env step 8: the action mask holds -1"):
+        masks_from_info({"action_mask": ragged}, 2, 3, "env step 8")
+
+
 @pytest.mark.parametrize("masks, message", [
     (np.ones((2, 3)), r"env step 12: the action mask has shape \(2, 3\); expected \(2, 4\)"),
     (np.array([[1, 0, 0, 0], [0, 0, 0, 0]]), r"env step 12: the action mask of row 1 allows no"),
+    # A probability is not a flag: 0.5 was read as "allowed".
+    (np.array([[1, 0.5, 0, 0], [1, 1, 1, 1]]), r"env step 12: the action mask holds 0\.5; its flags must be 0 or 1"),
+    (np.array([[1, 2, 0, 0], [1, 1, 1, 1]]), r"the action mask holds 2;"),
+    (np.array([["a"] * 4] * 2), r"must hold 0/1 or booleans, not <U1"),
 ])
 def test_bad_masks_name_the_step(masks, message):
     with pytest.raises(ActionMaskError, match=message):

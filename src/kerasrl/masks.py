@@ -36,11 +36,7 @@ def check_masks(masks, n_rows: int, n_actions: int, where: str,
         raise ActionMaskError(
             f"{where}: the action mask has shape {masks.shape}; expected ({n_rows}, {n_actions}) "
             f"(one row of {n_actions} flags, 1 = allowed, per observation).")
-    if masks.dtype != np.bool_:
-        if not (np.issubdtype(masks.dtype, np.integer) or np.issubdtype(masks.dtype, np.floating)):
-            raise ActionMaskError(f"{where}: the action mask must hold 0/1 or booleans, not "
-                                  f"{masks.dtype}.")
-        masks = masks != 0
+    masks = mask_flags(masks, where)
     empty = np.flatnonzero(~masks.any(axis=-1))
     if len(empty):
         raise ActionMaskError(
@@ -60,6 +56,23 @@ def check_masks(masks, n_rows: int, n_actions: int, where: str,
     return masks
 
 
+def mask_flags(values, where: str) -> np.ndarray:
+    """`values` (bool, or 0/1 of any int or float dtype) as bool flags; any other value refused
+    naming `where`: a 0.5 or a score is not read as "allowed"."""
+    values = np.asarray(values)
+    if values.dtype == np.bool_:
+        return values
+    if not (np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)):
+        raise ActionMaskError(f"{where}: the action mask must hold 0/1 or booleans, not {values.dtype}.")
+    flags = (values == 0) | (values == 1)
+    if not flags.all():
+        raise ActionMaskError(
+            f"{where}: the action mask holds {values[~flags].flat[0].item()!r}; its flags must be 0 or 1 "
+            f"(1 = allowed) or booleans. A probability or score is not a mask: threshold it "
+            f"(e.g. scores > 0).")
+    return values != 0
+
+
 def _stacked(info: dict, key: str, n_envs: int, n_actions: int, where: str):
     """info[key] as an (n_envs, n_actions) array with its `_key` flags, or None when absent."""
     if not isinstance(info, dict) or key not in info:
@@ -73,14 +86,14 @@ def _stacked(info: dict, key: str, n_envs: int, n_actions: int, where: str):
             if row.shape != (n_actions,):
                 raise ActionMaskError(f"{where}: env {i}'s info['{MASK_KEY}'] has shape "
                                       f"{row.shape}; expected ({n_actions},).")
-            rows[i] = row != 0
+            rows[i] = mask_flags(row, where)
         return rows
     values = np.asarray(values)
     if values.shape != (n_envs, n_actions):
         raise ActionMaskError(
             f"{where}: info['{MASK_KEY}'] has shape {values.shape[1:] or values.shape} per env; "
             f"expected ({n_actions},) for the {n_actions} actions of the env's Discrete space.")
-    rows = values != 0
+    rows = mask_flags(values, where)
     rows[~present] = True  # an env that did not report a mask allows everything
     return rows
 
