@@ -202,6 +202,18 @@ def test_predict_and_policy_share_the_learned_weights():
                                rtol=1e-5, atol=1e-6)
 
 
+def test_predict_refuses_observations_that_are_not_finite():
+    """A NaN observation got action 0 (the argmax of NaN values) without a word."""
+    agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
+    obs = np.eye(4, dtype=np.float32)
+    obs[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"Observation 2 holds nan at \(1,\): a policy acts on finite"):
+        agent.predict(obs)
+    with pytest.raises(ValueError, match=r"Observation 0 holds inf at \(3,\)"):
+        agent.policy(np.array([0, 0, 0, np.inf], np.float32))  # one observation: row 0
+    np.testing.assert_array_equal(agent.predict(np.eye(4, dtype=np.float32)).shape, (4,))
+
+
 def test_fit_counts_the_whole_run_and_pauses_with_stop_at():
     agent = kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, **FAST)
     agent.fit(1000, stop_at=400, progress=False)

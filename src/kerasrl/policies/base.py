@@ -113,6 +113,13 @@ class Policy:
                 f"Expected observations of shape {tuple(self.observation_space.shape)} or a batch "
                 f"(B, {', '.join(map(str, self.observation_space.shape))}), got {obs.shape}."
             )
+        finite = np.isfinite(obs)
+        if not finite.all():  # else an action chosen from NaN values (argmax: always action 0)
+            row, *where = np.argwhere(~finite)[0]
+            raise ValueError(
+                f"Observation {row} holds {obs[(row, *where)].item()} at {tuple(int(i) for i in where)}: "
+                f"a policy acts on finite observations. Find where the env divides by zero or "
+                f"overflows (kerasrl.check_env(env) helps), or clip the observations in a wrapper.")
         return obs, single
 
     @staticmethod
