@@ -350,8 +350,15 @@ def configure_threads() -> None:
 
 
 def fori_loop(lower, upper, body, init, unroll=1):
-    """`body(i, carry)` from lower to upper (a tf.while_loop; `unroll` is a hint XLA ignores)."""
+    """`body(i, carry)` from lower to upper (a tf.while_loop; `unroll` is a hint XLA ignores).
+
+    Bounds known when tracing set the loop's maximum_iterations: XLA differentiates a while loop
+    only with it (its gradient keeps every iteration's values in a list of fixed size)."""
     del unroll
+    if isinstance(lower, int) and isinstance(upper, int):
+        _, carry = tf.while_loop(lambda i, _: i < upper, lambda i, carry: (i + 1, body(i, carry)),
+                                 (tf.constant(lower), init), maximum_iterations=max(upper - lower, 0))
+        return carry
     return keras.ops.fori_loop(lower, upper, body, init)
 
 
