@@ -262,9 +262,6 @@ SLOW_DOCUMENTS = {
     "docs/atari.md": "builds Nature-CNN agents on Atari frames and trains them (about 50 s); the "
                      "fast tier checks the env and the frame buffer (tests/envs/test_atari.py, "
                      "tests/buffers/test_frame_stack.py)",
-    "docs/recurrent.md": "compiles unrolled LSTM sequence replays for a preset run and an example "
-                         "(about 140 s); the fast tier checks the replay, the state resets and the "
-                         "exports (tests/agents/test_recurrent_ppo.py)",
 }
 
 

@@ -20,8 +20,8 @@ from kerasrl.policies import episode_actor
 pytestmark = pytest.mark.backend
 
 ENV = "kerasrl/CartPoleNoVel-v1"
-# 16-step sequences: the update unrolls them, and compiling that is most of this file's time
-# (32 steps: about a quarter longer).
+# 16-step sequences (the update replays them in a rolled loop on JAX and TensorFlow, unrolled
+# on PyTorch, where loops are Python).
 TINY = dict(n_envs=4, n_steps=16, batch_size=32, n_epochs=2, recurrent_units=8,
             hidden_sizes=(16,), learning_rate=1e-3, ortho_init=False)
 
@@ -76,6 +76,44 @@ def test_replayed_sequences_give_the_rollouts_log_probs_and_values(trained):
     # Without zeroing the state at episode starts the replay is wrong after the first restart.
     ignored, rollout = replays[-1]["starts_ignored"][1], replays[-1]["rollout"][1]
     assert np.max(np.abs(ignored - rollout)) > 1e-3
+
+
+def test_the_replay_traces_one_model_step_for_any_length_where_loops_compile(trained):
+    """The update's replay of T steps is one traced step in a loop where loops compile (JAX,
+    TensorFlow): T unrolled steps made XLA's compilation superlinear in T (SB3-contrib's default
+    n_steps=128 with 256-unit LSTMs never finished compiling). Where loops are Python (PyTorch)
+    a trace records every step."""
+    agent, _ = trained
+    params, non_trainable = agent.learner.acting_weights()
+    traced = []
+    step = agent._step
+
+    def counted(*args):
+        traced.append(1)
+        return step(*args)
+
+    agent._step = counted
+    try:
+        for n_steps in (4, 24):
+            rng = np.random.default_rng(n_steps)
+            batch = backend.to_tensors({
+                "observations": rng.normal(size=(3, n_steps, 2)).astype(np.float32),
+                "episode_starts": (rng.random((3, n_steps)) < 0.2).astype(np.float32),
+                "states": [np.zeros((3, size), np.float32) for size in agent.state_sizes]})
+            del traced[:]
+            replay = backend.compile(lambda p, n, b: agent._batch_outputs(p, n, b)[:2])
+            policy, values = backend.to_numpy(replay(params, non_trainable, batch))
+            if backend.COMPILED_LOOPS:
+                assert len(traced) == 2  # step 0, then the loop's body: for any T
+            else:  # every step, in each pass the trace makes
+                assert len(traced) >= n_steps and len(traced) % n_steps == 0
+            # The loop's outputs are the steps' own, in order: step t of sequence e at e * T + t.
+            eager = backend.to_numpy(agent._batch_outputs(params, non_trainable, batch)[:2])
+            np.testing.assert_allclose(policy, eager[0], atol=1e-6)
+            np.testing.assert_allclose(values, eager[1], atol=1e-6)
+            assert np.asarray(values).shape == (3 * n_steps,)
+    finally:
+        del agent._step
 
 
 @pytest.mark.slow_on_other_backends

@@ -11,7 +11,7 @@ The loop, per rollout (what differs from PPO):
         a truncated episode bootstraps from V(true final observation) at the state it reached
     GAE as PPO (kerasrl.returns)
     n_epochs passes over the rollout in minibatches of whole env sequences (batch_size // n_steps
-        envs): each sequence is replayed from its stored start state, step by step (unrolled),
+        envs): each sequence is replayed from its stored start state, step by step (a loop),
         zeroing the state where an episode started, exactly as during the rollout; so at the first
         epoch the replay's log-probabilities and values are the rollout's. PPO's loss on the
         replayed outputs, one Adam step per minibatch, all in PPO's one compiled call.
