@@ -131,8 +131,9 @@ class RecurrentPPO(PPO):
 
         Where loops compile (JAX, TensorFlow) the steps after the first run in a rolled loop: T
         unrolled LSTM steps, forward and backward, made XLA's compilation superlinear in T (the
-        default 256-unit cells: 11 s at T = 16, 139 s and 6.6 GB at 64; SB3-contrib's default
-        n_steps=128 never finished). PyTorch's loops are Python: unrolled there."""
+        default 256-unit cells on one core: 15 s at T = 16, 211 s and 5.4 GB at 64, SB3-contrib's
+        default n_steps=128 never finished; BENCHMARKS.md "RecurrentPPO's update"). PyTorch's
+        loops are Python: unrolled there."""
         observations, starts = batch["observations"], batch["episode_starts"]
         n_steps = observations.shape[1]
         policy, value, states, _ = self._step(params, non_trainable, observations[:, 0],
