@@ -96,6 +96,10 @@ def test_env_masks_of_other_values_refused_as_the_env_reports_them():
     stacked = {"action_mask": np.array([[1.0, 0.3, 0.0], [1.0, 1.0, 1.0]])}
     with pytest.raises(ActionMaskError, match=r"env step 7: the action mask holds 0\.3"):
         masks_from_info(stacked, 2, 3, "env step 7")
+    reported = np.array([[True, False, False], [False, False, False]])
+    masks = masks_from_info({"action_mask": reported, "_action_mask": np.array([True, False])}, 2, 3, "s")
+    np.testing.assert_array_equal(masks, [[1, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(reported, [[1, 0, 0], [0, 0, 0]])  # the env's array untouched
     ragged = np.empty(2, dtype=object)
     ragged[0], ragged[1] = np.array([1, 1, 1]), np.array([0, -1, 1])
     with pytest.raises(ActionMaskError, match=r"env step 8: the action mask holds -1"):

@@ -93,7 +93,7 @@ def _stacked(info: dict, key: str, n_envs: int, n_actions: int, where: str):
         raise ActionMaskError(
             f"{where}: info['{MASK_KEY}'] has shape {values.shape[1:] or values.shape} per env; "
             f"expected ({n_actions},) for the {n_actions} actions of the env's Discrete space.")
-    rows = mask_flags(values, where)
+    rows = np.array(mask_flags(values, where))  # a copy: the env's own bool array is left as it is
     rows[~present] = True  # an env that did not report a mask allows everything
     return rows
 
