@@ -325,3 +325,42 @@ def test_compiled_loops_run_where_auto_puts_them_and_where_they_are_told():
     assert agent.learner.placement.learning == host  # a small MLP learns on the host
     assert agent.compiled_engine(True).loop.placement.learning == (host if auto_kind == "cpu" else None)
     assert kinds(agent.learner.state) == {"cpu"} and len(agent.history.losses) > 0
+
+
+# The agents added since the tier began, each a short run of one seed on the CPU and on the GPU:
+# (env, settings, env steps). RecurrentPPO replays its LSTM in a compiled loop on JAX (one model
+# step, rolled) and op by op on PyTorch; A2C, QR-DQN, C51 and NAF learn through the shared
+# learner; CEM's elite weights live in the learner's state too.
+NEWER_AGENTS = {
+    "RecurrentPPO": ("CartPole-v1", dict(n_envs=2, n_steps=32, batch_size=32, n_epochs=2), 4 * 64),
+    "A2C": ("CartPole-v1", dict(n_envs=4, n_steps=8), 40 * 32),
+    "QRDQN": ("CartPole-v1", dict(learning_starts=100, train_freq=1, batch_size=32,
+                                  target_update_interval=50), 140),
+    "C51": ("CartPole-v1", dict(learning_starts=100, train_freq=1, batch_size=32,
+                                target_update_interval=50), 140),
+    "NAF": (TargetEnv, dict(learning_starts=100, train_freq=1, batch_size=32), 140),
+}
+# Not measured on a GPU before this test's first run; the bound of PPO's agreement above.
+NEWER_AGENTS_RTOL = 1e-4
+
+
+@pytest.mark.parametrize("name", sorted(NEWER_AGENTS))
+def test_the_newer_agents_train_on_the_gpu_as_on_the_cpu(name):
+    """One seed on the CPU and on the GPU: the same initial weights, the state on the GPU after
+    training there, the losses within NEWER_AGENTS_RTOL."""
+    env, settings, steps = NEWER_AGENTS[name]
+    runs = {}
+    for device in ("cpu", GPU):
+        agent = getattr(kerasrl, name)(env, seed=0, device=device, check_env=False, **settings)
+        initial = agent.learner.arrays()
+        agent.fit(steps, progress=False)
+        on(agent, "cpu" if device == "cpu" else "gpu")
+        runs[device] = initial, agent.history.metric("q_loss" if name == "NAF" else "loss")
+    (cpu_initial, cpu_losses), (gpu_initial, gpu_losses) = runs["cpu"], runs[GPU]
+    for key, value in cpu_initial.items():
+        np.testing.assert_array_equal(gpu_initial[key], value, err_msg=key)
+    n = min(len(cpu_losses), len(gpu_losses))
+    assert n >= 4 and np.all(np.isfinite(gpu_losses)), (n, gpu_losses)
+    relative = np.abs(gpu_losses[:n] - cpu_losses[:n]) / np.maximum(np.abs(cpu_losses[:n]), 1e-12)
+    print(f"{backend.NAME} {name}: {n} losses, CPU/GPU max relative difference {relative.max():.2e}")
+    np.testing.assert_allclose(gpu_losses[:n], cpu_losses[:n], rtol=NEWER_AGENTS_RTOL)

@@ -36,8 +36,21 @@ class History:
 
     @property
     def losses(self) -> np.ndarray:
-        """Mean loss of each training round, in order."""
-        return np.array([u["loss"] for u in self.updates], dtype=np.float64)
+        """Mean loss of each training round, in order, for agents with one loss (DQN, PPO...);
+        agents with several (SAC's critic_loss and actor_loss, NAF's q_loss) read them by name
+        with `metric`."""
+        if self.updates and "loss" not in self.updates[0]:
+            names = ", ".join(repr(k) for k in self.updates[0] if k != "step")
+            raise KeyError(f"this agent's training rounds record no single 'loss' but {names}: read "
+                           f"one with history.metric(name), e.g. history.metric({names.split(', ')[0]})")
+        return self.metric("loss")
+
+    def metric(self, name: str) -> np.ndarray:
+        """One figure of each training round (a loss, an entropy...), in order."""
+        if self.updates and name not in self.updates[0]:
+            names = ", ".join(repr(k) for k in self.updates[0] if k != "step")
+            raise KeyError(f"the training rounds record no {name!r}; they record {names}")
+        return np.array([u[name] for u in self.updates], dtype=np.float64)
 
     def mean_return(self, last: int = 100) -> float:
         """Mean return of the last `last` episodes (NaN before the first one ends)."""

@@ -74,6 +74,18 @@ def test_learns_the_best_action_of_a_continuous_bandit(trained):
 
 
 @pytest.mark.slow_on_other_backends
+def test_history_reads_its_losses_by_name(trained):
+    """NAF records q_loss, not one `loss`: `history.losses` says so and how to read it."""
+    agent, _ = trained
+    q_loss = agent.history.metric("q_loss")
+    assert len(q_loss) == len(agent.history.updates) > 0 and np.all(np.isfinite(q_loss))
+    with pytest.raises(KeyError, match=r"no single 'loss' but 'q_loss', 'q_value'.*history.metric\('q_loss'\)"):
+        agent.history.losses
+    with pytest.raises(KeyError, match="no 'critic_loss'; they record 'q_loss', 'q_value'"):
+        agent.history.metric("critic_loss")
+
+
+@pytest.mark.slow_on_other_backends
 def test_policy_is_mu_alone_and_loads_alone(trained, tmp_path):
     agent, _ = trained
     assert isinstance(agent.policy, kerasrl.DeterministicActorPolicy)
