@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kerasrl
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.agents.recurrent_ppo import RecurrentPPO
 from kerasrl.config import RecurrentPPOConfig
 from kerasrl.losses import categorical_log_prob
@@ -244,6 +244,22 @@ def test_a_model_outside_the_contract_is_refused_naming_it():
         RecurrentPPO(ENV, model=no_state_out, **TINY)
     with pytest.raises(ValueError, match="batch_size must be a multiple of n_steps"):
         RecurrentPPO(ENV, **{**TINY, "batch_size": 40})
+
+
+def test_auto_weighs_the_rows_each_op_of_the_replay_sees():
+    """On a GPU machine "auto" learns on the host where one gradient step's work is small: PyTorch
+    replays the sequences op by op (one row a sequence per kernel), so SB3-contrib's defaults (one
+    env, 128 steps, 256-unit LSTMs) learn on the host; JAX and TensorFlow weigh the whole
+    minibatch of one compiled program and learn on the accelerator."""
+    agent = RecurrentPPO(ENV, seed=0, n_steps=128, batch_size=128, check_env=False)
+    gpu_machine = devices.Placement("auto", None, True, agent.rows_per_gradient_step)
+    learning = gpu_machine.for_learner(agent.learner.models.values()).learning
+    if backend.NAME == "torch":
+        assert agent.rows_per_gradient_step == 1 and learning == backend.devices()[0]
+    else:
+        assert agent.rows_per_gradient_step == 128 and learning is None
+    assert RecurrentPPO(ENV, seed=0, n_envs=4, n_steps=16, batch_size=32,
+                        check_env=False).rows_per_gradient_step == (2 if backend.NAME == "torch" else 32)
 
 
 def test_recurrent_init_torch_starts_the_cells_as_pytorch_does():

@@ -27,7 +27,7 @@ import numpy as np
 from keras import ops
 from keras import tree
 
-from kerasrl import backend
+from kerasrl import backend, devices
 from kerasrl.agents.ppo import PPO
 from kerasrl.buffers.rollout import minibatch_indices
 from kerasrl.config import RecurrentPPOConfig
@@ -61,6 +61,17 @@ class RecurrentPPO(PPO):
     def __init__(self, env, *, model=None, config: RecurrentPPOConfig | None = None,
                  **hyperparameters):
         super().__init__(env, model=model, config=config, **hyperparameters)
+
+    @property
+    def rows_per_gradient_step(self) -> int | None:
+        """The rows each op of an update sees, which `device="auto"` weighs: where ops launch one
+        by one (PyTorch), the replay runs n_steps model steps of batch_size // n_steps sequences,
+        so a kernel sees one row a sequence (on an H100 PyTorch's 128-step update did not end in
+        30 s, against 16 s on a 2-core CPU: BENCHMARKS.md, "Fourth H100 session"); JAX and
+        TensorFlow run the update as one program and weigh the whole minibatch."""
+        if devices.launches_per_op():
+            return max(1, self.config.batch_size // self.config.n_steps)
+        return self.config.batch_size
 
     # -- construction -------------------------------------------------------------------------
     def _build_networks(self, model) -> None:
