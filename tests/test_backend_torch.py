@@ -33,7 +33,7 @@ else:
     import kerasrl
     from kerasrl import backend
     from kerasrl.backend import torch as torch_backend
-    from kerasrl.backend import torch_fast, torch_fast_rewrites
+    from kerasrl.backend import chunks, torch_fast, torch_fast_rewrites
     from kerasrl.agents.base import variable_values
     from kerasrl.optim import Adam
 
@@ -91,7 +91,7 @@ else:
 
     def test_compiled_ppos_update_in_traced_chunks_equals_eager_bit_for_bit(monkeypatch):
         """The compiled PPO loop's update runs its minibatch steps in chunks of one traced step
-        repeated (kerasrl.compiled.chunks): the numbers of every step run eagerly, and it is
+        repeated (kerasrl.backend.chunks): the numbers of every step run eagerly, and it is
         traced as graphs (the update's chunks among them)."""
         from kerasrl.compiled import CompiledPPO
         from state_trees import leaves
@@ -108,6 +108,33 @@ else:
         update_chunks = [graph for (key, count), graph in traced._chunks.items() if key == "update"]
         assert update_chunks and all(n_graphs(graph) >= 1 for graph in update_chunks)
         assert not any(isinstance(graph, torch_fast.Traced) for graph in eager._chunks.values())
+
+    def test_the_agents_ppo_update_runs_in_traced_chunks_equal_to_eager_bit_for_bit(monkeypatch):
+        """PPO's own update (the Python loop) steps through its minibatches as the compiled loop
+        does: chunks of one traced step repeated, where tracing the whole update ran eagerly past
+        torch_fast.MAX_OPS ops (SB3's defaults: 320 steps, about 100,000 ops). Every step's numbers
+        are the eager run's; a large step (more ops than a chunk holds) is one traced graph."""
+        settings = dict(seed=0, n_envs=2, n_steps=16, batch_size=8, n_epochs=3, check_env=False)
+        traced = kerasrl.PPO("CartPole-v1", **settings)
+        traced.fit(64, progress=False)
+        with monkeypatch.context() as patch:
+            patch.setenv("KERASRL_TORCH_TRACE", "0")
+            eager = kerasrl.PPO("CartPole-v1", **settings)
+            eager.fit(64, progress=False)
+        for key, value in eager.learner.arrays().items():
+            np.testing.assert_array_equal(traced.learner.arrays()[key], value, err_msg=key)
+        np.testing.assert_array_equal(traced.history.losses, eager.history.losses)
+        update_chunks = [graph for (key, count), graph in traced._chunks.items() if key == "update"]
+        assert traced._chunk_sizes["update"] > 1 and update_chunks
+        assert all(n_graphs(graph) >= 1 for graph in update_chunks)
+        with monkeypatch.context() as patch:  # a step larger than a chunk: one graph a step
+            patch.setattr(chunks, "CHUNK_OPS", 10)
+            large = kerasrl.PPO("CartPole-v1", **settings)
+            large.fit(64, progress=False)
+        assert large._chunk_sizes["update"] == 1 and list(large._chunks) == [("update", 1)]
+        assert n_graphs(large._chunks["update", 1]) == 1
+        for key, value in eager.learner.arrays().items():
+            np.testing.assert_array_equal(large.learner.arrays()[key], value, err_msg=key)
 
     def conv_bn_model():
         inputs = keras.Input((6, 6, 2))
@@ -527,7 +554,7 @@ else:
     def test_a_graph_writes_rows_in_place_once_per_call_and_an_unrolled_chunk_is_its_loop():
         """A compiled function that writes replay rows in place (`write_rows`): tracing runs on
         copies, so each call writes its rows once, into the caller's tensor; a chunk compiled from
-        one traced step repeated (`compile_unrolled`, kerasrl.compiled.chunks) computes what its
+        one traced step repeated (`compile_unrolled`, kerasrl.backend.chunks) computes what its
         Python loop does, bit for bit, and writes the same rows."""
         def step(i, carry):
             buffer, x = carry

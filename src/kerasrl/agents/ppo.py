@@ -35,6 +35,7 @@ from kerasrl.agents.actor_critic import ActorCriticNetworks, actor_critic_mlp
 from kerasrl.agents.base import Agent
 from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, unrolled_steps
 from kerasrl.agents.ppo_state import PPOState, scale_rewards
+from kerasrl.backend.chunks import loop_in_chunks
 from kerasrl.buffers.rollout import RolloutBuffer, minibatch_indices, stored_observation_dtype
 from kerasrl.config import PPOConfig
 from kerasrl.exploration import RolloutSampler
@@ -365,7 +366,21 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         data, indices = self._training_data(buffer)
         clip_range = np.float32(self.clip_range(total_steps))
         parts = self.update_parts(len(indices))
-        if len(parts) == 1:
+        if not backend.COMPILED_LOOPS:
+            # PyTorch, whose loops are Python: a traced update costs about 0.3 ms an op to trace,
+            # and one of SB3's defaults (320 minibatch steps, 100,000 ops) or of RecurrentPPO's
+            # (one step 25,000 ops) ran eagerly. The steps run in chunks of one traced step
+            # repeated (kerasrl.backend.chunks, as the compiled loop runs them): the same ops.
+            with self.learner.on_device():
+                inputs = backend.to_tensors((data, indices, learning_rate, clip_range))
+
+                def step(i, carry):  # (learner state, metric sums, steps taken, *the update's inputs)
+                    return (*self.train_minibatch(carry[:3], *carry[3:5], i, *carry[5:]), *carry[3:])
+
+                start = (*self.update_start(self.learner.state), *inputs)
+                self.learner.state, sums, steps = loop_in_chunks(
+                    self, "update", len(indices), step, start, large_iterations="traced")[:3]
+        elif len(parts) == 1:
             with self.learner.on_device():  # fed where the state lives (the host, for small nets)
                 self.learner.state, sums, steps = self._train(
                     self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,

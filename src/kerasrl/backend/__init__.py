@@ -257,7 +257,7 @@ _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to
 # - `adam_moments_steps`: `kerasrl.optim.adam_moments_step` for every weight at once.
 # - `write_rows`: in place where loops are Python (PyTorch); `scatter_rows` below elsewhere.
 # - `count_ops`, `compile_unrolled`: the ops a call runs, and a loop's chunk compiled from one
-#   traced step (PyTorch, whose loops are Python: kerasrl.compiled.chunks).
+#   traced step (PyTorch, whose loops are Python: kerasrl.backend.chunks).
 # - `convolution_batch_limit`: the batch a convolutional model takes in one piece (JAX on a CPU).
 _OPTIONAL = ("adam_moments_steps", "write_rows", "count_ops", "compile_unrolled",
              "convolution_batch_limit")

@@ -248,14 +248,18 @@ def write_rows(array, rows, values):
     return array
 
 
-def compile_unrolled(step, count: int, fn):
+def compile_unrolled(step, count: int, fn, any_size: bool = False):
     """`fn(start, carry)`, which runs `step(start + j, carry)` for j in [0, count) (returning
     the carry), compiled from one traced step repeated (`compile` would trace every step: 1 to
-    3 ms an op); `fn` eagerly where that fails, or where `compile` would run eagerly."""
+    3 ms an op); `fn` eagerly where that fails, or where `compile` would run eagerly. `any_size`:
+    traced however many ops a step runs (`compile` runs calls of more than
+    torch_fast.MAX_OPS eagerly, as a trace costs about 0.3 ms an op), for a step run so often
+    that its trace pays."""
     fast = _fast_module() if fast_paths() and os.environ.get("KERASRL_TORCH_TRACE", "1") != "0" else None
     if os.environ.get("KERASRL_TORCH_COMPILE") == "1" or fast is None or fast.support() is None:
         return compile(fn)
-    return _on_data_device(functools.wraps(fn)(fast.Traced(fn, current_device, MANY_DEVICES, step, count)))
+    return _on_data_device(functools.wraps(fn)(fast.Traced(fn, current_device, MANY_DEVICES, step, count,
+                                                           any_size=any_size)))
 
 
 def count_ops(fn, *args):

@@ -229,10 +229,12 @@ class Traced:
     holds each input's device (a graph holds the devices it was traced on). `step` and
     `unroll`: `fn(start, carry)` runs `step(start + j, carry)` for j in [0, unroll); one step is
     traced and its graph repeated (`torch_fast_rewrites.unrolled`), tracing costing 1 to 3 ms an op.
+    `any_size`: traced however many ops a call runs (else calls of more than MAX_OPS run eagerly).
     """
 
-    def __init__(self, fn, current_device=None, many_devices: bool = False, step=None, unroll: int = 0):
-        self.fn, self.step, self.unroll = fn, step, unroll
+    def __init__(self, fn, current_device=None, many_devices: bool = False, step=None, unroll: int = 0,
+                 any_size: bool = False):
+        self.fn, self.step, self.unroll, self.any_size = fn, step, unroll, any_size
         self.current_device = current_device
         self.many_devices = many_devices
         self.graphs = collections.OrderedDict()
@@ -313,7 +315,7 @@ class Traced:
             return self._eager("its carry out is not its carry in"), result
         if self.unroll:  # trace one step
             flat_fn = functools.partial(flat_fn, fn=self.step)
-        if counter.n_ops > MAX_OPS:
+        if not self.any_size and counter.n_ops > MAX_OPS:
             return _EAGER, result  # not an error: as fast as before, only not faster
         how = support()
         if how is None:  # this PyTorch cannot trace (warned once, when that was found)

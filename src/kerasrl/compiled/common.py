@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from kerasrl import backend, devices
-from kerasrl.compiled.chunks import loop_in_chunks, piece
+from kerasrl.backend.chunks import loop_in_chunks, piece
 from kerasrl.compiled.seed_axis import owned, stack, stacked_tensors, tree_map, unstack
 from kerasrl.config.common import env_steps
 from kerasrl.envs.ops.base import UNIFORM_BITS, make_rng, random_bits
@@ -280,7 +280,7 @@ class CompiledLoop:
         """`fn` as it goes inside the loop: inlined where the whole call compiles (JAX, TensorFlow);
         compiled on its own where loops are Python (PyTorch), whose traced graph of a whole round
         would unroll every step (minutes to trace, where a step traces in seconds; see
-        kerasrl.compiled.chunks, which traces a few iterations of a loop together)."""
+        kerasrl.backend.chunks, which traces a few iterations of a loop together)."""
         return piece(self, key, fn)
 
     def _run(self, state, rounds, total_steps: int, partial: tuple[int, bool] | None = None,
@@ -359,7 +359,7 @@ class CompiledLoop:
         """Train every seed for `total_steps` env steps (rounded up to whole rounds).
 
         `rounds_per_call`: rounds per compiled call (default: as many as make about 5,000 env
-        steps; on PyTorch a call is a Python loop of traced chunks, kerasrl.compiled.chunks).
+        steps; on PyTorch a call is a Python loop of traced chunks, kerasrl.backend.chunks).
         Between calls, `callback(self, record)` may return False to stop. Returns the per-call records (also in `self.history`).
         """
         total_steps = env_steps("total_steps", total_steps)

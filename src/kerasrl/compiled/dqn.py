@@ -10,7 +10,7 @@ through both loops bit for bit. One round is
 once more than `learning_starts` env steps are in, any due target sync and `gradient_steps` Adam
 steps on sampled batches, as the Python loop does. A call runs `rounds_per_call` rounds
 (a compiled loop on JAX and TensorFlow; on PyTorch, whose loops are Python, a few rounds or env
-steps per traced graph: kerasrl.compiled.chunks).
+steps per traced graph: kerasrl.backend.chunks).
 
 Branch-free on purpose: a round computes its training step and keeps it only once learning has
 started (`where`), so the same graph traces on all three backends without data-dependent control
@@ -51,7 +51,7 @@ from kerasrl.compiled.common import (
     uniform01,
 )
 from kerasrl.compiled.seed_axis import repeat
-from kerasrl.compiled.chunks import loop_in_chunks
+from kerasrl.backend.chunks import loop_in_chunks
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
     behaviour_actions,

@@ -37,7 +37,7 @@ import dataclasses
 import numpy as np
 
 from kerasrl import backend, devices
-from kerasrl.compiled.chunks import loop_in_chunks
+from kerasrl.backend.chunks import loop_in_chunks
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -243,7 +243,7 @@ class CompiledPPO(CompiledLoop):
             return self._piece("learn", self._learn)(state, rollout, metrics, total_steps)
         # PyTorch: tracing the update whole costs about 1 ms an op (RL Zoo's 20 epochs: 7,000 ops,
         # 6 s); its minibatch steps run in chunks of one traced step repeated instead
-        # (kerasrl.compiled.chunks), the same ops in the same order.
+        # (kerasrl.backend.chunks), the same ops in the same order.
         inputs, shuffle_rng = self._piece("inputs", self._update_inputs)(state, rollout, total_steps)
         data, _, learning_rate, clip_range = inputs
 

@@ -1,4 +1,5 @@
-"""PyTorch's compiled loops: Python loops over traced chunks of iterations.
+"""PyTorch's loops: Python loops over traced chunks of iterations (the compiled loops, and the
+agents' own updates where they step through minibatches: PPO's).
 
 JAX and TensorFlow compile a whole call, loops included. PyTorch's loops are Python over traced
 graphs (`kerasrl.backend.torch_fast`), and the Python between graph calls (flattening the runner
@@ -7,7 +8,9 @@ DQN. So a loop runs in chunks: one traced graph unrolls k iterations, with every
 calls inlined and replay rows written in place inside the graph (`backend.write_rows`). k keeps a
 chunk under CHUNK_OPS aten ops (tracing took 1 to 3 ms an op here, more per op in larger graphs);
 a body larger than that runs as before, one iteration at a time through its own compiled pieces
-(a DQN zoo round: about 35,000 ops; its 256 env steps are chunked instead).
+(a DQN zoo round: about 35,000 ops; its 256 env steps are chunked instead), or, for a body with
+no compiled pieces (a recurrent minibatch step: about 25,000 ops), as one traced graph per
+iteration (`large_iterations="traced"`).
 The graphs run the same kernels in the same order as the pieces did, so results do not change.
 """
 
@@ -48,19 +51,21 @@ def _inlined(loop, fn):
     return run
 
 
-def loop_in_chunks(loop, key, n, body, carry, chunks: bool = True):
+def loop_in_chunks(loop, key, n, body, carry, chunks: bool = True, large_iterations: str = "pieces"):
     """`body(i, carry)` for i in [0, n): `backend.fori_loop` where loops compile (or inside a
     traced chunk); on PyTorch, chunks of iterations each run as one traced graph (see the module
     docstring). `key` names the body (with whatever it closes over that changes its graph).
     `chunks=False`: the body is known to be too large to chunk (counting its ops runs it eagerly
-    once: 4 s for a DQN zoo round)."""
+    once: 4 s for a DQN zoo round). A body of more than CHUNK_OPS ops runs one iteration at a
+    time: through its own compiled pieces (`large_iterations="pieces"`), or as one traced graph
+    whatever its size (`"traced"`, for a body with no compiled pieces of its own)."""
     if backend.COMPILED_LOOPS or loop.__dict__.get("_inline") or n <= 1 or not chunks:
         return backend.fori_loop(0, n, body, carry)
     sizes = loop.__dict__.setdefault("_chunk_sizes", {})
     if key not in sizes:
         sizes[key] = _chunk_size(loop, body, carry)
     n_chunks = -(-n // sizes[key])
-    if n_chunks == n:  # one iteration per chunk: the body's own pieces, as before
+    if n_chunks == n and large_iterations == "pieces":  # the body's own pieces, as before
         return backend.fori_loop(0, n, body, carry)
     size = -(-n // n_chunks)  # chunks of equal size, but the last: two graphs at most
     chunks = loop.__dict__.setdefault("_chunks", {})
@@ -68,7 +73,9 @@ def loop_in_chunks(loop, key, n, body, carry, chunks: bool = True):
         count = min(size, n - start)
         if (key, count) not in chunks:
             step = _inlined(loop, body)
-            chunks[key, count] = backend.compile_unrolled(step, count, functools.partial(_unrolled, step, count))
+            # One large iteration per graph is traced whatever its size: it runs every iteration.
+            chunks[key, count] = backend.compile_unrolled(step, count, functools.partial(_unrolled, step, count),
+                                                          any_size=size == 1)
         carry = chunks[key, count](np.int32(start), carry)  # the start is an input: one graph for all
     return carry
 
