@@ -135,6 +135,16 @@ else:
         assert n_graphs(large._chunks["update", 1]) == 1
         for key, value in eager.learner.arrays().items():
             np.testing.assert_array_equal(large.learner.arrays()[key], value, err_msg=key)
+        one_step = dict(settings, batch_size=32, n_epochs=1)  # an update of a single step: traced too
+        single = kerasrl.PPO("CartPole-v1", **one_step)
+        single.fit(64, progress=False)
+        with monkeypatch.context() as patch:
+            patch.setenv("KERASRL_TORCH_TRACE", "0")
+            single_eager = kerasrl.PPO("CartPole-v1", **one_step)
+            single_eager.fit(64, progress=False)
+        assert [key for key in single._chunks if key[0] == "update"] == [("update", 1)]
+        for key, value in single_eager.learner.arrays().items():
+            np.testing.assert_array_equal(single.learner.arrays()[key], value, err_msg=key)
 
     def conv_bn_model():
         inputs = keras.Input((6, 6, 2))

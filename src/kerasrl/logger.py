@@ -40,17 +40,21 @@ class History:
         agents with several (SAC's critic_loss and actor_loss, NAF's q_loss) read them by name
         with `metric`."""
         if self.updates and "loss" not in self.updates[0]:
-            names = ", ".join(repr(k) for k in self.updates[0] if k != "step")
-            raise KeyError(f"this agent's training rounds record no single 'loss' but {names}: read "
-                           f"one with history.metric(name), e.g. history.metric({names.split(', ')[0]})")
+            names = self._recorded()
+            raise KeyError(f"this agent's training rounds record no single 'loss' but {', '.join(names)}: "
+                           f"read one with history.metric(name), e.g. history.metric({names[0]})")
         return self.metric("loss")
 
     def metric(self, name: str) -> np.ndarray:
         """One figure of each training round (a loss, an entropy...), in order."""
         if self.updates and name not in self.updates[0]:
-            names = ", ".join(repr(k) for k in self.updates[0] if k != "step")
-            raise KeyError(f"the training rounds record no {name!r}; they record {names}")
+            raise KeyError(f"the training rounds record no {name!r}; they record "
+                           f"{', '.join(self._recorded())}")
         return np.array([u[name] for u in self.updates], dtype=np.float64)
+
+    def _recorded(self) -> list[str]:
+        """The figures the training rounds record, quoted, for an error message."""
+        return [repr(k) for k in self.updates[0] if k != "step"]
 
     def mean_return(self, last: int = 100) -> float:
         """Mean return of the last `last` episodes (NaN before the first one ends)."""

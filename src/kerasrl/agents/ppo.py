@@ -101,8 +101,9 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         # loops slow the networks' gradients down (Keras convolutions: learner.unrolled_steps).
         # PyTorch's traced update is unrolled already, its loop being Python.
         self.unrolled = backend.COMPILED_LOOPS and unrolled_steps(self.learner.models.values())
-        self._train = backend.compile(self._train_epochs, donate_state=True)
-        self._train_part = backend.compile(self._train_steps, donate_state=True)
+        if backend.COMPILED_LOOPS:  # PyTorch steps through the update with loop_in_chunks
+            self._train = backend.compile(self._train_epochs, donate_state=True)
+            self._train_part = backend.compile(self._train_steps, donate_state=True)
         self.n_updates = 0
         self._policy = None
         self._eval_outputs = None
@@ -365,7 +366,6 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         to log)`."""
         data, indices = self._training_data(buffer)
         clip_range = np.float32(self.clip_range(total_steps))
-        parts = self.update_parts(len(indices))
         if not backend.COMPILED_LOOPS:
             # PyTorch, whose loops are Python: a traced update costs about 0.3 ms an op to trace,
             # and one of SB3's defaults (320 minibatch steps, 100,000 ops) or of RecurrentPPO's
@@ -380,7 +380,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
                 start = (*self.update_start(self.learner.state), *inputs)
                 self.learner.state, sums, steps = loop_in_chunks(
                     self, "update", len(indices), step, start, large_iterations="traced")[:3]
-        elif len(parts) == 1:
+        elif len(parts := self.update_parts(len(indices))) == 1:
             with self.learner.on_device():  # fed where the state lives (the host, for small nets)
                 self.learner.state, sums, steps = self._train(
                     self.learner.state, backend.feed(data), backend.feed(indices), learning_rate,
