@@ -215,6 +215,7 @@ def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
 
 
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends  # tests/test_mask_parity.py: the masked updates agree across backends
 @pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.PPO, kerasrl.SARSA,
                                          kerasrl.ExpectedSARSA])
 def test_masked_agents_learn_the_masked_choice(agent_class):

@@ -8,11 +8,12 @@ install already did and is not run, and any other command is refused (mark its b
 Examples in examples/ run the commands their docstring shows (`kerasrl ...`, `python examples/...`).
 
 Step counts are made small here, not in the docs, so that the docs read as a user would type
-them: `KERASRL_DOC_STEPS` (default 2000: above the 1000-step warm-up of some documented runs)
+them: `KERASRL_DOC_STEPS` (default 1200: above the 1000-step warm-up of some documented runs)
 caps the first argument (or `total_steps=`) of every `.fit(...)` call in a Python block,
 `--steps` of every `kerasrl train` (appended when a command, e.g. a preset, has none; `--resume`
 keeps the run's own total), and `--checkpoint-every` to half of it; Ray runs get at most 2 actors
-(`workers=`, `--workers`) on this 2-core machine. Nothing else is changed.
+(`workers=`, `--workers`) on this 2-core machine, and the local Ray that the first one starts
+serves the next ones (`one_local_ray`). Nothing else is changed.
 
 A command runs through `kerasrl.cli.main` in this process, which saves each the 10 s or so of
 starting Python and importing Keras, TensorFlow and PyTorch again (the fast tier's docs ran 25 fresh
@@ -51,7 +52,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]  # docs/guides/ too
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
-STEPS = int(os.environ.get("KERASRL_DOC_STEPS", "2000"))
+STEPS = int(os.environ.get("KERASRL_DOC_STEPS", "1200"))
 WORKERS = 2
 ALL_IN_SUBPROCESSES = os.environ.get("KERASRL_DOC_CLI") == "subprocess"
 COMMAND_TIMEOUT_S = 600
@@ -278,6 +279,27 @@ def _items():
                 name = f"{path.relative_to(ROOT)}:{example.line}:{kind}"
                 yield pytest.param(path, pending, id=name, marks=marks)
                 pending = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_local_ray():
+    """The documented Ray runs in this process (README, docs/scaling.md) each start a local Ray,
+    as the engine does where none runs, and stop it when they end: about 15 s a start here. The
+    first one's Ray stays up for the next ones (the engine uses a running Ray as it is) and stops
+    at the end of the module. A run on another backend starts its own, in its process."""
+    try:
+        import ray
+    except ImportError:
+        yield
+        return
+    shutdown = ray.shutdown
+    ray.shutdown = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        ray.shutdown = shutdown
+        if ray.is_initialized():
+            shutdown()
 
 
 @pytest.fixture(scope="module")

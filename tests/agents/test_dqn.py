@@ -230,6 +230,7 @@ def test_unknown_hyperparameter_lists_the_known_ones():
         kerasrl.DQN("CartPole-v1", learnin_rate=1e-3)
 
 
+@pytest.mark.slow_on_other_backends  # tests/test_parity.py: these updates agree across backends
 def test_double_dueling_n_step_prioritized_learns_the_chain():
     agent = kerasrl.DQN(lambda: ChainEnv(5), seed=0, n_envs=2, double_q=True, dueling=True,
                         n_step_return=3, prioritized_replay=True, **FAST)

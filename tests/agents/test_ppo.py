@@ -139,6 +139,7 @@ def test_learns_identity_env_to_the_optimum():
     assert agent.evaluate(episodes=10)["mean_return"] == 20.0
 
 
+@pytest.mark.slow_on_other_backends  # tests/test_ppo_parity.py: Gaussian updates agree across backends
 def test_learns_a_continuous_target_and_shrinks_its_std():
     agent = kerasrl.PPO(TargetEnv, seed=0, **{**FAST, "n_steps": 64})
     before = agent.evaluate(episodes=10)["mean_return"]
@@ -164,8 +165,11 @@ class SharedSubclassed(keras.Model):
         return [self.pi(h), self.v(h)]
 
 
-@pytest.mark.parametrize("kind", ["default_shared", "functional_shared", "subclassed_shared",
-                                  "separate", "builder", "value_model_only"])
+# A user's subclassed shared model, separate models and the default in the fast tier; the other
+# ways in (the same learner and heads) in the slow tier: CI time.
+@pytest.mark.parametrize("kind", ["default_shared", "subclassed_shared", "separate",
+                                  *(pytest.param(kind, marks=pytest.mark.slow) for kind in
+                                    ("functional_shared", "builder", "value_model_only"))])
 @pytest.mark.slow_on_other_backends
 def test_any_keras_model_learns(kind):
     options = {}

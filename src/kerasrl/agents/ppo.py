@@ -101,9 +101,10 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         # loops slow the networks' gradients down (Keras convolutions: learner.unrolled_steps).
         # PyTorch's traced update is unrolled already, its loop being Python.
         self.unrolled = backend.COMPILED_LOOPS and unrolled_steps(self.learner.models.values())
-        if backend.COMPILED_LOOPS:  # PyTorch steps through the update with loop_in_chunks
-            self._train = backend.compile(self._train_epochs, donate_state=True)
-            self._train_part = backend.compile(self._train_steps, donate_state=True)
+        # (PyTorch's update steps through loop_in_chunks instead; `_train` there is the same
+        # update traced whole, which the parity workers run on every backend. Built lazily.)
+        self._train = backend.compile(self._train_epochs, donate_state=True)
+        self._train_part = backend.compile(self._train_steps, donate_state=True)
         self.n_updates = 0
         self._policy = None
         self._eval_outputs = None
