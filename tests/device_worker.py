@@ -110,7 +110,7 @@ def on_second_device(agent, where: str) -> None:
 
 def check_agents(out: Path) -> None:
     """Agents made with device="cpu:1" train DQN and PPO (Python loop and compiled loop), save,
-    load and predict, with every array on cpu:1. Everything runs inside keras.device("cpu:0"), so
+    load and predict, with every array on cpu:1; the DQN policy exports to ONNX and SavedModel. Everything runs inside keras.device("cpu:0"), so
     an array that kerasrl made outside the agent's device would be committed to cpu:0, and a
     jitted call that mixed it with the agent's arrays would raise."""
     obs = np.zeros((3, 4), np.float32)
@@ -134,6 +134,10 @@ def check_agents(out: Path) -> None:
             loaded = agent_class.load(out / name, device="cpu:1")
             on_second_device(loaded, f"{name} loaded")
             np.testing.assert_array_equal(loaded.predict(obs), agent.predict(obs))
+            if name == "dqn":  # issue 25: a policy trained off the default device exports (each
+                # export checks itself against the policy on sampled observations)
+                for export_format, suffix in (("onnx", ".onnx"), ("saved_model", "")):
+                    agent.policy.export(out / f"{name}-export{suffix}", format=export_format)
         check_loops_of_their_own(out, "cpu:1", "cpu:1")
 
 
