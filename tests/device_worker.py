@@ -110,9 +110,10 @@ def on_second_device(agent, where: str) -> None:
 
 def check_agents(out: Path) -> None:
     """Agents made with device="cpu:1" train DQN and PPO (Python loop and compiled loop), save,
-    load and predict, with every array on cpu:1; the DQN policy exports to ONNX and SavedModel. Everything runs inside keras.device("cpu:0"), so
-    an array that kerasrl made outside the agent's device would be committed to cpu:0, and a
-    jitted call that mixed it with the agent's arrays would raise."""
+    load and predict, with every array on cpu:1; the DQN policy exports to ONNX and SavedModel.
+    Everything runs inside keras.device("cpu:0"), so an array that kerasrl made outside the
+    agent's device would be committed to cpu:0, and a jitted call that mixed it with the agent's
+    arrays would raise."""
     obs = np.zeros((3, 4), np.float32)
     tiny = dict(seed=0, hidden_sizes=(16, 16), device="cpu:1", check_env=False, n_envs=2)
     runs = (("dqn", kerasrl.DQN, dict(learning_starts=32, train_freq=8, batch_size=16,

@@ -114,15 +114,20 @@ else:
         does: chunks of one traced step repeated, where tracing the whole update ran eagerly past
         torch_fast.MAX_OPS ops (SB3's defaults: 320 steps, about 100,000 ops). Every step's numbers
         are the eager run's; a large step (more ops than a chunk holds) is one traced graph."""
+        def traced_and_eager(settings):
+            """The same PPO fitted traced and eagerly: the same weights, bit for bit."""
+            traced = kerasrl.PPO("CartPole-v1", **settings)
+            traced.fit(64, progress=False)
+            with monkeypatch.context() as patch:
+                patch.setenv("KERASRL_TORCH_TRACE", "0")
+                eager = kerasrl.PPO("CartPole-v1", **settings)
+                eager.fit(64, progress=False)
+            for key, value in eager.learner.arrays().items():
+                np.testing.assert_array_equal(traced.learner.arrays()[key], value, err_msg=key)
+            return traced, eager
+
         settings = dict(seed=0, n_envs=2, n_steps=16, batch_size=8, n_epochs=3, check_env=False)
-        traced = kerasrl.PPO("CartPole-v1", **settings)
-        traced.fit(64, progress=False)
-        with monkeypatch.context() as patch:
-            patch.setenv("KERASRL_TORCH_TRACE", "0")
-            eager = kerasrl.PPO("CartPole-v1", **settings)
-            eager.fit(64, progress=False)
-        for key, value in eager.learner.arrays().items():
-            np.testing.assert_array_equal(traced.learner.arrays()[key], value, err_msg=key)
+        traced, eager = traced_and_eager(settings)
         np.testing.assert_array_equal(traced.history.losses, eager.history.losses)
         update_chunks = [graph for (key, count), graph in traced._chunks.items() if key == "update"]
         assert traced._chunk_sizes["update"] > 1 and update_chunks
@@ -135,16 +140,8 @@ else:
         assert n_graphs(large._chunks["update", 1]) == 1
         for key, value in eager.learner.arrays().items():
             np.testing.assert_array_equal(large.learner.arrays()[key], value, err_msg=key)
-        one_step = dict(settings, batch_size=32, n_epochs=1)  # an update of a single step: traced too
-        single = kerasrl.PPO("CartPole-v1", **one_step)
-        single.fit(64, progress=False)
-        with monkeypatch.context() as patch:
-            patch.setenv("KERASRL_TORCH_TRACE", "0")
-            single_eager = kerasrl.PPO("CartPole-v1", **one_step)
-            single_eager.fit(64, progress=False)
+        single, _ = traced_and_eager(dict(settings, batch_size=32, n_epochs=1))  # one step: traced too
         assert [key for key in single._chunks if key[0] == "update"] == [("update", 1)]
-        for key, value in single_eager.learner.arrays().items():
-            np.testing.assert_array_equal(single.learner.arrays()[key], value, err_msg=key)
 
     def conv_bn_model():
         inputs = keras.Input((6, 6, 2))
