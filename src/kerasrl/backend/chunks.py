@@ -59,9 +59,9 @@ def loop_in_chunks(loop, key, n, body, carry, chunks: bool = True, large_iterati
     once: 4 s for a DQN zoo round). A body of more than CHUNK_OPS ops runs one iteration at a
     time: through its own compiled pieces (`large_iterations="pieces"`), or as one traced graph
     whatever its size (`"traced"`, for a body with no compiled pieces of its own)."""
-    one_through_its_pieces = n == 1 and large_iterations == "pieces"
-    if (backend.COMPILED_LOOPS or loop.__dict__.get("_inline") or n < 1 or not chunks
-            or one_through_its_pieces):
+    if backend.COMPILED_LOOPS or loop.__dict__.get("_inline") or n < 1 or not chunks:
+        return backend.fori_loop(0, n, body, carry)
+    if n == 1 and large_iterations == "pieces":  # one iteration: through its own pieces
         return backend.fori_loop(0, n, body, carry)
     sizes = loop.__dict__.setdefault("_chunk_sizes", {})
     if key not in sizes:
