@@ -61,6 +61,8 @@ def loop_in_chunks(loop, key, n, body, carry, chunks: bool = True, large_iterati
     whatever its size (`"traced"`, for a body with no compiled pieces of its own)."""
     if backend.COMPILED_LOOPS or loop.__dict__.get("_inline") or n < 1 or not chunks:
         return backend.fori_loop(0, n, body, carry)
+    # Not folded into the test above: on JAX `n` may be traced there, so `n == 1` is tested only
+    # once the compiled loops have returned.
     if n == 1 and large_iterations == "pieces":  # one iteration: through its own pieces
         return backend.fori_loop(0, n, body, carry)
     sizes = loop.__dict__.setdefault("_chunk_sizes", {})
