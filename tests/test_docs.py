@@ -263,6 +263,14 @@ SLOW_DOCUMENTS = {
     "docs/atari.md": "builds Nature-CNN agents on Atari frames and trains them (about 50 s); the "
                      "fast tier checks the env and the frame buffer (tests/envs/test_atari.py, "
                      "tests/buffers/test_frame_stack.py)",
+    # The two below moved to the slow tier for CI's 30 minutes (the JAX pass ran past the other
+    # lane on a slow machine, its doc tests a third of it).
+    "docs/snake.md": "trains the three Snake presets and a Snake DQN (40 to 85 s); the fast tier "
+                     "trains, saves the best policy and plays it through the CLI "
+                     "(tests/agents/test_snake_agent.py) and plays, watches and films every "
+                     "preset's env (tests/test_play_watch_video.py)",
+    "docs/tuning.md": "runs tuning studies (20 to 40 s); the fast tier tunes, trains the best "
+                      "preset and resumes the study (tests/test_tune.py)",
 }
 
 
