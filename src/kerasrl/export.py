@@ -37,6 +37,10 @@ def sample_observations(space: gym.Space, n: int, seed: int = 0) -> np.ndarray:
     """`n` float32 observations spread over the space (normal draws where it is unbounded)."""
     rng = np.random.default_rng(seed)
     shape = (n, *space.shape)
+    if isinstance(space, gym.spaces.MultiBinary):  # carried as the env gives them, 0 and 1
+        return rng.integers(0, 2, size=shape).astype(np.float32)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return (space.start + rng.integers(0, space.nvec, size=shape)).astype(np.float32)
     low = np.broadcast_to(np.asarray(space.low, np.float64), space.shape)
     high = np.broadcast_to(np.asarray(space.high, np.float64), space.shape)
     bounded = np.isfinite(low) & np.isfinite(high) & (high - low < 1e6)

@@ -18,7 +18,7 @@ from keras import layers
 
 from kerasrl import registry
 from kerasrl.registry import MODEL_BUILDERS  # noqa: F401  (name -> builder, for presets and the CLI)
-from kerasrl.spaces import FlatObservations
+from kerasrl.spaces import FlatObservations, is_structured
 
 
 def linear(units: int, fan_in: int, activation=None, name=None) -> layers.Dense:
@@ -395,9 +395,9 @@ def recurrent_actor_critic(observation_space: gym.Space, n_outputs: int, units: 
         raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}.")
     if cell_init not in ("keras", "torch"):
         raise ValueError(f"cell_init must be 'keras' or 'torch', got {cell_init!r}.")
-    if isinstance(observation_space, FlatObservations):
-        raise ValueError("recurrent_actor_critic takes Box observations; flatten a Dict or Tuple "
-                         "observation first (gymnasium.wrappers.FlattenObservation).")
+    if isinstance(observation_space, FlatObservations) and is_structured(observation_space.structure):
+        raise ValueError("recurrent_actor_critic takes Box and Discrete observations; flatten a "
+                         "Dict or Tuple observation first (gymnasium.wrappers.FlattenObservation).")
 
     def init(gain):
         return keras.initializers.Orthogonal(gain) if ortho_init else "glorot_uniform"

@@ -1,5 +1,5 @@
-"""Dict and Tuple observations (nested too) carried as one flat float32 vector, and split back into
-named leaves inside the networks.
+"""Dict and Tuple observations (nested too), and Discrete ones, carried as one flat float32 vector,
+and split back into named leaves inside the networks.
 
 kerasrl's loop, buffers, vector envs (sync and subprocess), checkpoints and Ray actors all move
 numpy arrays of one shape. A structured observation is flattened once, at the env boundary
@@ -10,6 +10,10 @@ each leaf, in its own shape, to its encoder or to a user's model by name. Leaf n
 path joined by "." ("image", "pos.x"; a Tuple's items are "item_0", "item_1", ...): Keras refuses
 "/" in input names, PyTorch's ONNX exporter a name that is a number, and ONNX inputs take these
 names.
+
+A Discrete observation (FrozenLake's or CliffWalking's cell, an integer) travels the same way, as
+one leaf named "observation", one-hot: an index fed to a Dense layer as a number would make
+neighbouring cells look alike to the network, and Stable-Baselines3 one-hot encodes it too.
 
 The price: an image leaf is stored as float32 (4 bytes a pixel where the env gives uint8).
 """
@@ -41,12 +45,33 @@ class Leaf:
 def categorical_sizes(space: gym.Space) -> tuple[int, ...] | None:
     """The sizes of the categorical distributions a policy draws an action of `space` from: one
     for a Discrete space, one per component of a one-dimensional MultiDiscrete space (whose logits,
-    and action masks, are the components' side by side); None for any other space."""
+    and action masks, are the components' side by side), two per component of a one-dimensional
+    MultiBinary space (a categorical over {0, 1} is a Bernoulli); None for any other space."""
     if isinstance(space, gym.spaces.Discrete):
         return (int(space.n),)
     if isinstance(space, gym.spaces.MultiDiscrete) and len(space.shape) == 1:
         return tuple(int(n) for n in space.nvec)
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return (2,) * int(space.shape[0])
     return None
+
+
+def action_sizes(space: gym.Space, agent: str, env_name: str) -> tuple[int, ...] | None:
+    """`categorical_sizes` of an agent's action space, refusing actions that do not start at 0
+    (Discrete(3, start=1)): a policy's actions are the indices of its outputs, and an env would be
+    sent 0 for its first action, which it may not check."""
+    sizes = categorical_sizes(space)
+    start = np.asarray(getattr(space, "start", 0))
+    if sizes is not None and np.any(start != 0):
+        shift = (f"gymnasium.wrappers.TransformAction(env, lambda a: a + {int(start)}, "
+                 f"gymnasium.spaces.Discrete({int(space.n)}))"
+                 if isinstance(space, gym.spaces.Discrete) else
+                 "a gymnasium.ActionWrapper that adds start")
+        raise ValueError(
+            f"{agent} takes discrete actions that start at 0; {env_name} has {space} "
+            f"(start={start.tolist()}). Shift the actions with {shift}, and give the agent the "
+            f"wrapped env.")
+    return sizes
 
 
 def split_segments(values: np.ndarray, sizes: tuple[int, ...]) -> list[np.ndarray]:
@@ -55,8 +80,14 @@ def split_segments(values: np.ndarray, sizes: tuple[int, ...]) -> list[np.ndarra
 
 
 def is_structured(space: gym.Space) -> bool:
-    """A Dict or Tuple space (what kerasrl flattens at the env boundary)."""
+    """A Dict or Tuple space."""
     return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def flattened_at_boundary(space: gym.Space) -> bool:
+    """An observation space kerasrl carries as a flat float32 vector (`FlattenLeaves`): a Dict or
+    Tuple, or a Discrete one (carried one-hot)."""
+    return is_structured(space) or isinstance(space, gym.spaces.Discrete)
 
 
 def _leaf_spaces(space: gym.Space, prefix: str = ""):
@@ -65,7 +96,7 @@ def _leaf_spaces(space: gym.Space, prefix: str = ""):
     elif isinstance(space, gym.spaces.Tuple):
         items = ((f"item_{i}", s) for i, s in enumerate(space.spaces))
     else:
-        yield prefix, space
+        yield prefix or "observation", space  # a Discrete observation: one leaf
         return
     for key, child in items:
         key = str(key)
@@ -150,22 +181,51 @@ def _flat_leaf(leaf: Leaf, value: np.ndarray, batch: int | None) -> np.ndarray:
     value = np.asarray(value)
     lead = () if batch is None else (batch,)
     if isinstance(space, gym.spaces.Discrete):
-        index = value.astype(np.int64).reshape(lead) - int(space.start)
+        index = _indices(leaf, value, int(space.start), int(space.n)).reshape(lead)
         return np.eye(leaf.size, dtype=np.float32)[index]
     if isinstance(space, gym.spaces.MultiDiscrete):
-        index = value.astype(np.int64).reshape(*lead, -1) - np.asarray(space.start).ravel()
+        index = _indices(leaf, value.reshape(*lead, -1), np.asarray(space.start).ravel(),
+                         space.nvec.ravel())
         parts = [np.eye(int(n), dtype=np.float32)[index[..., j]]
                  for j, n in enumerate(space.nvec.ravel())]
         return np.concatenate(parts, axis=-1)
     return value.astype(np.float32, copy=False).reshape(*lead, leaf.size)
 
 
+def _indices(leaf: Leaf, value: np.ndarray, start, n) -> np.ndarray:
+    """Categorical observations as 0-based int64 indices, refused when not whole numbers in
+    [start, start + n): numpy's indexing would wrap -1 to the last row without a word."""
+    index = value.astype(np.int64)
+    outside = (index != value) | (index < start) | (index >= np.add(start, n))
+    if outside.any():
+        bad = value[outside].ravel()[0]
+        raise ValueError(f"Observation leaf {leaf.name!r} holds {bad!r}, outside {leaf.space}: "
+                         f"a categorical observation is a whole number from start to "
+                         f"start + n - 1. Check the env's observation_space.")
+    return index - start
+
+
+def _already_flat(space: FlatObservations, obs) -> bool:
+    """Whether `obs` is the flat vector (or a batch of them) rather than the env's observation: any
+    array for a Dict or Tuple space; for a Discrete space a float array whose last axis is n (an
+    observation of it is an integer, a batch of them a vector of integers)."""
+    if not isinstance(obs, np.ndarray):
+        return False
+    if is_structured(space.structure):
+        return True
+    return obs.dtype.kind == "f" and obs.ndim >= 1 and obs.shape[-1] == space.shape[0]
+
+
 def flatten(space: FlatObservations, obs) -> np.ndarray:
     """A structured observation (dict / tuple of arrays), or a batch of them (each leaf with a
-    leading batch axis), as (D,) or (B, D) float32. An array is taken to be flat already."""
-    if isinstance(obs, np.ndarray):
+    leading batch axis), as (D,) or (B, D) float32; likewise a Discrete observation (an integer)
+    or a batch of them. An array that is already flat (see `_already_flat`) is returned as is."""
+    if _already_flat(space, obs):
         return obs.astype(np.float32, copy=False)
-    values = list(_leaf_values(space.structure, obs))
+    if is_structured(space.structure):
+        values = list(_leaf_values(space.structure, obs))
+    else:
+        values = [obs]  # a Discrete observation (or a batch of them): the one leaf's values
     first, leaf = np.asarray(values[0]), space.leaves[0]
     batch = None if first.ndim == len(leaf.space.shape) else len(first)  # Discrete: shape ()
     for value, leaf in zip(values, space.leaves):
@@ -185,7 +245,7 @@ def split(space: FlatObservations, flat: np.ndarray) -> dict[str, np.ndarray]:
 
 
 class FlattenLeaves(gym.ObservationWrapper):
-    """Dict and Tuple observations as one float32 vector (see the module docstring)."""
+    """Dict, Tuple and Discrete observations as one float32 vector (see the module docstring)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)

@@ -37,7 +37,7 @@ from kerasrl.networks import (
     nature_features,
 )
 from kerasrl.policies import ActorCriticPolicy
-from kerasrl.spaces import FlatObservations, categorical_sizes, structure_of
+from kerasrl.spaces import FlatObservations, action_sizes, structure_of
 
 
 def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64),
@@ -84,14 +84,10 @@ class ActorCriticNetworks:
     # -- construction -------------------------------------------------------------------------
     def _check_spaces(self) -> None:
         cfg, space = self.config, self.action_space
-        self.action_sizes = categorical_sizes(space)  # (n,) Discrete, nvec MultiDiscrete
+        # (n,) Discrete, nvec MultiDiscrete
+        self.action_sizes = action_sizes(space, type(self).__name__, self.env_name)
         if self.action_sizes is not None:
             self.discrete = True
-            if isinstance(space, gym.spaces.MultiDiscrete) and np.any(space.start != 0):
-                raise ValueError(
-                    f"{type(self).__name__} takes MultiDiscrete actions that start at 0; "
-                    f"{self.env_name} has {space} (start={space.start.tolist()}). Shift the "
-                    f"actions in a gymnasium.ActionWrapper (action + start).")
             if cfg.log_std_init is not None:
                 raise ValueError(
                     f"log_std_init sets the spread of a Gaussian policy for continuous (Box) "
@@ -102,10 +98,10 @@ class ActorCriticNetworks:
             return
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(
-                f"{type(self).__name__} handles Discrete, one-dimensional MultiDiscrete and "
-                f"one-dimensional Box action spaces; {self.env_name} has "
-                f"{space}. Wrap the env to flatten its actions (e.g. gymnasium.wrappers."
-                f"FlattenObservation's counterpart for actions) or use a Discrete space.")
+                f"{type(self).__name__} handles Discrete and one-dimensional MultiDiscrete, "
+                f"MultiBinary and Box action spaces; {self.env_name} has {space}. Give the agent "
+                f"one-dimensional actions with a gymnasium.wrappers.TransformAction that maps "
+                f"them to the env's (for a Box of shape (2, 2): a flat Box of 4, reshaped).")
         self.discrete = False
         self.n_outputs = int(space.shape[0])
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):

@@ -37,6 +37,11 @@ from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
 from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.schedules import linear_schedule
+from kerasrl.spaces import action_sizes
+
+EVALUATION_STEP_CAP = 100_000
+"""`evaluate`'s longest episode, in env steps, where no `max_episode_steps` is given: above any
+time limit of the envs shipped with Gymnasium, ALE (27,000 agent steps) and kerasrl."""
 
 
 def multiples_passed(count: int, added: int, every: int) -> int:
@@ -195,8 +200,8 @@ class Agent(Fitting):
                 f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
                 f"{self.action_space}. For continuous actions use kerasrl.PPO."
             )
+        self._mask_sizes = action_sizes(self.action_space, type(self).__name__, self.env_name)
         self.n_actions = int(self.action_space.n)
-        self._mask_sizes = (self.n_actions,)
 
     def _warn_weights_only(self) -> None:
         """Say now, not at the first checkpoint, when a model can be saved as weights only."""
@@ -287,24 +292,30 @@ class Agent(Fitting):
                              f"agent's ({self.env_name}) {ours[0]} and {ours[1]}; give an env of the agent's spaces.")
 
     def evaluate(self, episodes: int = 20, *, env=None, deterministic: bool = True,
-                 seed: int | None = None, n_envs: int | None = None) -> dict[str, float]:
+                 seed: int | None = None, n_envs: int | None = None,
+                 max_episode_steps: int = EVALUATION_STEP_CAP) -> dict[str, float]:
         """Run `episodes` whole episodes with the current policy on fresh environments.
 
         Returns mean_return, std_return, min_return, max_return, mean_length, episodes, and the
         mean of any numeric per-episode figure the env reports at the end (e.g. mean_fruits_eaten).
+
+        An episode still running after `max_episode_steps` steps is cut there, as a time limit
+        would cut it, and a warning says how many were: in an env without a time limit of its own
+        (CliffWalking-v1, many hand-written envs) a greedy policy can walk in circles forever.
         """
         episodes = positive_count("episodes", episodes, "episodes", 20)
         n = min(episodes, 10 if n_envs is None else positive_count("n_envs", n_envs, "envs", 10))
+        cap = positive_count("max_episode_steps", max_episode_steps, "env steps", 10_000)
         spec = self.env_spec if env is None else env
-        factory = self._make_env if env is None else None
-        envs = make_vec_env(spec, n, factory=factory)
+        factory = self._make_env if env is None else env_factory(env)
+        envs = make_vec_env(spec, n, factory=lambda: gym.wrappers.TimeLimit(factory(), cap))
         if env is not None:
             self._check_same_spaces(envs, f"evaluate(env={describe(env)!r})")
         # Spread the episodes over the envs so that short episodes do not crowd out long ones.
         targets = np.array([(episodes + i) // n for i in range(n)])
         counts = np.zeros(n, dtype=np.int64)
         returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
-        results, extras = [], {}
+        results, extras, cut = [], {}, 0
         obs, info = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
         masks = self.read_action_masks(info, n, "evaluate's reset")
         eval_rng = np.random.default_rng(seed)
@@ -325,12 +336,20 @@ class Agent(Fitting):
                 for i in np.flatnonzero(done):
                     if counts[i] < targets[i]:
                         results.append((returns[i], lengths[i]))
+                        cut += bool(truncated[i] and lengths[i] >= cap)
                         for key, value in episode_extras(info, i).items():
                             extras.setdefault(key, []).append(value)
                         counts[i] += 1
                     returns[i], lengths[i] = 0.0, 0
         finally:
             envs.close()
+        if cut:
+            warnings.warn(
+                f"evaluate cut {cut} of {len(results)} episodes at max_episode_steps={cap:_} "
+                f"steps: their returns and lengths are of the steps taken. If {describe(spec)} has "
+                f"no time limit, the policy may be going in circles (a greedy policy can); give "
+                f"the env a gymnasium.wrappers.TimeLimit, or pass max_episode_steps=.",
+                stacklevel=2)
         episode_returns = np.array([r for r, _ in results])
         summary = {
             "mean_return": float(episode_returns.mean()),

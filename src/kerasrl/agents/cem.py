@@ -39,7 +39,7 @@ from kerasrl.models import build_model, stateless_apply
 from kerasrl.networks import actor_network, default_network
 from kerasrl.policies import (ActorCriticPolicy, DeterministicActorPolicy, categorical_mode,
                               forward_fn, sample_categorical, scale_to_bounds)
-from kerasrl.spaces import categorical_sizes
+from kerasrl.spaces import action_sizes
 
 # CommonConfig's fields that a gradient-free, undiscounted method has no use for.
 _GRADIENT_ONLY = ("learning_rate", "lr_schedule", "max_grad_norm", "adam_epsilon",
@@ -96,14 +96,10 @@ class CEM(Agent):
     # -- construction -------------------------------------------------------------------------
     def _check_spaces(self) -> None:
         space = self.action_space
-        self.action_sizes = categorical_sizes(space)  # (n,) Discrete, nvec MultiDiscrete
+        # (n,) Discrete, nvec MultiDiscrete
+        self.action_sizes = action_sizes(space, "CEM", self.env_name)
         self.discrete = self.action_sizes is not None
         if self.discrete:
-            if isinstance(space, gym.spaces.MultiDiscrete) and np.any(space.start != 0):
-                raise ValueError(
-                    f"CEM takes MultiDiscrete actions that start at 0; {self.env_name} has {space} "
-                    f"(start={space.start.tolist()}). Shift the actions in a "
-                    f"gymnasium.ActionWrapper (action + start).")
             self.n_outputs = int(sum(self.action_sizes))
             self._mask_sizes = self.action_sizes  # an env's action masks are obeyed
             return

@@ -37,7 +37,7 @@ from kerasrl.models import (built_in, check_recurrent_model, check_unclaimed, cl
                             stateless_apply)
 from kerasrl.networks import recurrent_actor_critic
 from kerasrl.policies import RecurrentActorCriticPolicy, categorical_mode
-from kerasrl.spaces import FlatObservations, structure_of
+from kerasrl.spaces import FlatObservations, is_structured, structure_of
 
 # Minibatch arrays that stay (E, T, ...) for the replay; the others are flattened to (E * T, ...).
 SEQUENCE_KEYS = ("observations", "episode_starts", "states")
@@ -76,8 +76,10 @@ class RecurrentPPO(PPO):
     # -- construction -------------------------------------------------------------------------
     def _build_networks(self, model) -> None:
         cfg, obs_space = self.config, self.observation_space
-        if isinstance(obs_space, FlatObservations):
-            raise ValueError(f"RecurrentPPO takes Box observations; {self.env_name} has "
+        # A Discrete observation's one-hot vector is read as a Box's; Dict and Tuple leaves are not
+        # split apart for the recurrent networks.
+        if isinstance(obs_space, FlatObservations) and is_structured(obs_space.structure):
+            raise ValueError(f"RecurrentPPO takes Box and Discrete observations; {self.env_name} has "
                              f"{obs_space}. Flatten it first (gymnasium.wrappers."
                              f"FlattenObservation).")
         if model is None:

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from kerasrl.envs.wrappers import ActionMasksInfo, ApiCheck, NumpyBoundary, has_action_masks_method
-from kerasrl.spaces import FlattenLeaves, is_structured
+from kerasrl.spaces import FlattenLeaves, flattened_at_boundary
 
 EnvSpec = str | gym.Env | Callable[[], gym.Env]
 
@@ -60,7 +60,7 @@ def check_env_id(env_id: str) -> None:
 
 def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
     """A function that returns a new environment each call, wrapped for the numpy boundary (and a
-    Dict or Tuple observation flattened there, see kerasrl.spaces)."""
+    Dict, Tuple or Discrete observation flattened there, see kerasrl.spaces)."""
     if isinstance(env, str):
         check_env_id(env)
 
@@ -92,7 +92,7 @@ def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
         checked = ApiCheck(made)
         if has_action_masks_method(made):
             checked = ActionMasksInfo(checked)
-        if is_structured(made.observation_space):
+        if flattened_at_boundary(made.observation_space):
             return FlattenLeaves(NumpyBoundary(checked))
         return NumpyBoundary(checked)
 

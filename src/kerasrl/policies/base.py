@@ -145,8 +145,9 @@ def observation_inputs(observation_space: gym.Space):
               for leaf in observation_space.leaves]
     parts = [keras.layers.Reshape((leaf.size,), name=f"{leaf.name}_flat")(x)
              for leaf, x in zip(observation_space.leaves, inputs)]
-    flat = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="flat_observation")(parts)
-    return inputs, flat
+    if len(parts) == 1:  # one leaf (a Discrete observation): one input, as the model is called
+        return inputs[0], parts[0]
+    return inputs, keras.layers.Concatenate(name="flat_observation")(parts)
 
 
 def with_mask(inputs, mask) -> list:

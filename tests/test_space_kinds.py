@@ -1,0 +1,197 @@
+"""Spaces past Box observations and Discrete(n) actions: Discrete observations (FrozenLake,
+CliffWalking, Taxi) carried one-hot, discrete actions that do not start at 0 refused with the
+wrapper that fixes them, MultiBinary actions, and `evaluate`'s cap on episodes that never end."""
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import kerasrl
+from kerasrl.spaces import FlatObservations
+
+
+def frozen_lake():
+    return gym.make("FrozenLake-v1", is_slippery=False)
+
+
+class ShiftedActions(gym.Env):
+    """Actions 1, 2, 3 (Discrete(3, start=1)); stepping with anything else fails loudly."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(3, start=1)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(int(action)), f"action {action} outside {self.action_space}"
+        self.t += 1
+        return np.full(2, self.t / 10, np.float32), float(action == 3), False, self.t >= 10, {}
+
+
+class BitMatch(gym.Env):
+    """MultiBinary(4) observations and actions; the reward is the number of action bits equal to
+    the observation's. Random play scores 20 over an episode's 10 steps, the best policy 40."""
+
+    observation_space = spaces.MultiBinary(4)
+    action_space = spaces.MultiBinary(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.bits = self.np_random.integers(0, 2, 4).astype(np.int8)
+        return self.bits, {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action)), action
+        reward = float(np.sum(np.asarray(action) == self.bits))
+        self.t += 1
+        self.bits = self.np_random.integers(0, 2, 4).astype(np.int8)
+        return self.bits, reward, False, self.t >= 10, {}
+
+
+class Endless(gym.Env):
+    """Never terminates, never truncates, and has no time limit: CliffWalking-v1's trait."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), 1.0, False, False, {}
+
+
+# -- Discrete observations -------------------------------------------------------------------------
+def test_dqn_learns_frozen_lake_from_its_discrete_observations():
+    """A cell index read as one number makes neighbouring cells alike to the network; one-hot, DQN
+    solves the 4x4 lake (return 1.0 greedily). Measured (JAX, AMD EPYC, these settings): 12 of 12
+    seeds solved it in 4,000 steps, 8 of 12 in 3,000; PyTorch 4 of 4 in 4,000. Here 6,000."""
+    for seed in (0, 1):
+        agent = kerasrl.DQN(frozen_lake, seed=seed, learning_starts=500, exploration_fraction=0.5,
+                            target_update_interval=100, train_freq=1, learning_rate=1e-3,
+                            hidden_sizes=(64,))
+        assert isinstance(agent.observation_space, FlatObservations)
+        assert agent.observation_space.shape == (16,)
+        agent.fit(total_steps=6_000, progress=False)
+        assert agent.evaluate(episodes=1)["mean_return"] == 1.0, f"seed {seed}"
+
+
+def test_discrete_observations_at_predict_load_and_export(tmp_path):
+    agent = kerasrl.PPO("FrozenLake-v1", seed=0, n_steps=32, batch_size=32)
+    everywhere = agent.predict(np.arange(16))
+    assert everywhere.shape == (16,)
+    # One cell (a Python int, a numpy int), a list, and the one-hot rows give the same actions.
+    assert agent.predict(5) == everywhere[5] == agent.predict(np.int64(5))
+    assert np.array_equal(agent.predict([5, 7]), everywhere[[5, 7]])
+    assert np.array_equal(agent.predict(np.eye(16, dtype=np.float32)), everywhere)
+    # A cell outside the space is refused, not wrapped round to another cell by numpy's indexing.
+    for bad in (16, -1, 2.5):
+        with pytest.raises(ValueError, match=r"outside Discrete\(16\)"):
+            agent.predict(bad)
+
+    agent.save(tmp_path / "lake")
+    policy = kerasrl.load_policy(tmp_path / "lake")
+    assert np.array_equal(policy.predict(np.arange(16)), everywhere)
+    policy.export(tmp_path / "lake.onnx")  # checked against the policy on export
+
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(tmp_path / "lake.onnx"))
+    assert [(i.name, i.shape[1]) for i in session.get_inputs()] == [("observation", 16)]
+    actions = session.run(None, {"observation": np.eye(16, dtype=np.float32)})[0]
+    assert np.array_equal(actions, everywhere)
+
+
+# -- actions that do not start at 0 ----------------------------------------------------------------
+@pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.SARSA, kerasrl.PPO, kerasrl.A2C,
+                                         kerasrl.CEM])
+def test_discrete_actions_not_starting_at_zero_are_refused_with_the_fix(agent_class):
+    """They were sent 0-based actions: wrong actions, silently, in an env that does not check."""
+    with pytest.raises(ValueError, match=r"start at 0.*Discrete\(3, start=1\).*"
+                                         r"TransformAction\(env, lambda a: a \+ 1, "
+                                         r"gymnasium.spaces.Discrete\(3\)\)"):
+        agent_class(ShiftedActions())
+
+
+def test_the_suggested_wrapper_trains():
+    wrapped = gym.wrappers.TransformAction(ShiftedActions(), lambda a: a + 1, spaces.Discrete(3))
+    agent = kerasrl.DQN(wrapped, seed=0, learning_starts=50, target_update_interval=50)
+    agent.fit(total_steps=200, progress=False)  # ShiftedActions asserts every action it gets
+    assert agent.evaluate(episodes=2)["mean_length"] == 10
+
+
+# -- MultiBinary actions ---------------------------------------------------------------------------
+def test_ppo_learns_multibinary_actions(tmp_path):
+    """One two-way categorical per bit (a Bernoulli). Measured (JAX, AMD EPYC): 33.3 to 37.2 over
+    seeds 0-5 after 4,000 steps (random play 20, the best 40)."""
+    agent = kerasrl.PPO(BitMatch(), seed=0, n_steps=64, batch_size=64, learning_rate=3e-3)
+    agent.fit(total_steps=4_000, progress=False)
+    assert agent.evaluate(episodes=10)["mean_return"] > 30.0
+    bits = np.array([[1, 0, 1, 1], [0, 0, 1, 0]], np.int8)
+    actions = agent.predict(bits)
+    assert actions.shape == (2, 4) and set(np.unique(actions)) <= {0, 1}
+    agent.save(tmp_path / "bits")
+    policy = kerasrl.load_policy(tmp_path / "bits")
+    assert np.array_equal(policy.predict(bits), actions)
+    policy.export(tmp_path / "bits.onnx")  # checked against the policy on export
+
+
+# -- evaluate's cap --------------------------------------------------------------------------------
+def test_evaluate_cuts_episodes_that_never_end_and_says_so():
+    agent = kerasrl.DQN(Endless(), seed=0)
+    with pytest.warns(UserWarning, match=r"cut 3 of 3 episodes at max_episode_steps=50 steps.*"
+                                         r"gymnasium.wrappers.TimeLimit"):
+        result = agent.evaluate(episodes=3, max_episode_steps=50)
+    assert result["mean_length"] == 50 and result["mean_return"] == 50.0
+    with pytest.raises(ValueError, match="max_episode_steps must be a positive number"):
+        agent.evaluate(max_episode_steps=0)
+
+
+def test_evaluate_cap_leaves_shorter_time_limits_alone():
+    agent = kerasrl.DQN(lambda: gym.wrappers.TimeLimit(Endless(), 20), seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = agent.evaluate(episodes=3, max_episode_steps=50)
+    assert result["mean_length"] == 20
+
+
+class CellsAndBoxActions(gym.Env):
+    """Discrete(5, start=2) observations, Box actions: for the continuous-action agents."""
+
+    observation_space = spaces.Discrete(5, start=2)
+    action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return int(self.np_random.integers(2, 7)), {}
+
+    def step(self, action):
+        self.t += 1
+        return (int(self.np_random.integers(2, 7)), -float(np.sum(np.square(action))), False,
+                self.t >= 10, {})
+
+
+@pytest.mark.parametrize("agent_class", [kerasrl.QRDQN, kerasrl.C51, kerasrl.SARSA,
+                                         kerasrl.A2C, kerasrl.CEM, kerasrl.RecurrentPPO,
+                                         kerasrl.SAC, kerasrl.TD3, kerasrl.DDPG, kerasrl.NAF])
+def test_every_agent_takes_discrete_observations(agent_class):
+    """The table of docs/agents.md: every agent reads a Discrete observation (one-hot); DQN and PPO
+    are tried above. Cells start at 2 in CellsAndBoxActions: one-hot row 0 is cell 2."""
+    continuous = agent_class in (kerasrl.SAC, kerasrl.TD3, kerasrl.DDPG, kerasrl.NAF)
+    agent = agent_class(CellsAndBoxActions() if continuous else frozen_lake(), seed=0)
+    cells = np.arange(2, 7) if continuous else np.arange(16)
+    actions = agent.predict(cells)
+    if agent_class is kerasrl.RecurrentPPO:
+        actions = actions[0]  # (actions, states)
+    assert len(actions) == len(cells)
+    with pytest.raises(ValueError, match="outside Discrete"):
+        agent.predict(cells[-1] + 1)
