@@ -224,3 +224,20 @@ def test_train_many_seeds_at_once_one_run_folder_each(tmp_path, capsys, monkeypa
         run_main(capsys, "train", "dqn", "--env", "kerasrl/OpsCartPole-v1", "--seeds", "0-2", "--seed", 1)
     with pytest.raises(SystemExit, match="'0-15'"):
         run_main(capsys, "train", "dqn", "--env", "kerasrl/OpsCartPole-v1", "--seeds", "2-0")
+
+
+def test_train_sarsa_on_discrete_observations_then_evaluate_with_a_step_cap(tmp_path, capsys):
+    """SARSA and Expected SARSA are offered by `kerasrl train`; FrozenLake's cells are integers
+    (Discrete observations, one-hot inside). `evaluate --max-episode-steps` cuts episodes that
+    run on (an env without a time limit, CliffWalking-v1, never ends a greedy loop) and says so."""
+    run = tmp_path / "lake"
+    code, out, err = run_main(capsys, "train", "expected_sarsa", "--env", "FrozenLake-v1",
+                              "--steps", 300, "--out", run, "--no-progress",
+                              "--eval-episodes", 2)
+    assert code == 0, err
+    assert "Training ExpectedSARSA on FrozenLake-v1" in out
+    # One step from the start cell reaches no hole and not the goal: every episode is cut.
+    code, out, err = run_main(capsys, "evaluate", run, "--episodes", 3, "--max-episode-steps", 1)
+    assert code == 0, err
+    assert json.loads(out)["mean_length"] == 1
+    assert "cut 3 of 3 episodes at --max-episode-steps 1" in err

@@ -31,17 +31,14 @@ from kerasrl.checkpoint import load_checkpoint, save_checkpoint
 from kerasrl.config import CommonConfig
 from kerasrl.config.common import positive_count
 from kerasrl.diagnostics import Monitor
-from kerasrl.envs import describe, env_factory, episode_extras, final_observations, make_vec_env
+from kerasrl.envs import (EVALUATION_STEP_CAP, describe, env_factory, episode_extras, final_observations,
+                          make_vec_env)
 from kerasrl.files import find_checkpoint
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
 from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import action_sizes
-
-EVALUATION_STEP_CAP = 100_000
-"""`evaluate`'s longest episode, in env steps, where no `max_episode_steps` is given: above any
-time limit of the envs shipped with Gymnasium, ALE (27,000 agent steps) and kerasrl."""
 
 
 def multiples_passed(count: int, added: int, every: int) -> int:

@@ -8,7 +8,7 @@ import sys
 
 from kerasrl import backend
 from kerasrl.cli.common import MODEL_FACTORY_HELP, load_policy_source, saved_env
-from kerasrl.envs import env_action
+from kerasrl.envs import EVALUATION_STEP_CAP, env_action
 
 
 def add_commands(commands) -> None:
@@ -24,6 +24,9 @@ def add_commands(commands) -> None:
                    help="also record the episodes to this .mp4 or .gif (pip install "
                         "'kerasrl[video]'; the env must render rgb_array frames)")
     p.add_argument("--fps", type=float, help="frames per second of --video (default: the env's)")
+    p.add_argument("--max-episode-steps", type=int, default=EVALUATION_STEP_CAP,
+                   help="cut an episode after this many steps, saying so (default %(default)s: "
+                        "a greedy policy can go in circles in an env without a time limit)")
     p.set_defaults(run=cmd_evaluate)
 
     p = commands.add_parser("export", help="Export a saved policy to ONNX or a TF SavedModel, checked against it.")
@@ -45,6 +48,8 @@ def cmd_evaluate(args) -> int:
 
     if args.episodes < 1:
         raise ValueError("--episodes must be at least 1.")
+    if args.max_episode_steps < 1:
+        raise ValueError("--max-episode-steps must be at least 1.")
     from kerasrl.policies import episode_actor
 
     policy, path = load_policy_source(args.source, args.model_factory)
@@ -59,7 +64,7 @@ def cmd_evaluate(args) -> int:
         env = recording_env(env_id, env_kwargs, args.video, fps=args.fps)
     else:
         env = gym.make(env_id, **env_kwargs)
-    returns, lengths = [], []
+    returns, lengths, cut = [], [], 0
     try:
         for episode in range(args.episodes):
             obs, _ = env.reset(seed=args.seed + episode)
@@ -69,6 +74,8 @@ def cmd_evaluate(args) -> int:
                 action = env_action(act(np.asarray(obs, np.float32)), env.action_space)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total, steps, done = total + float(reward), steps + 1, terminated or truncated
+                if not done and steps >= args.max_episode_steps:
+                    cut, done = cut + 1, True
             returns.append(total)
             lengths.append(steps)
         if args.video:
@@ -77,6 +84,10 @@ def cmd_evaluate(args) -> int:
                   file=sys.stderr)
     finally:
         env.close()
+    if cut:
+        print(f"kerasrl: cut {cut} of {len(returns)} episodes at --max-episode-steps "
+              f"{args.max_episode_steps}: their returns and lengths are of the steps taken. If "
+              f"{env_id} has no time limit, the policy may be going in circles.", file=sys.stderr)
     result = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
               "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
               "mean_length": float(np.mean(lengths)), "episodes": len(returns),

@@ -128,7 +128,7 @@ def cmd_train(args) -> int:
     agent = registry.agent_class(algorithm)(env_id, model=model, device=args.device, **hyperparameters)
     _write_run_config(out, agent, **run)
     callback, save_best, stopper = _train_callbacks(args, out)
-    print(f"Training {algorithm.upper()} on {env_id} for {steps} steps, backend {backend.NAME}, "
+    print(f"Training {type(agent).__name__} on {env_id} for {steps} steps, backend {backend.NAME}, "
           f"writing to {out}", flush=True)
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback,
@@ -208,7 +208,7 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
     folders = [out / f"seed-{seed}" for seed in seeds]
     for agent, folder in zip(agents, folders):
         _write_run_config(folder, agent, **run)
-    print(f"Training {run['algorithm'].upper()} on {run['env_id']} for {run['steps']} steps, seeds "
+    print(f"Training {agent_class.__name__} on {run['env_id']} for {run['steps']} steps, seeds "
           f"{args.seeds} ({len(seeds)} runs), backend {backend.NAME}, writing to {out}/seed-*", flush=True)
     start = time.perf_counter()
     kerasrl.fit_seeds(agents, run["steps"], progress=not args.no_progress, log_dirs=folders)

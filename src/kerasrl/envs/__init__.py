@@ -2,7 +2,7 @@
 
 from kerasrl.envs.snake import Snake, register_envs
 from kerasrl.envs.snake_vector import SnakeVectorEnv
-from kerasrl.envs.vector import (describe, env_action, env_factory, episode_extras,
+from kerasrl.envs.vector import (EVALUATION_STEP_CAP, describe, env_action, env_factory, episode_extras,
                                  final_observations, make_vec_env)
 from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
@@ -15,6 +15,7 @@ register_partial_envs()  # kerasrl/CartPoleNoVel-v1
 register_atari_envs()  # kerasrl/Breakout-v5 ...; ale-py imported when one is made
 
 __all__ = [
+    "EVALUATION_STEP_CAP",
     "ActionRepeat",
     "ApiCheck",
     "NumpyBoundary",

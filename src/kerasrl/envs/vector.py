@@ -58,6 +58,12 @@ def check_env_id(env_id: str) -> None:
                      f"kerasrl/OpsCartPole-v1, kerasrl/Pong-v5), a gymnasium.Env, or a function that returns one.") from None
 
 
+EVALUATION_STEP_CAP = 100_000
+"""The longest episode an evaluation runs (`Agent.evaluate`, `kerasrl evaluate`), in env steps,
+where none is given: above every time limit of the envs shipped with Gymnasium, ALE (27,000 agent
+steps) and kerasrl, so that it only ends episodes that would not end."""
+
+
 def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
     """A function that returns a new environment each call, wrapped for the numpy boundary (and a
     Dict, Tuple or Discrete observation flattened there, see kerasrl.spaces)."""
