@@ -171,6 +171,20 @@ def test_an_agent_refuses_a_wrong_type_where_it_is_made():
         kerasrl.DQN("CartPole-v1", seed="abc")
 
 
+def test_a_schedule_where_a_start_value_goes_is_refused_with_where_its_shape_goes():
+    """SB3 takes `learning_rate=linear_schedule(3e-4)` and RL Zoo "lin_3e-4"; kerasrl the start
+    value and `lr_schedule` / `clip_range_schedule`."""
+    from kerasrl.config import PPOConfig
+
+    with pytest.raises(TypeError, match=r"learning_rate must be a number.*learning_rate=3e-4, "
+                                        r"lr_schedule='linear' decays it to 0"):
+        PPOConfig(learning_rate=lambda progress_remaining: 3e-4 * progress_remaining)
+    with pytest.raises(TypeError, match=r"clip_range=0.1, clip_range_schedule='linear'"):
+        PPOConfig(clip_range="lin_0.1")
+    with pytest.raises(TypeError, match=r"gamma must be a number \(float\), got 'x' \(str\)\.$"):
+        PPOConfig(gamma="x")  # no schedule hint where there is no schedule
+
+
 def test_a_config_of_another_algorithm_or_an_unknown_change_is_refused_where_it_is_passed():
     # Before: kerasrl.DQN(env, config=PPOConfig()) failed on "'PPOConfig' object has no attribute
     # 'dueling'" deep in the build, and a misspelt keyword beside config= on dataclasses' own

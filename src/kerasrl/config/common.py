@@ -128,9 +128,23 @@ def check_types(config) -> None:
         ok, converted = _as_type(value, hints[f.name])
         if not ok:
             raise TypeError(f"{type(config).__name__}: {f.name} must be {_describe_type(hints[f.name])}, "
-                            f"got {value!r} ({type(value).__name__}).")
+                            f"got {value!r} ({type(value).__name__}).{_schedule_hint(config, f.name, value)}")
         if converted is not value:
             object.__setattr__(config, f.name, converted)
+
+
+def _schedule_hint(config, name: str, value) -> str:
+    """For a schedule given where a start value goes (SB3's `learning_rate=linear_schedule(3e-4)`,
+    RL Zoo's "lin_3e-4"): where kerasrl takes the schedule's shape instead."""
+    shape_field, example = {"learning_rate": ("lr_schedule", "3e-4"),
+                            "clip_range": ("clip_range_schedule", "0.2")}.get(name, (None, None))
+    if shape_field is None or not hasattr(config, shape_field) or not (callable(value) or isinstance(value, str)):
+        return ""
+    if isinstance(value, str) and value.startswith("lin_"):
+        example = value[len("lin_"):]
+    return (f" kerasrl takes the value at the start here and the schedule's shape apart: "
+            f"{name}={example}, {shape_field}='linear' decays it to 0 over fit (as SB3's "
+            f"linear_schedule, RL Zoo's 'lin_{example}').")
 
 
 @functools.cache
