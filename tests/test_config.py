@@ -246,3 +246,30 @@ def test_step_counts_are_whole_numbers_refused_by_name_where_they_are_passed():
     assert agent.num_timesteps == 0  # nothing ran
     agent.fit(6e1, progress=False)
     assert agent.num_timesteps == 60
+
+
+def test_sb3_code_run_unchanged_says_what_to_write_instead():
+    """docs/guides/from-stable-baselines3.md: each SB3 habit stops where it is written, naming
+    kerasrl's way."""
+    import kerasrl
+
+    with pytest.raises(TypeError, match=r"DQN takes the env as its one positional argument.*"
+                                        r"no policy name \(MlpPolicy/CnnPolicy/MultiInputPolicy\)"):
+        kerasrl.DQN("MlpPolicy", "CartPole-v1")
+    with pytest.raises(TypeError, match="PPO takes the env as its one positional argument"):
+        kerasrl.PPO("CnnPolicy", env="CartPole-v1")
+    with pytest.raises(TypeError, match=r"no field 'verbose'\. 'verbose': fit\(progress=True\)"):
+        kerasrl.DQN("CartPole-v1", verbose=1)
+    with pytest.raises(TypeError, match=r"'tensorboard_log': fit\(log_dir=\.\.\.\)"):
+        kerasrl.PPO("CartPole-v1", tensorboard_log="logs")
+    with pytest.raises(TypeError, match=r"'policy_kwargs': hidden_sizes=\(64, 64\)"):
+        kerasrl.PPO("CartPole-v1", policy_kwargs={"net_arch": [64, 64]})
+    with pytest.raises(TypeError, match=r"Did you mean 'learning_rate' for 'learnig_rate'\?"):
+        kerasrl.DQN("CartPole-v1", learnig_rate=1e-3)
+    agent = kerasrl.DQN(env="CartPole-v1")  # the env as a keyword is fine
+    with pytest.raises(AttributeError, match=r"no 'learn' \(Stable-Baselines3's name\): train with "
+                                             r"agent.fit\(total_steps=\.\.\.\)"):
+        agent.learn(total_timesteps=100)
+    with pytest.raises(AttributeError, match="'DQN' object has no attribute 'lern'"):
+        agent.lern
+    assert not hasattr(agent, "get_env") and hasattr(agent, "env")

@@ -8,6 +8,7 @@ The per-algorithm configs build on these in the modules named for what they conf
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import types
@@ -97,7 +98,8 @@ class CommonConfig:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise TypeError(
-                f"{cls.__name__} has no field {', '.join(map(repr, unknown))}. "
+                f"{cls.__name__} has no field {', '.join(map(repr, unknown))}."
+                f"{''.join(_where_instead(name, known) for name in unknown)} "
                 f"Known fields: {', '.join(sorted(known))}."
             )
         converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
@@ -115,6 +117,28 @@ class CommonConfig:
             raise TypeError(f"{taker} takes config=<a {cls.__name__}>, got a {type(config).__name__}; "
                             f"make one with kerasrl.config.{cls.__name__}(...) or pass its fields as keywords.")
         return cls.from_dict({**config.to_dict(), **cls.upgrade(changes)}) if changes else config
+
+
+ELSEWHERE = {
+    "verbose": "fit(progress=True) shows a progress bar, and fit(log_dir=...) writes the logs",
+    "tensorboard_log": "fit(log_dir=...) writes TensorBoard event files there",
+    "policy_kwargs": "hidden_sizes=(64, 64) sizes the default networks; model= takes your own "
+                     "Keras model",
+    "policy": "the default network follows the observation space; model= takes your own Keras "
+              "model",
+    "total_timesteps": "the run's length is fit(total_steps=...)",
+    "env": "the env is the agent's first argument",
+}
+"""Stable-Baselines3 keywords that are not config fields here, and where their job is done."""
+
+
+def _where_instead(name: str, known) -> str:
+    """One sentence for an unknown field: where SB3's keyword's job is done here, or the field the
+    name is a misspelling of."""
+    if name in ELSEWHERE:
+        return f" {name!r}: {ELSEWHERE[name]}."
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.8)
+    return f" Did you mean {close[0]!r} for {name!r}?" if close else ""
 
 
 def check_types(config) -> None:
