@@ -209,6 +209,16 @@ def test_wrong_output_names_the_fix():
         kerasrl.DQN("CartPole-v1", model=NoTraining(n_outputs=3), seed=0)
 
 
+def test_a_keras_rl_window_input_names_the_fix():
+    """keras-rl's models take (window_length,) + obs_shape (Flatten(input_shape=(1,) + shape))."""
+    model = keras.Sequential([keras.Input((1, 4)), layers.Flatten(), layers.Dense(16, activation="relu"),
+                              layers.Dense(2)])
+    with pytest.raises(ValueError, match=r"could not be called(.|\n)*The model takes \(1, 4\): "
+                                         r"keras-rl's \(window_length,\) \+ observation shape(.|\n)*"
+                                         r"keras.Input\(\(4,\)\)"):
+        kerasrl.DQN("CartPole-v1", model=model)
+
+
 def test_an_agent_owns_a_users_model_by_a_record_not_an_attribute_on_it():
     """Which agent owns a model is recorded in kerasrl.networks, not written onto the user's model:
     making an agent adds no attribute to it. A second agent, of any kind and in any role, is

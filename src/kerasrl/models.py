@@ -273,7 +273,7 @@ def build_model(
     except Exception as error:  # the user's model, any error: say where it came from
         raise ValueError(
             f"The {role} could not be called on a batch of observations of shape {batch.shape} "
-            f"(float32): {type(error).__name__}: {error}"
+            f"(float32): {type(error).__name__}: {error}{_window_hint(model, observation_space)}"
         ) from error
     shape = tuple(out.shape)
     expected = (int(n_outputs),) if np.ndim(n_outputs) == 0 else tuple(int(n) for n in n_outputs)
@@ -291,6 +291,22 @@ def build_model(
     if seed is not None:
         seed_initial_weights(model, seed, stream or role)
     return claim(model, role)
+
+
+def _window_hint(model, observation_space: gym.Space) -> str:
+    """For keras-rl's habit, a model whose input is (window_length,) + obs_shape: what to drop."""
+    try:
+        wanted = tuple(model.inputs[0].shape[1:])
+    except (AttributeError, IndexError, TypeError, ValueError):  # a subclassed model: no inputs
+        return ""
+    obs_shape = tuple(observation_space.shape or ())
+    if len(wanted) == len(obs_shape) + 1 and wanted[1:] == obs_shape:
+        return (f"\nThe model takes {wanted}: keras-rl's (window_length,) + observation shape. "
+                f"kerasrl feeds observations as the env gives them, {obs_shape}: make the model's "
+                f"input keras.Input({obs_shape}), and stack frames with an env wrapper "
+                f"(gymnasium.wrappers.FrameStackObservation) if you need a window "
+                f"(docs/guides/from-keras-rl.md).")
+    return ""
 
 
 def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, *,
