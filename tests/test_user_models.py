@@ -209,6 +209,34 @@ def test_wrong_output_names_the_fix():
         kerasrl.DQN("CartPole-v1", model=NoTraining(n_outputs=3), seed=0)
 
 
+def _ending_in(activation, n_outputs=2, n_inputs=4):
+    return keras.Sequential([keras.Input((n_inputs,)), layers.Dense(16, activation="relu"),
+                             layers.Dense(n_outputs, activation=activation)])
+
+
+def test_a_bounded_last_activation_on_values_or_logits_is_warned_at_the_users_line():
+    """A softmax Q-network (Q-values in [0, 1]) or a softmax policy model (kerasrl applies its own
+    softmax to the logits) trains quietly wrong; the warning points at the line that made the agent."""
+    from kerasrl.diagnostics import TrainingWarning
+
+    with pytest.warns(TrainingWarning, match=r"The Q-network ends in softmax: its outputs lie in "
+                                             r"\[0, 1\] and sum to 1.*Make its last layer linear") as caught:
+        kerasrl.DQN("CartPole-v1", model=_ending_in("softmax"), seed=0)
+    assert {w.filename for w in caught if issubclass(w.category, TrainingWarning)} == {__file__}
+    with pytest.warns(TrainingWarning, match=r"The policy model \(it outputs logits.*ends in softmax: "
+                                             r"kerasrl reads its outputs as logits"):
+        kerasrl.PPO("CartPole-v1", model=_ending_in("softmax"), seed=0)
+    with pytest.warns(TrainingWarning, match="The value model ends in relu: its outputs are never negative"):
+        kerasrl.PPO("CartPole-v1", value_model=_ending_in("relu", 1), seed=0)
+    # Where a bounded end is right: tanh on a Gaussian policy's means and on a TD3 actor (bounded
+    # actions), and a dueling torso's features (kerasrl puts the linear head on it).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        kerasrl.PPO("Pendulum-v1", model=_ending_in("tanh", 1, 3), seed=0)
+        kerasrl.TD3("Pendulum-v1", model=_ending_in("tanh", 1, 3), seed=0)
+        kerasrl.DQN("CartPole-v1", model=_ending_in("relu", 16), dueling=True, seed=0)
+
+
 def test_a_keras_rl_window_input_names_the_fix():
     """keras-rl's models take (window_length,) + obs_shape (Flatten(input_shape=(1,) + shape))."""
     model = keras.Sequential([keras.Input((1, 4)), layers.Flatten(), layers.Dense(16, activation="relu"),

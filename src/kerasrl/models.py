@@ -15,6 +15,7 @@ observation space is adapted to the flat vector kerasrl carries (`adapt_model`).
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from collections.abc import Callable
 
@@ -287,10 +288,56 @@ def build_model(
         )
     if not model.trainable_variables:
         raise ValueError(f"The {role} ({type(model).__name__}) has no trainable weights.")
+    if user_model:
+        warn_bounded_output(model, role)
     check_drivable(model, observation_space, role)
     if seed is not None:
         seed_initial_weights(model, seed, stream or role)
     return claim(model, role)
+
+
+BOUNDED_OUTPUTS = {"softmax": "lie in [0, 1] and sum to 1", "sigmoid": "lie in [0, 1]",
+                   "tanh": "lie in [-1, 1]", "relu": "are never negative"}
+"""Last-layer activations that bound a model's outputs, and how."""
+
+
+def _output_activation(model) -> str | None:
+    """The name of the activation that ends a functional or Sequential model (None where there is
+    none, or for a subclassed model, whose last layer is not known)."""
+    layers = getattr(model, "layers", None)
+    if not isinstance(model, (keras.Sequential, keras.Model)) or not layers or not (
+            isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)
+            or type(model).__name__ == "Functional"):
+        return None
+    last = layers[-1]
+    if isinstance(last, keras.layers.Softmax):
+        return "softmax"
+    activation = getattr(last, "activation", None)
+    name = getattr(activation, "__name__", None) if callable(activation) else activation
+    return name if name in BOUNDED_OUTPUTS else None
+
+
+def warn_bounded_output(model, role: str) -> None:
+    """Warn where a user's model ends in an activation that its role cannot have: values (a
+    Q-network's, a value model's, a critic's) are returns, of any size and sign; logits go through
+    kerasrl's own softmax. Other roles (actors, whose tanh bounds actions; NAF's L model) are not
+    checked."""
+    values = role.startswith(("Q-network", "value model", "critic"))
+    logits = "logits" in role
+    activation = _output_activation(model) if values or logits else None
+    if activation is None or (logits and activation not in ("softmax", "sigmoid")):
+        return
+    from kerasrl.diagnostics import TrainingWarning, user_stacklevel
+
+    if logits:
+        why = (f"kerasrl reads its outputs as logits and applies the softmax itself, so the policy "
+               f"would be a softmax of {activation} outputs, flattened toward uniform")
+    else:
+        why = (f"its outputs {BOUNDED_OUTPUTS[activation]}, but they stand for returns, "
+               f"which can reach max|reward| / (1 - gamma) in size, of either sign")
+    warnings.warn(f"The {role} ends in {activation}: {why}. Make its last layer linear (no "
+                  f"activation), as the default networks' is.", TrainingWarning,
+                  stacklevel=user_stacklevel())
 
 
 def _window_hint(model, observation_space: gym.Space) -> str:
@@ -349,6 +396,8 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
                          f"layer Dense(1).")
     if not critic.trainable_variables:
         raise ValueError(f"The {role} ({type(critic).__name__}) has no trainable weights.")
+    if user_critic:
+        warn_bounded_output(critic, role)
     if seed is not None:
         seed_initial_weights(critic, seed, stream or role)
     return claim(critic, role)
