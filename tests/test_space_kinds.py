@@ -110,6 +110,37 @@ def test_discrete_observations_at_predict_load_and_export(tmp_path):
     assert np.array_equal(actions, everywhere)
 
 
+class Thermostat(gym.Env):
+    """A scalar Box observation (shape ()), as a hand-written env often has: the temperature."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.temperature = 0, np.float32(self.np_random.uniform(-1, 1))
+        return self.temperature, {}
+
+    def step(self, action):
+        self.t += 1
+        self.temperature = np.float32(np.clip(self.temperature + (0.1 if action else -0.1), -1, 1))
+        return self.temperature, -abs(float(self.temperature)), False, self.t >= 20, {}
+
+
+def test_scalar_box_observations_travel_as_vectors_of_one(tmp_path):
+    agent = kerasrl.DQN(Thermostat(), seed=0, learning_starts=32, target_update_interval=32)
+    assert agent.observation_space.shape == (1,)
+    agent.fit(total_steps=100, progress=False)
+    temperatures = np.array([-0.5, 0.0, 0.5], np.float32)
+    actions = agent.predict(temperatures)  # a batch of three scalars
+    assert actions.shape == (3,) and agent.predict(np.float32(0.5)) == actions[2]
+    assert np.array_equal(agent.predict(temperatures[:, None]), actions)  # already (B, 1)
+    agent.save(tmp_path / "thermostat")
+    policy = kerasrl.load_policy(tmp_path / "thermostat")
+    assert np.array_equal(policy.predict(temperatures), actions)
+    policy.export(tmp_path / "thermostat.onnx")  # checked against the policy on export
+
+
 # -- actions that do not start at 0 ----------------------------------------------------------------
 @pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.SARSA, kerasrl.PPO, kerasrl.A2C,
                                          kerasrl.CEM])

@@ -13,7 +13,8 @@ names.
 
 A Discrete observation (FrozenLake's or CliffWalking's cell, an integer) travels the same way, as
 one leaf named "observation", one-hot: an index fed to a Dense layer as a number would make
-neighbouring cells look alike to the network, and Stable-Baselines3 one-hot encodes it too.
+neighbouring cells look alike to the network, and Stable-Baselines3 one-hot encodes it too. So
+does a scalar Box observation (shape ()), as a vector of one: Dense layers read vectors.
 
 The price: an image leaf is stored as float32 (4 bytes a pixel where the env gives uint8).
 """
@@ -86,8 +87,9 @@ def is_structured(space: gym.Space) -> bool:
 
 def flattened_at_boundary(space: gym.Space) -> bool:
     """An observation space kerasrl carries as a flat float32 vector (`FlattenLeaves`): a Dict or
-    Tuple, or a Discrete one (carried one-hot)."""
-    return is_structured(space) or isinstance(space, gym.spaces.Discrete)
+    Tuple, a Discrete one (carried one-hot), or a scalar Box (carried as a vector of one)."""
+    return (is_structured(space) or isinstance(space, gym.spaces.Discrete)
+            or (isinstance(space, gym.spaces.Box) and space.shape == ()))
 
 
 def _leaf_spaces(space: gym.Space, prefix: str = ""):
@@ -96,7 +98,7 @@ def _leaf_spaces(space: gym.Space, prefix: str = ""):
     elif isinstance(space, gym.spaces.Tuple):
         items = ((f"item_{i}", s) for i, s in enumerate(space.spaces))
     else:
-        yield prefix or "observation", space  # a Discrete observation: one leaf
+        yield prefix or "observation", space  # a Discrete or scalar observation: one leaf
         return
     for key, child in items:
         key = str(key)
@@ -207,8 +209,8 @@ def _indices(leaf: Leaf, value: np.ndarray, start, n) -> np.ndarray:
 
 def _already_flat(space: FlatObservations, obs) -> bool:
     """Whether `obs` is the flat vector (or a batch of them) rather than the env's observation: any
-    array for a Dict or Tuple space; for a Discrete space a float array whose last axis is n (an
-    observation of it is an integer, a batch of them a vector of integers)."""
+    array for a Dict or Tuple space; for a Discrete space (or a scalar Box) a float array whose last
+    axis is n (or 1): an observation of it is a number, a batch of them a vector of numbers."""
     if not isinstance(obs, np.ndarray):
         return False
     if is_structured(space.structure):
@@ -219,13 +221,14 @@ def _already_flat(space: FlatObservations, obs) -> bool:
 def flatten(space: FlatObservations, obs) -> np.ndarray:
     """A structured observation (dict / tuple of arrays), or a batch of them (each leaf with a
     leading batch axis), as (D,) or (B, D) float32; likewise a Discrete observation (an integer)
-    or a batch of them. An array that is already flat (see `_already_flat`) is returned as is."""
+    or a scalar Box's (a number), or a batch of them. An array that is already flat (see
+    `_already_flat`) is returned as is."""
     if _already_flat(space, obs):
         return obs.astype(np.float32, copy=False)
     if is_structured(space.structure):
         values = list(_leaf_values(space.structure, obs))
     else:
-        values = [obs]  # a Discrete observation (or a batch of them): the one leaf's values
+        values = [obs]  # a Discrete or scalar observation (or a batch of them): the one leaf
     first, leaf = np.asarray(values[0]), space.leaves[0]
     batch = None if first.ndim == len(leaf.space.shape) else len(first)  # Discrete: shape ()
     for value, leaf in zip(values, space.leaves):
@@ -245,7 +248,8 @@ def split(space: FlatObservations, flat: np.ndarray) -> dict[str, np.ndarray]:
 
 
 class FlattenLeaves(gym.ObservationWrapper):
-    """Dict, Tuple and Discrete observations as one float32 vector (see the module docstring)."""
+    """Dict, Tuple, Discrete and scalar observations as one float32 vector (see the module
+    docstring)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
