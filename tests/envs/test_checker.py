@@ -219,3 +219,12 @@ def test_an_agent_on_a_broken_mask_env_is_refused_when_made():
     kerasrl.DQN(lambda: StrictMasked(), seed=0)  # the check at creation steps with allowed actions only
     with pytest.raises(EnvCheckError, match="allows no action"):
         kerasrl.DQN(lambda: StrictMasked(empty_at=3), seed=0)
+
+
+def test_a_vector_env_given_as_the_env_names_the_id_and_n_envs():
+    """kerasrl builds the vector env from one env; gym.make_vec's result is refused saying so."""
+    envs = gym.make_vec("CartPole-v1", num_envs=4)
+    with pytest.raises(TypeError, match=r"env is a vector env \(CartPoleVectorEnv, 4 envs\).*"
+                                        r"pass 'CartPole-v1' with n_envs=4"):
+        kerasrl.PPO(envs)
+    envs.close()

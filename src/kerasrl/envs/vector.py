@@ -80,6 +80,13 @@ def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
             # The first call hands back the user's instance; later ones (evaluation, more envs)
             # need copies of it.
             return instances.pop() if instances else copy.deepcopy(env)
+    elif isinstance(env, gym.vector.VectorEnv):
+        spec = getattr(env, "spec", None)
+        example = repr(spec.id) if spec is not None else "lambda: YourEnv()"
+        raise TypeError(
+            f"env is a vector env ({type(env).__name__}, {env.num_envs} envs); kerasrl makes the "
+            f"vector env itself from one env: pass {example} with n_envs={env.num_envs} "
+            f"(vectorization='subprocess' for one process per env).")
     elif callable(env):
         make = env
     else:
