@@ -199,7 +199,8 @@ def test_a_config_of_another_algorithm_or_an_unknown_change_is_refused_where_it_
         with pytest.raises(TypeError, match=rf"{maker.__name__} takes config=<a {own.__name__}>, got a "
                                             rf"{other.__name__}; make one with kerasrl.config.{own.__name__}"):
             maker(env, config=other())
-        with pytest.raises(TypeError, match=rf"{own.__name__} has no field 'learning_rat'. Known fields: .*learning_rate"):
+        with pytest.raises(TypeError, match=rf"{own.__name__} has no field 'learning_rat'\. Did you mean "
+                                            rf"'learning_rate' for 'learning_rat'\? Known fields: .*learning_rate"):
             maker(env, config=own(), learning_rat=1e-3)
         with pytest.raises(TypeError, match=rf"{own.__name__} has no field 'learning_rat'"):
             maker(env, learning_rat=1e-3)

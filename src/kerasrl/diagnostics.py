@@ -4,7 +4,7 @@ exploding, caught while the agent is made and while it trains, each reported onc
 When the agent is made (`Monitor.check_agent`):
     the env check (`kerasrl.check_env`, on the first sub-env; `check_env=False` turns it off)
     one gradient of the networks' outputs on a fixed dummy batch: weights no gradient reaches
-    a user's model ending in an activation its outputs cannot have (kerasrl.models.warn_bounded_output)
+    a user's model ending in an activation its outputs cannot have (kerasrl.model_checks)
 At the start of `fit` (`Monitor.start`), from the config and the run's length:
     a target network that never moves or moves with every gradient step, a target that does not
     start equal to the online weights, epsilon that reaches its final value only at the end,
@@ -22,11 +22,11 @@ and numbers; see docs/diagnostics.md.
 from __future__ import annotations
 
 import math
-import os
-import sys
 import warnings
 
 import numpy as np
+
+from kerasrl.training_warnings import TrainingWarning  # noqa: F401  (its public name is here)
 
 HUGE_OBSERVATION = 1e4  # beyond this (in absolute value) a first layer saturates (as check_env)
 REWARD_SCALE = 100.0  # rewards beyond this many times the network's initial outputs
@@ -38,20 +38,6 @@ CHECK_EVERY = 1000  # gradient steps between checks of the running figures
 SMALL_ON_POLICY_BATCH = 32  # below this, SARSA with the Huber loss drifts (docs/agents.md)
 BARELY_MOVES = 0.9  # a target keeping this much of its initial weights at the end never moved
 ENV_CHECK_STEPS = 100  # random env steps of the check when an agent is made: a cheap sample
-
-
-def user_stacklevel() -> int:
-    """The `stacklevel` at which a warning issued by the caller of this function points at the
-    first frame outside kerasrl: the user's line, however deep in kerasrl the check runs."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-class TrainingWarning(UserWarning):
-    """A set-up or a training run that will not learn as configured; the message says the fix."""
 
 
 # -- checks: pure functions ---------------------------------------------------------------------

@@ -15,7 +15,6 @@ observation space is adapted to the flat vector kerasrl carries (`adapt_model`).
 from __future__ import annotations
 
 import contextlib
-import warnings
 import weakref
 from collections.abc import Callable
 
@@ -26,6 +25,7 @@ import numpy as np
 from kerasrl import backend
 from kerasrl.backend.layers import per_sample, slow_in_loops, walk_layers
 from kerasrl.initializers import backend_draws_skipped, seed_initial_weights
+from kerasrl.model_checks import warn_bounded_output, window_hint
 from kerasrl.networks import (SplitLeaves, default_network, dueling, is_image_space, mlp_torso,
                               nature_cnn_torso, split_layer)
 from kerasrl.spaces import FlatObservations, structure_of
@@ -274,7 +274,7 @@ def build_model(
     except Exception as error:  # the user's model, any error: say where it came from
         raise ValueError(
             f"The {role} could not be called on a batch of observations of shape {batch.shape} "
-            f"(float32): {type(error).__name__}: {error}{_window_hint(model, observation_space)}"
+            f"(float32): {type(error).__name__}: {error}{window_hint(model, observation_space)}"
         ) from error
     shape = tuple(out.shape)
     expected = (int(n_outputs),) if np.ndim(n_outputs) == 0 else tuple(int(n) for n in n_outputs)
@@ -294,66 +294,6 @@ def build_model(
     if seed is not None:
         seed_initial_weights(model, seed, stream or role)
     return claim(model, role)
-
-
-BOUNDED_OUTPUTS = {"softmax": "lie in [0, 1] and sum to 1", "sigmoid": "lie in [0, 1]",
-                   "tanh": "lie in [-1, 1]", "relu": "are never negative"}
-"""Last-layer activations that bound a model's outputs, and how."""
-
-
-def _output_activation(model) -> str | None:
-    """The name of the activation that ends a functional or Sequential model (None where there is
-    none, or for a subclassed model, whose last layer is not known)."""
-    layers = getattr(model, "layers", None)
-    if not isinstance(model, (keras.Sequential, keras.Model)) or not layers or not (
-            isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)
-            or type(model).__name__ == "Functional"):
-        return None
-    last = layers[-1]
-    if isinstance(last, keras.layers.Softmax):
-        return "softmax"
-    activation = getattr(last, "activation", None)
-    name = getattr(activation, "__name__", None) if callable(activation) else activation
-    return name if name in BOUNDED_OUTPUTS else None
-
-
-def warn_bounded_output(model, role: str) -> None:
-    """Warn where a user's model ends in an activation that its role cannot have: values (a
-    Q-network's, a value model's, a critic's) are returns, of any size and sign; logits go through
-    kerasrl's own softmax. Other roles (actors, whose tanh bounds actions; NAF's L model) are not
-    checked."""
-    values = role.startswith(("Q-network", "value model", "critic"))
-    logits = "logits" in role
-    activation = _output_activation(model) if values or logits else None
-    if activation is None or (logits and activation not in ("softmax", "sigmoid")):
-        return
-    from kerasrl.diagnostics import TrainingWarning, user_stacklevel
-
-    if logits:
-        why = (f"kerasrl reads its outputs as logits and applies the softmax itself, so the policy "
-               f"would be a softmax of {activation} outputs, flattened toward uniform")
-    else:
-        why = (f"its outputs {BOUNDED_OUTPUTS[activation]}, but they stand for returns, "
-               f"which can reach max|reward| / (1 - gamma) in size, of either sign")
-    warnings.warn(f"The {role} ends in {activation}: {why}. Make its last layer linear (no "
-                  f"activation), as the default networks' is.", TrainingWarning,
-                  stacklevel=user_stacklevel())
-
-
-def _window_hint(model, observation_space: gym.Space) -> str:
-    """For keras-rl's habit, a model whose input is (window_length,) + obs_shape: what to drop."""
-    try:
-        wanted = tuple(model.inputs[0].shape[1:])
-    except (AttributeError, IndexError, TypeError, ValueError):  # a subclassed model: no inputs
-        return ""
-    obs_shape = tuple(observation_space.shape or ())
-    if len(wanted) == len(obs_shape) + 1 and wanted[1:] == obs_shape:
-        return (f"\nThe model takes {wanted}: keras-rl's (window_length,) + observation shape. "
-                f"kerasrl feeds observations as the env gives them, {obs_shape}: make the model's "
-                f"input keras.Input({obs_shape}), and stack frames with an env wrapper "
-                f"(gymnasium.wrappers.FrameStackObservation) if you need a window "
-                f"(docs/guides/from-keras-rl.md).")
-    return ""
 
 
 def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, *,

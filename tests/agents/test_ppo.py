@@ -318,11 +318,12 @@ def test_unsupported_and_unbounded_action_spaces():
             super().__init__(4, 20)
             self.action_space = action_space
 
-    with pytest.raises(ValueError, match="one-dimensional MultiDiscrete and one-dimensional Box"):
+    one_dimensional = r"one-dimensional MultiDiscrete, MultiBinary and Box action spaces"
+    with pytest.raises(ValueError, match=one_dimensional):
         kerasrl.PPO(lambda: Actions(spaces.MultiDiscrete([[2, 2], [2, 2]])), check_env=False)
-    with pytest.raises(ValueError, match="one-dimensional MultiDiscrete and one-dimensional Box"):
-        kerasrl.PPO(lambda: Actions(spaces.MultiBinary(3)), check_env=False)
-    with pytest.raises(ValueError, match=r"MultiDiscrete actions that start at 0.*ActionWrapper"):
+    with pytest.raises(ValueError, match=one_dimensional):
+        kerasrl.PPO(lambda: Actions(spaces.MultiBinary([2, 3])), check_env=False)
+    with pytest.raises(ValueError, match=r"discrete actions that start at 0.*ActionWrapper"):
         kerasrl.PPO(lambda: Actions(spaces.MultiDiscrete([2, 3], start=[1, 0])), check_env=False)
 
     class Unbounded(TargetEnv):
