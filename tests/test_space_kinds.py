@@ -5,6 +5,7 @@ wrapper that fixes them, MultiBinary actions, and `evaluate`'s cap on episodes t
 import warnings
 
 import gymnasium as gym
+import keras
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -139,6 +140,46 @@ def test_scalar_box_observations_travel_as_vectors_of_one(tmp_path):
     policy = kerasrl.load_policy(tmp_path / "thermostat")
     assert np.array_equal(policy.predict(temperatures), actions)
     policy.export(tmp_path / "thermostat.onnx")  # checked against the policy on export
+
+
+class CellQ(keras.Model):
+    """A user's subclassed Q-network, `call` without `training`: it reads the one-hot cell."""
+
+    def __init__(self, n_actions=4):
+        super().__init__()
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(n_actions)
+
+    def call(self, cells):
+        return self.out(self.hidden(cells))
+
+
+class CellCritic(keras.Model):
+    """A user's subclassed critic [observations, actions] -> Q on one-hot cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, inputs):
+        cells, actions = inputs
+        return self.out(self.hidden(keras.ops.concatenate([cells, actions], axis=-1)))
+
+
+def test_users_subclassed_models_take_the_one_hot_cells(tmp_path):
+    """A Dict space's user model receives its leaves by name; a Discrete space's takes the one-hot
+    vector itself (it failed on a dict before)."""
+    agent = kerasrl.DQN(frozen_lake, model=CellQ(), seed=0, learning_starts=50,
+                        target_update_interval=50)
+    agent.fit(total_steps=200, progress=False)
+    agent.save(tmp_path / "lake")
+    policy = kerasrl.load_policy(tmp_path / "lake", model_factory=lambda o, a: CellQ())
+    assert np.array_equal(policy.predict(np.arange(16)), agent.predict(np.arange(16)))
+    td3 = kerasrl.TD3(CellsAndBoxActions(), critic=lambda o, a: CellCritic(), seed=0,
+                      learning_starts=50)
+    td3.fit(total_steps=100, progress=False)
+    assert td3.predict(np.arange(2, 7)).shape == (5, 2)
 
 
 # -- actions that do not start at 0 ----------------------------------------------------------------

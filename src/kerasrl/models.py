@@ -28,7 +28,7 @@ from kerasrl.initializers import backend_draws_skipped, seed_initial_weights
 from kerasrl.model_checks import warn_bounded_output, window_hint
 from kerasrl.networks import (SplitLeaves, default_network, dueling, is_image_space, mlp_torso,
                               nature_cnn_torso, split_layer)
-from kerasrl.spaces import FlatObservations, structure_of
+from kerasrl.spaces import has_named_leaves, structure_of
 
 
 def takes_flat_observations(model: keras.Model) -> bool:
@@ -42,9 +42,10 @@ def takes_flat_observations(model: keras.Model) -> bool:
 def adapt_model(model: keras.Model, observation_space: gym.Space) -> keras.Model:
     """A user's model for a Dict or Tuple observation space, taking the flat vector kerasrl carries:
     the model itself receives a dict {leaf name: (B, *leaf shape)} (a functional model's inputs
-    are matched by name). Any other space, or a model that takes the flat vector already
-    (`takes_flat_observations`): `model` unchanged."""
-    if not isinstance(observation_space, FlatObservations) or takes_flat_observations(model):
+    are matched by name). Any other space (a Discrete one included: its model takes the one-hot
+    vector), or a model that takes the flat vector already (`takes_flat_observations`): `model`
+    unchanged."""
+    if not has_named_leaves(observation_space) or takes_flat_observations(model):
         return model
     inputs = keras.Input(shape=tuple(observation_space.shape), name="observation")
     outputs = model(split_layer(observation_space)(inputs))
@@ -55,7 +56,7 @@ def adapt_model(model: keras.Model, observation_space: gym.Space) -> keras.Model
 def _adapt_critic(critic: keras.Model, observation_space: gym.Space, action_dim: int
                   ) -> keras.Model:
     """`adapt_model` for a critic [observations, actions] -> Q: it receives [leaves dict, actions]."""
-    if not isinstance(observation_space, FlatObservations) or takes_flat_observations(critic):
+    if not has_named_leaves(observation_space) or takes_flat_observations(critic):
         return critic
     observations = keras.Input(shape=tuple(observation_space.shape), name="observation")
     actions = keras.Input(shape=(action_dim,), name="action")

@@ -92,6 +92,12 @@ def flattened_at_boundary(space: gym.Space) -> bool:
             or (isinstance(space, gym.spaces.Box) and space.shape == ()))
 
 
+def has_named_leaves(space: gym.Space) -> bool:
+    """A Dict or Tuple observation carried flat, whose leaves a user's model receives by name (a
+    Discrete or scalar one is carried flat too, and its model takes that vector)."""
+    return isinstance(space, FlatObservations) and is_structured(space.structure)
+
+
 def _leaf_spaces(space: gym.Space, prefix: str = ""):
     if isinstance(space, gym.spaces.Dict):
         items = space.spaces.items()

@@ -1,5 +1,5 @@
-"""What every agent shares: environments, seeding, the engines' interface, stepping the envs,
-evaluation, the training state for checkpoints.
+"""What every agent shares: environments, seeding, the engines' interface, stepping the envs, the
+training state for checkpoints.
 
 An agent learns; its `policy` acts. Subclasses set `config_class` and implement `_build` (models,
 optimizer, buffers, compiled steps) and `_learn` (the algorithm's loop, read top to bottom).
