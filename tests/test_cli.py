@@ -241,3 +241,46 @@ def test_train_sarsa_on_discrete_observations_then_evaluate_with_a_step_cap(tmp_
     assert code == 0, err
     assert json.loads(out)["mean_length"] == 1
     assert "cut 3 of 3 episodes at --max-episode-steps 1" in err
+
+
+def test_env_beside_the_algorithm_steps_as_python_writes_them_and_one_line_warnings(tmp_path):
+    """`kerasrl train dqn CartPole-v1 --steps 3e2`, as users write it (RL Zoo's `--env` works
+    too); a TrainingWarning reads as one line, without the source line of kerasrl's code."""
+    out = tmp_path / "run"
+    result = cli("train", "dqn", "CartPole-v1", "--steps", "3e2", "--out", out, "--no-progress",
+                 "--eval-episodes", 1, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads((out / "config.json").read_text())
+    assert (config["env"], config["total_steps"]) == ("CartPole-v1", 300)
+    (warning,) = [line for line in result.stderr.splitlines() if "TrainingWarning" in line]
+    assert warning.startswith("kerasrl: TrainingWarning: The target network never moves"), warning
+    assert "agent.fit(" not in result.stderr and "train.py" not in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("train", "dqn", "CartPole-v1", "--env", "Acrobot-v1"),
+     "Two envs given, 'CartPole-v1' and --env 'Acrobot-v1': name one."),
+    (("compare", "dqn", "--steps", 10), "Name the env: kerasrl compare dqn CartPole-v1"),
+])
+def test_env_given_twice_or_not_at_all_is_refused(tmp_path, capsys, args, message):
+    code, _, err = run_main(capsys, *args, "--out" if args[0] == "train" else "--seed",
+                            tmp_path / "run" if args[0] == "train" else 0)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, expected", [("1e5", 100_000), ("100_000", 100_000), ("2500", 2500)])
+def test_step_counts_read_as_python_writes_them(text, expected):
+    from kerasrl.cli import build_parser
+
+    assert build_parser().parse_args(["train", "dqn", "--steps", text]).steps == expected
+
+
+@pytest.mark.parametrize("text", ["2.5", "1e-3", "12abc"])
+def test_a_step_count_that_is_not_whole_is_refused(capsys, text):
+    from kerasrl.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["train", "dqn", "--steps", text])
+    assert exit_info.value.code == 2
+    assert f"expected a whole number (100000, 100_000 or 1e5), got '{text}'" in capsys.readouterr().err

@@ -126,9 +126,9 @@ def capped_command(argv: list[str]) -> list[str]:
         for flag, cap in (("--steps", STEPS), ("--checkpoint-every", max(1, STEPS // 2)),
                           ("--workers", WORKERS)):
             if token == flag and i + 1 < len(argv):
-                argv[i + 1] = str(min(int(argv[i + 1]), cap))
+                argv[i + 1] = str(min(int(float(argv[i + 1])), cap))
             elif token.startswith(flag + "="):
-                argv[i] = f"{flag}={min(int(token.split('=', 1)[1]), cap)}"
+                argv[i] = f"{flag}={min(int(float(token.split('=', 1)[1])), cap)}"
     if "--resume" not in argv and not any(t == "--steps" or t.startswith("--steps=") for t in argv):
         argv += ["--steps", str(STEPS)]
     return argv

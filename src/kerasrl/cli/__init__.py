@@ -1,20 +1,21 @@
 """The `kerasrl` command: train, evaluate, list backends.
 
     kerasrl backends
-    kerasrl compare dqn --env CartPole-v1 [--steps 5000] [--seed S] [--set name=value ...]
-    kerasrl train dqn --env CartPole-v1 [--backend jax] [--steps N] [--seed S] [--n-envs K]
+    kerasrl compare dqn CartPole-v1 [--steps 5000] [--seed S] [--set name=value ...]
+    kerasrl train dqn CartPole-v1 [--backend jax] [--steps N] [--seed S] [--n-envs K]
                       [--out DIR] [--set name=value ...] [--vectorization subprocess]
                       [--engine auto|local|compiled|ray [--workers N] [--address ADDR]]
     kerasrl train --preset cartpole-dqn
-    kerasrl train dqn --env kerasrl/OpsCartPole-v1 --seeds 0-15 [--steps N]
+    kerasrl train dqn kerasrl/OpsCartPole-v1 --seeds 0-15 [--steps N]
     kerasrl train --preset snake-dqn-fast --save-best --stop-at-return 100
     kerasrl evaluate RUN [--episodes 20] [--video out.mp4]
     kerasrl plot RUN [RUN ...] -o curve.png [--smooth 20] [--target 475]
-    kerasrl tune dqn --env CartPole-v1 --trials 20 --steps 20000 [--storage sqlite:///tune.db]
+    kerasrl tune dqn CartPole-v1 --trials 20 --steps 20000 [--storage sqlite:///tune.db]
     kerasrl export RUN --format onnx -o policy.onnx
     kerasrl play RUN [--env kerasrl/Snake-v0] [--episodes 1] [--fps 5] [--max-steps 500]
     kerasrl watch RUN [--env ID] [--port 8000] [--host 127.0.0.1] [--fps 10]
 
+The env may also be given as `--env ID` (RL Zoo's way); step counts take 1e5 as well as 100_000.
 The backend is chosen from --backend before Keras is imported, so these modules import agents only
 inside the commands. One module per group of commands, each adding its own with `add_commands`:
 train (train), play (play, watch), evaluate (evaluate, export), study (compare, plot, tune); what
@@ -27,9 +28,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import warnings
 
 from kerasrl import backend
 from kerasrl.cli import evaluate, play, study, train
+from kerasrl.cli.common import settle_env
 from kerasrl.runfiles import RunLockedError, WriteError
 
 __all__ = ["build_parser", "main"]
@@ -59,9 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command's user reads it: what and how to fix, without the source line of
+    kerasrl's own code that called fit (which is where a library user's warning points)."""
+    return f"kerasrl: {category.__name__}: {message}\n"
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
+        settle_env(args)
         with contextlib.ExitStack() as args.hold:  # what a command holds until it ends (run locks)
             return args.run(args)
     except (WriteError, RunLockedError) as error:  # a full disk, a run folder in use: one line
@@ -74,3 +85,5 @@ def main(argv=None) -> int:
             message += " On the command line: --model-factory module:function."
         print(f"kerasrl: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = formatwarning

@@ -20,6 +20,40 @@ def parse_assignment(text: str) -> tuple[str, object]:
     return name.strip(), value
 
 
+def count(text: str) -> int:
+    """A whole number from the command line as Python writes one: 100000, 100_000 or 1e5."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number (100000, 100_000 or 1e5), got {text!r}")
+    return int(value)
+
+
+def add_env_arguments(p, help: str, required: bool = False) -> None:
+    """The env as the algorithm's neighbour (`kerasrl train dqn CartPole-v1`) or as `--env
+    CartPole-v1` (RL Zoo's way); `settle_env` makes them one `args.env`."""
+    p.add_argument("env_id", nargs="?", metavar="ENV", help=f"{help} (or --env ENV)")
+    p.add_argument("--env", dest="env_option", metavar="ENV", help="the same as ENV")
+    p.set_defaults(env_required=required)
+
+
+def settle_env(args) -> None:
+    """`args.env` from ENV or --env (after parsing; a ValueError where they disagree)."""
+    if not hasattr(args, "env_required"):
+        return
+    if args.env_id is not None and args.env_option is not None and args.env_id != args.env_option:
+        raise ValueError(f"Two envs given, {args.env_id!r} and --env {args.env_option!r}: name one.")
+    args.env = args.env_id if args.env_id is not None else args.env_option
+    if args.env is None and args.env_required:
+        raise ValueError(f"Name the env: kerasrl {args.command} {args.algorithm} CartPole-v1 (or --env CartPole-v1).")
+
+
 def show_info_lines() -> None:
     """kerasrl's INFO lines (e.g. why fit runs the Python loop, not the compiled one) on stderr."""
     log = logging.getLogger("kerasrl")

@@ -7,7 +7,7 @@ import json
 import sys
 
 from kerasrl import backend
-from kerasrl.cli.common import MODEL_FACTORY_HELP, load_policy_source, saved_env
+from kerasrl.cli.common import MODEL_FACTORY_HELP, count, load_policy_source, saved_env
 from kerasrl.envs import EVALUATION_STEP_CAP, env_action
 
 
@@ -24,7 +24,7 @@ def add_commands(commands) -> None:
                    help="also record the episodes to this .mp4 or .gif (pip install "
                         "'kerasrl[video]'; the env must render rgb_array frames)")
     p.add_argument("--fps", type=float, help="frames per second of --video (default: the env's)")
-    p.add_argument("--max-episode-steps", type=int, default=EVALUATION_STEP_CAP,
+    p.add_argument("--max-episode-steps", type=count, default=EVALUATION_STEP_CAP,
                    help="cut an episode after this many steps, saying so (default %(default)s: "
                         "a greedy policy can go in circles in an env without a time limit)")
     p.set_defaults(run=cmd_evaluate)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from kerasrl import backend, registry
-from kerasrl.cli.common import parse_assignment
+from kerasrl.cli.common import add_env_arguments, count, parse_assignment
 
 
 def add_commands(commands) -> None:
@@ -17,8 +17,8 @@ def add_commands(commands) -> None:
         "compare", help="Train one configuration on every installed backend and report where the "
                         "runs part (the first differing update, action and weights).")
     p.add_argument("algorithm", help=", ".join(registry.ALGORITHMS))
-    p.add_argument("--env", required=True, help="Gymnasium id")
-    p.add_argument("--steps", type=int, default=5_000, help="env steps per backend (default 5000)")
+    add_env_arguments(p, "Gymnasium id", required=True)
+    p.add_argument("--steps", type=count, default=5_000, help="env steps per backend (default 5000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", type=parse_assignment, action="append", default=[],
                    metavar="NAME=VALUE", help="a config field (repeatable)")
@@ -51,11 +51,11 @@ def add_commands(commands) -> None:
     p = commands.add_parser("tune", help="Search hyperparameters with Optuna (TPE, median pruner).")
     p.add_argument("algorithm", choices=tuple(registry.SEARCH_SPACES),
                    help="an algorithm with a search space")
-    p.add_argument("--env", default="CartPole-v1", help="Gymnasium id (default CartPole-v1)")
+    add_env_arguments(p, "Gymnasium id (default CartPole-v1)")
     p.add_argument("--trials", type=int, default=20,
                    help="finished trials the study should hold (a resumed study runs the rest)")
-    p.add_argument("--steps", type=int, default=20_000, help="env steps per trial")
-    p.add_argument("--eval-every", type=int, help="env steps between evaluations (default steps/10)")
+    p.add_argument("--steps", type=count, default=20_000, help="env steps per trial")
+    p.add_argument("--eval-every", type=count, help="env steps between evaluations (default steps/10)")
     p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
     p.add_argument("--storage", help="Optuna storage, e.g. sqlite:///tune.db (resumable); "
                                      "default: in memory")
@@ -108,6 +108,7 @@ def cmd_tune(args) -> int:
         backend.use(args.backend)
     from kerasrl.tune import tune
 
+    args.env = args.env or "CartPole-v1"
     print(f"Tuning {args.algorithm.upper()} on {args.env}: {args.trials} trials of {args.steps} "
           f"steps, backend {backend.NAME}", flush=True)
     result = tune(args.algorithm, args.env, args.trials, args.steps, out=args.out,

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from kerasrl import backend, registry
-from kerasrl.cli.common import MODEL_FACTORY_HELP, import_factory, parse_assignment, show_info_lines
+from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
+                                show_info_lines)
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
 
@@ -27,13 +28,13 @@ def add_commands(commands) -> None:
     p.add_argument("algorithm", nargs="?", choices=registry.CLI_ALGORITHMS, help="the algorithm")
     p.add_argument("--preset", help="a named hyperparameter set, or a preset file (.json, as "
                                      "`kerasrl tune` writes)")
-    p.add_argument("--env", help="Gymnasium id (default CartPole-v1)")
+    add_env_arguments(p, "Gymnasium id (default CartPole-v1, or the preset's)")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend (default: KERAS_BACKEND, else the fastest installed)")
     p.add_argument("--device", default="auto",
                    help="where to learn and act: auto (default: the GPU when one is visible, small "
                         "networks acting on the CPU; else the CPU), or a device as keras.device "
                         "names it: cpu, cpu:1, gpu, gpu:1 (docs/gpu.md)")
-    p.add_argument("--steps", type=int, help="total env steps")
+    p.add_argument("--steps", type=count, help="total env steps")
     p.add_argument("--seed", type=int)
     p.add_argument("--seeds", metavar="A-B",
                    help="train seeds A to B (or a comma list) together, one run folder each "
@@ -62,7 +63,7 @@ def add_commands(commands) -> None:
                    help="stop once the mean return of the last --window episodes reaches X")
     p.add_argument("--window", type=int, default=100,
                    help="episodes in the mean return of --save-best and --stop-at-return (default 100)")
-    p.add_argument("--checkpoint-every", type=int, metavar="N",
+    p.add_argument("--checkpoint-every", type=count, metavar="N",
                    help="save a checkpoint every N env steps in RUN/checkpoints")
     p.add_argument("--keep-last", type=int, metavar="K", help="keep the newest K checkpoints")
     p.add_argument("--resume", metavar="RUN_DIR",
