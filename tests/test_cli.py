@@ -284,3 +284,22 @@ def test_a_step_count_that_is_not_whole_is_refused(capsys, text):
         build_parser().parse_args(["train", "dqn", "--steps", text])
     assert exit_info.value.code == 2
     assert f"expected a whole number (100000, 100_000 or 1e5), got '{text}'" in capsys.readouterr().err
+
+
+def test_train_evaluates_as_it_trains_and_keeps_the_best_evaluated_policy(tmp_path, capsys):
+    """--eval-every N: evaluations.csv, and --save-best / --stop-at-return watch the evaluations
+    (greedy, on fresh envs) instead of the training episodes; --seeds does not take it."""
+    run = tmp_path / "run"
+    code, out, err = run_main(capsys, "train", "dqn", "CartPole-v1", "--steps", 900, "--eval-every", 300,
+                              "--eval-episodes", 2, "--save-best", "--out", run, "--no-progress",
+                              "--set", "learning_starts=100", "--set", "target_update_interval=50")
+    assert code == 0, err
+    with open(run / "evaluations.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [300, 600, 900] and {r["episodes"] for r in rows} == {"2"}
+    best = max(rows, key=lambda r: float(r["mean_return"]))  # the first of equals: it saved then
+    assert f"Best evaluation mean return: {float(best['mean_return']):.2f} (step {best['step']})" in out
+    assert (run / "best" / "manifest.json").is_file()
+    with pytest.raises(SystemExit, match="--seeds trains several runs at once; it does not go with --eval-every"):
+        run_main(capsys, "train", "dqn", "kerasrl/OpsCartPole-v1", "--seeds", "0-1", "--eval-every", 300,
+                 "--out", tmp_path / "seeds")

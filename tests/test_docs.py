@@ -11,7 +11,7 @@ Step counts are made small here, not in the docs, so that the docs read as a use
 them: `KERASRL_DOC_STEPS` (default 1200: above the 1000-step warm-up of some documented runs)
 caps the first argument (or `total_steps=`) of every `.fit(...)` call in a Python block,
 `--steps` of every `kerasrl train` (appended when a command, e.g. a preset, has none; `--resume`
-keeps the run's own total), and `--checkpoint-every` to half of it; Ray runs get at most 2 actors
+keeps the run's own total), and `--checkpoint-every` and `--eval-every` to half of it; Ray runs get at most 2 actors
 (`workers=`, `--workers`) on this 2-core machine, and the local Ray that the first one starts
 serves the next ones (`one_local_ray`). Nothing else is changed.
 
@@ -124,6 +124,7 @@ def capped_command(argv: list[str]) -> list[str]:
         return argv
     for i, token in enumerate(argv):
         for flag, cap in (("--steps", STEPS), ("--checkpoint-every", max(1, STEPS // 2)),
+                          ("--eval-every", max(1, STEPS // 2)),
                           ("--workers", WORKERS)):
             if token == flag and i + 1 < len(argv):
                 argv[i + 1] = str(min(int(float(argv[i + 1])), cap))

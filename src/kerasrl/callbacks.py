@@ -1,13 +1,21 @@
 """Callbacks for `Agent.fit`: save the best model, stop at a mean return, or both.
 
 A fit callback is any `callback(agent, history) -> bool | None`, called after each env step in
-which at least one episode ended; returning False stops training. The classes here average the
-returns of the last `window` episodes that exist: before `window` episodes have ended they wait
-(no zero padding, unlike the tfjs `snake-dqn` example, whose average counts missing episodes as 0).
+which at least one episode ended, and after each evaluation of `fit(eval_every=...)`; returning
+False stops training. The classes here watch one of two figures (`on=`):
+
+- "episodes" (the default): the mean return of the last `window` training episodes that exist.
+  Before `window` episodes have ended they wait (no zero padding, unlike the tfjs `snake-dqn`
+  example, whose average counts missing episodes as 0). Training episodes act as the agent
+  explores (DQN's epsilon, PPO's sampling).
+- "evaluations": the mean return of each new evaluation of `fit(eval_every=...)`, greedy on fresh
+  envs, as Stable-Baselines3's EvalCallback watches it; the callback acts right after it, on the
+  weights just evaluated.
 
     from kerasrl.callbacks import CallbackList, SaveBest, StopAtMeanReturn
     agent.fit(1_000_000, callback=CallbackList(SaveBest("runs/snake/best"),
                                                StopAtMeanReturn(100.0)))
+    agent.fit(100_000, eval_every=5_000, callback=SaveBest("runs/best", on="evaluations"))
 """
 
 from __future__ import annotations
@@ -18,47 +26,76 @@ from pathlib import Path
 
 from kerasrl import backend
 
+WATCHED = ("episodes", "evaluations")
 
-def _windowed_mean(history, window: int) -> float:
-    """Mean return of the last `window` episodes, or NaN while fewer than `window` have ended."""
-    if len(history.episodes) < window:
-        return math.nan
-    return history.mean_return(window)
+
+class _ReturnWatch:
+    """The figure a callback acts on: the windowed mean of training returns, or the mean return
+    of an evaluation not seen before (NaN when there is none to act on)."""
+
+    def __init__(self, owner: str, on: str, window: int):
+        if on not in WATCHED:
+            raise ValueError(f"{owner}: on must be 'episodes' (the mean return of the last window training "
+                             f"episodes) or 'evaluations' (each evaluation of fit(eval_every=...)), got {on!r}.")
+        if window < 1:
+            raise ValueError(f"{owner}: window must be at least 1 episode, got {window}.")
+        self.on, self.window = on, int(window)
+        self._acted_at = None  # the step of the evaluation last acted on
+
+    def latest(self, agent, history) -> float:
+        if self.on == "evaluations":
+            # An evaluation made just now, at the agent's step: not one of an earlier fit (its
+            # weights have moved on since), nor one acted on already.
+            newest = history.evaluations[-1] if history.evaluations else None
+            if newest is None or newest["step"] != agent.num_timesteps or newest["step"] == self._acted_at:
+                return math.nan
+            self._acted_at = newest["step"]
+            return float(newest["mean_return"])
+        if len(history.episodes) < self.window:
+            return math.nan
+        return history.mean_return(self.window)
+
+    def describe(self) -> str:
+        return "the evaluation's mean return" if self.on == "evaluations" else \
+            f"mean return of the last {self.window} episodes"
 
 
 class SaveBest:
-    """Save the agent's policy to `path` whenever the windowed mean return improves.
+    """Save the agent's policy to `path` whenever the watched mean return improves.
 
     `path` is a policy folder (what `kerasrl.load_policy` and `kerasrl play`/`evaluate`/`export`
     read, on any backend; a model Keras cannot serialize is saved as weights), or a `.keras` file
     (the Keras model alone).
 
-    The mean is over the last `window` episodes and is first taken once `window` episodes have
-    ended, so that a lucky first few episodes do not set a bar the real average must then beat.
-    Use `window=1` to save from the first episode on.
+    With `on="episodes"` the mean is over the last `window` training episodes and is first taken
+    once `window` episodes have ended, so that a lucky first few episodes do not set a bar the
+    real average must then beat (`window=1`: from the first episode on). With
+    `on="evaluations"` it is each evaluation's mean return (`fit(eval_every=...)`).
 
     Attributes:
-        best: the best windowed mean return so far (-inf before the first save).
+        best: the best mean return so far (-inf before the first save).
         best_step: the env step of the last save (None before it).
         saves: how many times the policy was written.
     """
 
-    def __init__(self, path, window: int = 100, verbose: bool = False):
-        if window < 1:
-            raise ValueError(f"SaveBest: window must be at least 1 episode, got {window}.")
+    syncs_itself = True  # fit runs it without a sync_model first; it syncs when it saves
+
+    def __init__(self, path, window: int = 100, verbose: bool = False, on: str = "episodes"):
+        self._watch = _ReturnWatch("SaveBest", on, window)
         self.path = Path(path)
-        self.window = int(window)
+        self.window, self.on = self._watch.window, on
         self.verbose = verbose
         self.best = -math.inf
         self.best_step = None
         self.saves = 0
 
     def __call__(self, agent, history) -> None:
-        mean = _windowed_mean(history, self.window)
+        mean = self._watch.latest(agent, history)
         if math.isnan(mean) or mean <= self.best:
             return None
         self.best = mean
         self.best_step = agent.num_timesteps
+        agent.sync_model()  # the learner's weights into the models it saves
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.suffix == ".keras":
             with backend.unused_frameworks_hidden():  # Keras's serialization would import TF
@@ -67,30 +104,33 @@ class SaveBest:
             agent.policy.save(self.path)
         self.saves += 1
         if self.verbose:
-            print(f"step {agent.num_timesteps}: mean return of the last {self.window} episodes "
-                  f"{mean:.2f}, saved {self.path}", flush=True)
+            print(f"step {agent.num_timesteps}: {self._watch.describe()} {mean:.2f}, saved {self.path}",
+                  flush=True)
         return None
 
 
 class StopAtMeanReturn:
-    """Stop `fit` once the mean return of the last `window` episodes reaches `threshold`.
+    """Stop `fit` once the watched mean return reaches `threshold`: that of the last `window`
+    training episodes (`on="episodes"`), or an evaluation's (`on="evaluations"`, with
+    `fit(eval_every=...)`).
 
     Attributes:
         reached_step: the env step at which the threshold was reached (None until then).
     """
 
-    def __init__(self, threshold: float, window: int = 100):
+    syncs_itself = True  # reads the history only: fit need not sync the models for it
+
+    def __init__(self, threshold: float, window: int = 100, on: str = "episodes"):
         if isinstance(threshold, (bool, str)) or not isinstance(threshold, numbers.Real):
             raise TypeError(f"StopAtMeanReturn: threshold must be a number (a mean return, e.g. 475.0), got "
                             f"{threshold!r} ({type(threshold).__name__}).")
-        if window < 1:
-            raise ValueError(f"StopAtMeanReturn: window must be at least 1 episode, got {window}.")
+        self._watch = _ReturnWatch("StopAtMeanReturn", on, window)
         self.threshold = float(threshold)
-        self.window = int(window)
+        self.window, self.on = self._watch.window, on
         self.reached_step = None
 
     def __call__(self, agent, history) -> bool | None:
-        mean = _windowed_mean(history, self.window)
+        mean = self._watch.latest(agent, history)
         if not math.isnan(mean) and mean >= self.threshold:
             self.reached_step = agent.num_timesteps
             return False
@@ -106,6 +146,8 @@ class CallbackList:
 
     def __init__(self, *callbacks):
         self.callbacks = [c for c in callbacks if c is not None]
+        # Synced once for all by fit unless every callback syncs itself.
+        self.syncs_itself = all(getattr(c, "syncs_itself", False) for c in self.callbacks)
 
     def __call__(self, agent, history) -> bool | None:
         results = [callback(agent, history) for callback in self.callbacks]

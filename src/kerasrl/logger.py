@@ -24,10 +24,12 @@ from kerasrl.runfiles import RunLock, WriteError, writing
 
 @dataclass
 class History:
-    """What `fit` returns: one dict per finished episode and one per training round."""
+    """What `fit` returns: one dict per finished episode, one per training round, and one per
+    evaluation of `fit(eval_every=...)`."""
 
     episodes: list[dict] = field(default_factory=list)
     updates: list[dict] = field(default_factory=list)
+    evaluations: list[dict] = field(default_factory=list)  # fit(eval_every=...): step and evaluate's figures
 
     @property
     def episode_returns(self) -> np.ndarray:
@@ -67,7 +69,8 @@ class RunLogger:
 
     `metrics.csv` holds one row of running figures every `log_interval` env steps;
     `episodes.csv` one row per finished episode (step, return, length and the env's extras),
-    which is what `kerasrl plot` draws.
+    which is what `kerasrl plot` draws; `evaluations.csv` one row per evaluation of
+    `fit(eval_every=...)`.
 
     Args:
         total_steps: env steps this fit will run (for the bar and the log interval).
@@ -104,7 +107,7 @@ class RunLogger:
             self._bar = tqdm(total=total_steps, initial=0, unit="step", dynamic_ncols=True,
                              smoothing=0.05, mininterval=0.5)
         self._tb = None
-        self._metrics_csv = self._episodes_csv = None
+        self._metrics_csv = self._episodes_csv = self._evaluations_csv = None
 
     def episode(self, step: int, episode_return: float, length: int, **extras) -> None:
         """Record a finished episode."""
@@ -133,6 +136,26 @@ class RunLogger:
         record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
         self.history.updates.append(record)
         self.scalars.update(metrics)
+
+    def evaluation(self, step: int, summary: dict) -> None:
+        """Record an evaluation of `fit(eval_every=...)` (what `Agent.evaluate` returned): in the
+        History, `evaluations.csv`, TensorBoard (`eval/...`) and a line above the bar."""
+        record = {"step": int(step), **{k: int(v) if k == "episodes" else float(v) for k, v in summary.items()}}
+        self.history.evaluations.append(record)
+        if self._bar is not None:
+            self._bar.write(f"kerasrl: step {step}: evaluation over {summary['episodes']} episodes, mean return "
+                            f"{summary['mean_return']:.2f} +/- {summary['std_return']:.2f}")
+        if self.out_dir is None:
+            return
+        with writing("log", self.out_dir / "evaluations.csv"):
+            if self._evaluations_csv is None:
+                self._evaluations_csv = GrowingCsv(self.out_dir / "evaluations.csv")
+            self._evaluations_csv.write(record)
+            self._evaluations_csv.flush()
+        with writing("log", self.out_dir / "tensorboard"):
+            if self._tb is None:
+                self._tb = _TensorBoardFile(self.out_dir / "tensorboard")
+            self._tb.write(step, {f"eval/{key}": value for key, value in record.items() if key != "step"})
 
     def note(self, message: str) -> None:
         """A diagnostic (kerasrl.diagnostics): a line above the progress bar, and in
@@ -208,14 +231,14 @@ class RunLogger:
         if self._bar is not None:
             self._bar.close()
         for name, file in (("metrics.csv", self._metrics_csv), ("episodes.csv", self._episodes_csv),
-                           ("tensorboard", self._tb)):
+                           ("evaluations.csv", self._evaluations_csv), ("tensorboard", self._tb)):
             if file is not None:
                 try:
                     with writing("log", self.out_dir / name):
                         file.close()
                 except WriteError as error:
                     failed = failed or error
-        self._metrics_csv = self._tb = self._episodes_csv = None
+        self._metrics_csv = self._tb = self._episodes_csv = self._evaluations_csv = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None

@@ -95,7 +95,7 @@ def read_run(source, metric: str = "return") -> Curve:
     config = {}
     if (run_dir / "config.json").is_file():
         config = json.loads((run_dir / "config.json").read_text())
-    name = run_dir.name if path.is_dir() or csv_path.name in ("episodes.csv", "metrics.csv") \
+    name = run_dir.name if path.is_dir() or csv_path.name in ("episodes.csv", "metrics.csv", "evaluations.csv") \
         else csv_path.stem
     return Curve(name, steps[finite], values[finite], smoothed, config)
 

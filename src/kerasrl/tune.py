@@ -127,20 +127,24 @@ def steps_to_target(evaluations: list[tuple[int, float]], target: float | None) 
 def run_trial(algorithm: str, env_id: str, config: dict, steps: int, eval_every: int,
               eval_episodes: int, report: Callable[[int, float], bool] | None = None
               ) -> list[tuple[int, float]]:
-    """Train one agent, evaluating every `eval_every` steps: the (step, mean return) pairs.
+    """Train one agent, evaluating every `eval_every` steps (`fit(eval_every=...)`): the (step,
+    mean return) pairs.
 
     `report(step, mean_return)` is called after each evaluation; returning True stops the trial
     (the pruner's verdict)."""
     agent = registry.agent_class(algorithm)(env_id, **config)
-    evaluations = []
-    for stop in range(eval_every, steps + eval_every, eval_every):
-        stop = min(stop, steps)
-        agent.fit(total_steps=steps, stop_at=stop, progress=False)
-        mean = agent.evaluate(episodes=eval_episodes)["mean_return"]
-        evaluations.append((agent.num_timesteps, float(mean)))
-        if report is not None and report(agent.num_timesteps, float(mean)):
-            break
-    return evaluations
+    seen = []
+
+    def after_evaluation(agent, history):
+        if len(history.evaluations) == len(seen):
+            return None  # an episode ended: nothing to report
+        seen.append((history.evaluations[-1]["step"], history.evaluations[-1]["mean_return"]))
+        return False if report is not None and report(*seen[-1]) else None
+
+    after_evaluation.syncs_itself = True  # reads the history only: no weights synced for it
+    agent.fit(total_steps=steps, progress=False, eval_every=eval_every, eval_episodes=eval_episodes,
+              callback=after_evaluation)
+    return seen
 
 
 def _check(algorithm, env_id, n_trials, steps, eval_every, eval_episodes):

@@ -77,12 +77,17 @@ class _FakeAgent:
     def __init__(self):
         self.num_timesteps = 0
         self.saved = []
+        self.synced = 0  # sync_model calls: SaveBest syncs itself, and only when it saves
 
         class _Model:
             def save(model_self, path):
+                assert self.synced > len(self.saved), "saved without a sync_model first"
                 self.saved.append(str(path))
 
         self.model = _Model()
+
+    def sync_model(self):
+        self.synced += 1
 
 
 def _history(returns):
@@ -105,6 +110,32 @@ def test_save_best_waits_for_a_full_window_then_saves_on_improvement(tmp_path):
         SaveBest(tmp_path / "best", window=0)
     with pytest.raises(TypeError, match=r"threshold must be a number \(a mean return, e.g. 475.0\), got '475' \(str\)"):
         StopAtMeanReturn("475")  # was float()'s "could not convert string to float"
+
+
+def test_callbacks_on_evaluations_act_once_on_each_new_evaluation(tmp_path):
+    """on="evaluations": the newest evaluation's mean return, acted on once (the callback also
+    runs after episode ends, when no evaluation is new), whatever the training episodes say."""
+    agent, path = _FakeAgent(), tmp_path / "best.keras"
+    save, stop = SaveBest(path, on="evaluations"), StopAtMeanReturn(100.0, on="evaluations")
+    history = _history([500] * 200)  # training returns far above both: not what these watch
+    assert save(agent, history) is None and stop(agent, history) is None and agent.saved == []
+    agent.num_timesteps = 10
+    history.evaluations.append({"step": 10, "mean_return": 20.0})
+    assert save(agent, history) is None and stop(agent, history) is None
+    assert agent.saved == [str(path)] and save.best == 20.0 and agent.synced == 1
+    agent.num_timesteps = 20
+    history.evaluations.append({"step": 20, "mean_return": 10.0})  # worse: no save
+    assert save(agent, history) is None and len(agent.saved) == 1
+    agent.num_timesteps = 30
+    history.evaluations.append({"step": 30, "mean_return": 150.0})
+    assert save(agent, history) is None and stop(agent, history) is False
+    assert len(agent.saved) == 2 and save.best_step == 30 and stop.reached_step == 30
+    assert save(agent, history) is None and len(agent.saved) == 2  # acted on: not again
+    # An evaluation of an earlier fit (the weights have moved on since): not acted on.
+    late, agent.num_timesteps = SaveBest(tmp_path / "late.keras", on="evaluations"), 33
+    assert late(agent, history) is None and late.saves == 0
+    with pytest.raises(ValueError, match="on must be 'episodes' .* or 'evaluations'"):
+        SaveBest(path, on="evaluation")
 
 
 def test_stop_at_mean_return_and_callback_list(tmp_path):

@@ -356,7 +356,8 @@ class Agent(Fitting, Evaluating):
         arrays, meta = self.loop.state_dict()
         meta.update({
             "rng": self.rng.bit_generator.state,
-            "history": {"episodes": self.history.episodes, "updates": self.history.updates},
+            "history": {"episodes": self.history.episodes, "updates": self.history.updates,
+                        "evaluations": self.history.evaluations},
         })
         extra_arrays, extra_meta = self._extra_state()
         arrays.update(extra_arrays)
@@ -368,7 +369,8 @@ class Agent(Fitting, Evaluating):
         self.loop.load_state_dict(arrays, meta)
         self.rng.bit_generator.state = meta["rng"]
         self.history = History(episodes=list(meta["history"]["episodes"]),
-                               updates=list(meta["history"]["updates"]))
+                               updates=list(meta["history"]["updates"]),
+                               evaluations=list(meta["history"].get("evaluations", [])))  # since 2026-11-28
         self._load_extra_state(arrays, meta)
 
     def _extra_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -9,14 +9,18 @@ callback. It reads the agent's config, loop state, history, placement and diagno
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import gymnasium as gym
+
 from kerasrl import devices, registry
 from kerasrl.checkpoint import save_checkpoint
 from kerasrl.config.common import env_steps, positive_count
+from kerasrl.envs import describe, env_factory, make_vec_env
 from kerasrl.files import checkpoint_path, prune_checkpoints
 from kerasrl.logger import History, RunLogger
 from kerasrl.runfiles import WriteError, hold_run_folders
@@ -30,20 +34,30 @@ class Fitting:
             log_dir=None, log_interval: int | None = None,
             callback: Callable[[Fitting, History], bool | None] | None = None,
             checkpoint_every: int | None = None, keep_last: int | None = None,
-            checkpoint_dir=None, engine="auto", workers: int = 2,
+            checkpoint_dir=None, eval_every: int | None = None, eval_episodes: int = 10,
+            eval_env=None, engine="auto", workers: int = 2,
             address: str | None = None) -> History:
         """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
 
         `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
         and a loaded agent continues up to it. `stop_at` pauses earlier (e.g. to save), with the
         schedules unchanged. `callback(agent, history)` runs after each step in which an episode
-        ended; returning False stops training. Returns the History of all episodes and updates.
+        ended (and after each evaluation, with `eval_every`); returning False stops training.
+        Returns the History of all episodes, updates and evaluations.
         The Keras models hold the learner's weights whenever a callback runs and when fit returns
         (it calls `sync_model()` then; see that method).
 
         `checkpoint_every=N` saves a checkpoint `ckpt-<step>` each time the step count passes a
         multiple of N (and at the end), in `checkpoint_dir` (default `log_dir/checkpoints`),
         keeping the newest `keep_last` (all if None). See docs/checkpoints.md.
+
+        `eval_every=N` evaluates the policy each time the step count passes a multiple of N, and
+        at the run's end: `evaluate(eval_episodes, env=eval_env)` (greedy, on fresh envs; default
+        the training env's id or factory), as Stable-Baselines3's EvalCallback does. Each result
+        goes to `history.evaluations`, the run's `evaluations.csv` and TensorBoard (`eval/...`),
+        and the callback then runs once more, so that `SaveBest(..., on="evaluations")` saves the
+        weights just evaluated. The training run is the same as without it (evaluation acts on
+        its own envs and random stream).
 
         `log_dir` and `checkpoint_dir` are held by this process while it trains: a second training
         into them (another process) is refused with `kerasrl.RunLockedError`, naming the holder.
@@ -68,6 +82,8 @@ class Fitting:
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be a function callback(agent, history) that returns False to stop, "
                             f"got {callback!r} ({type(callback).__name__}).")
+        eval_every, eval_episodes, eval_env = self._evaluation_settings(eval_every, eval_episodes, eval_env,
+                                                                        callback)
         if checkpoint_every is not None:
             checkpoint_every = env_steps("checkpoint_every", checkpoint_every)
             if checkpoint_dir is None:
@@ -100,24 +116,13 @@ class Fitting:
                                history=self.history)
             self.start_fit(total_steps, logger)
             callback = with_current_weights(callback)
-            if checkpoint_every is None:
+            if checkpoint_every is None and eval_every is None:
                 learn(total_steps, stop_at, logger, callback)
             else:
-                # Train in chunks that end on multiples of checkpoint_every: the loop keeps all
-                # its state on the agent, so chunks give the same run as one call.
-                stopped = []
-
-                def watch(agent, history):
-                    result = callback(agent, history) if callback is not None else None
-                    if result is False:
-                        stopped.append(True)
-                    return result
-
-                while self.num_timesteps < stop_at and not stopped:
-                    boundary = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every
-                    learn(total_steps, min(stop_at, boundary), logger, watch)
-                    save_checkpoint(self, checkpoint_path(checkpoint_dir, self.num_timesteps))
-                    prune_checkpoints(checkpoint_dir, keep_last)
+                pause_point = getattr(runner, "pause_point", None) or (lambda agent, step: step)
+                self._learn_in_chunks(learn, pause_point, total_steps, stop_at, logger, callback,
+                                      checkpoints=(checkpoint_every, checkpoint_dir, keep_last),
+                                      evaluations=(eval_every, eval_episodes, eval_env))
             failed = False
         except WriteError as error:  # say where to resume from
             if checkpoint_dir is None and log_dir is not None:
@@ -132,6 +137,59 @@ class Fitting:
                 runner.close()
             run_folders.close()
         return self.history
+
+    def _evaluation_settings(self, eval_every, eval_episodes, eval_env, callback) -> tuple:
+        """fit's evaluation arguments, checked where they are given (an eval_env's spaces too)."""
+        if eval_every is None:
+            if _watches_evaluations(callback):
+                raise ValueError(f"{_watches_evaluations(callback)} acts on the evaluations of fit(eval_every=N), "
+                                 f"and this fit has none: pass eval_every (env steps between evaluations), "
+                                 f"or on='episodes' to watch the training episodes' returns.")
+            if eval_env is not None:
+                raise ValueError("eval_env= is the env of fit's evaluations, and this fit has none: pass "
+                                 "eval_every=N (env steps between evaluations), or call agent.evaluate(env=...).")
+            return None, eval_episodes, None
+        eval_every = env_steps("eval_every", eval_every)
+        eval_episodes = positive_count("eval_episodes", eval_episodes, "episodes per evaluation", 10)
+        eval_env = _evaluation_env(eval_env)
+        if eval_env is not None:
+            probe = make_vec_env(eval_env, 1, factory=env_factory(eval_env))
+            self._check_same_spaces(probe, f"fit(eval_env={describe(eval_env)!r})")
+            probe.close()
+        return eval_every, eval_episodes, eval_env
+
+    def _learn_in_chunks(self, learn, pause_point, total_steps: int, stop_at: int, logger: RunLogger,
+                         callback, checkpoints: tuple, evaluations: tuple) -> None:
+        """`learn` in chunks that end on multiples of checkpoint_every and eval_every (or the
+        engine's first `pause_point(agent, step)` after one: the end of a compiled PPO rollout):
+        the loop keeps all its state on the agent, so chunks give the same run as one call. After
+        a chunk that passed a multiple: the evaluation (then the callback), then the checkpoint
+        (also at the end, so that the last one holds the last evaluation)."""
+        checkpoint_every, checkpoint_dir, keep_last = checkpoints
+        eval_every, eval_episodes, eval_env = evaluations
+        every = [n for n in (checkpoint_every, eval_every) if n is not None]
+        stopped = []
+
+        def watch(agent, history):
+            result = callback(agent, history) if callback is not None else None
+            if result is False:
+                stopped.append(True)
+            return result
+
+        while self.num_timesteps < stop_at and not stopped:
+            before = self.num_timesteps
+            boundary = pause_point(self, min((before // n + 1) * n for n in every))
+            learn(total_steps, min(stop_at, boundary), logger, watch)
+            after = self.num_timesteps
+            if eval_every is not None and not stopped and (after // eval_every > before // eval_every
+                                                           or after >= total_steps):
+                summary = self.evaluate(eval_episodes, env=eval_env)
+                logger.evaluation(after, summary)
+                watch(self, self.history)
+            if checkpoint_every is not None and (after // checkpoint_every > before // checkpoint_every
+                                                 or after >= stop_at or stopped):
+                save_checkpoint(self, checkpoint_path(checkpoint_dir, after))
+                prune_checkpoints(checkpoint_dir, keep_last)
 
     def start_fit(self, total_steps: int, logger: RunLogger) -> None:
         """What every fit does before its first step: diagnostics on, envs reset if never reset,
@@ -158,11 +216,39 @@ class Fitting:
         return None
 
 
+def _watches_evaluations(callback) -> str | None:
+    """The callback (or one in a CallbackList) that watches evaluations, as its class names it."""
+    for one in getattr(callback, "callbacks", [callback]):
+        if getattr(one, "on", None) == "evaluations":
+            return f"{type(one).__name__}(on='evaluations')"
+    return None
+
+
+def _evaluation_env(env):
+    """`fit`'s eval_env as `evaluate` takes it at every evaluation (None: the training env's):
+    checked now, where it is given; an env instance copied for each evaluation, which closes the
+    envs it made."""
+    if env is None:
+        return None
+    env_factory(env)  # a TypeError or an unknown id, raised at fit's call
+    if isinstance(env, gym.Env):
+        template = env
+
+        def copied():
+            return copy.deepcopy(template)
+
+        copied.__name__ = describe(template)
+        return copied
+    return env
+
+
 def with_current_weights(callback):
     """The user's `callback(agent, history)`, run with the learner's weights in the agent's Keras
-    models (`sync_model` first: before each callback is one of the points where weights move)."""
-    if callback is None:
-        return None
+    models (`sync_model` first: before each callback is one of the points where weights move).
+    A callback with `syncs_itself = True` (kerasrl's own: SaveBest syncs when it saves) is run as
+    it is: a sync costs about a millisecond, and DQN on CartPole ends an episode every few steps."""
+    if callback is None or getattr(callback, "syncs_itself", False):
+        return callback
 
     def synced(agent, history):
         agent.sync_model()

@@ -13,7 +13,7 @@ import numpy as np
 
 from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
-                                show_info_lines)
+                                saved_env, show_info_lines)
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
 
@@ -54,13 +54,20 @@ def add_commands(commands) -> None:
     p.add_argument("--out", help="run folder (default runs/ALGO-ENV-TIME)")
     p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
                    help="any config field, e.g. --set learning_rate=1e-3 (repeatable)")
-    p.add_argument("--eval-episodes", type=int, default=20)
+    p.add_argument("--eval-episodes", type=int, default=20,
+                   help="episodes of the evaluation at the end, and of each --eval-every one (default 20)")
+    p.add_argument("--eval-every", type=count, metavar="N",
+                   help="also evaluate the greedy policy every N env steps (RUN/evaluations.csv, "
+                        "TensorBoard eval/); --save-best and --stop-at-return then watch these "
+                        "evaluations' mean returns instead of the training episodes'")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--save-best", action="store_true",
                    help="save the policy to RUN/best/ whenever the mean return of the last "
-                        "--window episodes improves (from the first full window on)")
+                        "--window episodes improves (from the first full window on), or with "
+                        "--eval-every an evaluation's")
     p.add_argument("--stop-at-return", type=float, metavar="X",
-                   help="stop once the mean return of the last --window episodes reaches X")
+                   help="stop once the mean return of the last --window episodes (or with "
+                        "--eval-every an evaluation's) reaches X")
     p.add_argument("--window", type=int, default=100,
                    help="episodes in the mean return of --save-best and --stop-at-return (default 100)")
     p.add_argument("--checkpoint-every", type=count, metavar="N",
@@ -129,28 +136,32 @@ def cmd_train(args) -> int:
     agent = registry.agent_class(algorithm)(env_id, model=model, device=args.device, **hyperparameters)
     _write_run_config(out, agent, **run)
     callback, save_best, stopper = _train_callbacks(args, out)
+    eval_env = evaluation_env(env_id, eval_kwargs)
     print(f"Training {type(agent).__name__} on {env_id} for {steps} steps, backend {backend.NAME}, "
           f"writing to {out}", flush=True)
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback,
               checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
+              eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+              eval_env=eval_env if args.eval_every else None,
               engine=args.engine, workers=args.workers, address=args.address)
     train_time = time.perf_counter() - start
     final = save_final_checkpoint(agent, out, args.keep_last)
     steps = agent.num_timesteps  # fewer than asked if --stop-at-return stopped the run
+    watched = "evaluation mean return" if args.eval_every else f"mean return of the last {args.window} episodes"
     if stopper is not None:
         if stopper.reached_step is not None:
-            print(f"Mean return of the last {stopper.window} episodes reached "
-                  f"{args.stop_at_return:g} at step {stopper.reached_step}: stopped.")
+            print(f"The {watched} reached {args.stop_at_return:g} at step {stopper.reached_step}: stopped.")
         else:
             print(f"Mean return {args.stop_at_return:g} not reached in {steps} steps.")
     if save_best is not None:
         if save_best.saves:
-            print(f"Best mean return over {save_best.window} episodes: {save_best.best:.2f} "
-                  f"(step {save_best.best_step}), saved as {save_best.path}")
+            print(f"Best {watched}: {save_best.best:.2f} (step {save_best.best_step}), saved as "
+                  f"{save_best.path}")
         else:
-            print(f"No best model saved: fewer than {save_best.window} episodes ended.")
-    result = _evaluate_run(agent, out, env_id, eval_kwargs, args.eval_episodes, train_time)
+            print("No best model saved: " + ("no evaluation ran." if args.eval_every else
+                                             f"fewer than {save_best.window} episodes ended."))
+    result = _evaluate_run(agent, out, eval_env, args.eval_episodes, train_time)
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
           f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
@@ -169,16 +180,23 @@ def _write_run_config(out: Path, agent, *, algorithm, env_id, steps, model_name,
              "config": agent.config.to_dict()}, indent=2))
 
 
-def _evaluate_run(agent, out: Path, env_id: str, eval_kwargs: dict, episodes: int, train_time: float) -> dict:
+def evaluation_env(env_id: str | None, eval_kwargs: dict):
+    """The run's evaluation env as `evaluate` and `fit(eval_env=...)` take it: None (the training
+    env) without evaluation kwargs, else a function making `env_id` with them (Atari's
+    `training=False`: no episodic life, rewards unclipped)."""
+    if not eval_kwargs or env_id is None:
+        return None
+    import gymnasium as gym
+
+    def eval_env():
+        return gym.make(env_id, **eval_kwargs)
+
+    eval_env.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in eval_kwargs.items())})"
+    return eval_env
+
+
+def _evaluate_run(agent, out: Path, eval_env, episodes: int, train_time: float) -> dict:
     """Evaluate a trained agent (on the run's evaluation env) into RUN/evaluation.json."""
-    eval_env = None
-    if eval_kwargs:
-        import gymnasium as gym
-
-        def eval_env():
-            return gym.make(env_id, **eval_kwargs)
-
-        eval_env.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in eval_kwargs.items())})"
     result = agent.evaluate(episodes=episodes, env=eval_env)
     result.update(train_time_s=train_time, steps_per_s=agent.num_timesteps / train_time, backend=backend.NAME)
     with writing("evaluation", out / "evaluation.json", checkpoints=out / "checkpoints", run=out):
@@ -194,6 +212,7 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
 
     clashes = [flag for flag, given in (("--seed", args.seed is not None), ("--resume", args.resume),
                                         ("--checkpoint-every", args.checkpoint_every is not None),
+                                        ("--eval-every", args.eval_every is not None),
                                         ("--save-best", args.save_best),
                                         ("--stop-at-return", args.stop_at_return is not None),
                                         ("--engine ray", args.engine == "ray")) if given]
@@ -217,7 +236,8 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
     returns = []
     for seed, agent, folder in zip(seeds, agents, folders):
         save_final_checkpoint(agent, folder, args.keep_last)
-        result = _evaluate_run(agent, folder, run["env_id"], run["eval_kwargs"], args.eval_episodes, train_time)
+        result = _evaluate_run(agent, folder, evaluation_env(run["env_id"], run["eval_kwargs"]),
+                               args.eval_episodes, train_time)
         returns.append(result["mean_return"])
         print(f"seed {seed}: mean return {result['mean_return']:.2f} over {result['episodes']} episodes")
     total = sum(agent.num_timesteps for agent in agents)
@@ -266,8 +286,9 @@ def _train_callbacks(args, out: Path):
     """The fit callback of --save-best and --stop-at-return (None without them), and the two parts."""
     from kerasrl.callbacks import CallbackList, SaveBest, StopAtMeanReturn
 
-    save_best = SaveBest(out / "best", window=args.window) if args.save_best else None
-    stopper = (StopAtMeanReturn(args.stop_at_return, window=args.window)
+    on = "evaluations" if args.eval_every else "episodes"
+    save_best = SaveBest(out / "best", window=args.window, on=on) if args.save_best else None
+    stopper = (StopAtMeanReturn(args.stop_at_return, window=args.window, on=on)
                if args.stop_at_return is not None else None)
     if save_best is None and stopper is None:
         return None, None, None
@@ -288,13 +309,16 @@ def _resume_training(args) -> int:
     steps = args.steps or agent.loop.total_steps
     if not steps and (run / "config.json").is_file():
         steps = read_json(run / "config.json").get("total_steps")
+    eval_env = evaluation_env(*saved_env(run))  # the run's (Atari's without episodic life...)
     print(f"Resuming {agent.algorithm.upper()} on {agent.env_name} from {path} at step "
           f"{agent.num_timesteps} of {steps}, backend {backend.NAME}", flush=True)
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=run,
-              checkpoint_every=args.checkpoint_every, keep_last=args.keep_last)
+              checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
+              eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+              eval_env=eval_env if args.eval_every else None)
     save_final_checkpoint(agent, run, args.keep_last)
-    result = agent.evaluate(episodes=args.eval_episodes)
+    result = agent.evaluate(episodes=args.eval_episodes, env=eval_env)
     with writing("evaluation", run / "evaluation.json", checkpoints=run / "checkpoints", run=run):
         (run / "evaluation.json").write_text(json.dumps(result, indent=2))
     print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "

@@ -99,6 +99,18 @@ class CompiledEngine:
         """Train `agent` until `stop_at` env steps, as `Agent._learn` does (see `train_together`)."""
         self.train_together([agent], [logger], total_steps, stop_at, callback)
 
+    def pause_point(self, agent, step: int) -> int:
+        """The first env step at or after `step` where a fit of `agent` can pause and go on as the
+        same run (fit's checkpoints and evaluations end their chunks there): any step for a loop
+        that runs part of a round in a call (DQN), else the end of a round (PPO's rollouts: a
+        fit stopped mid-rollout finishes it in the Python loop, another run; see train_together)."""
+        loop = self.loop
+        if loop.partial_rounds:
+            return step
+        rows = loop.n_envs * loop.vector_steps_per_round
+        round_end = agent.num_timesteps + (-loop.round_phase(agent) % loop.vector_steps_per_round) * loop.n_envs
+        return round_end + max(0, -(-(step - round_end) // rows)) * rows
+
     def train_together(self, agents: list, loggers: list, total_steps: int, stop_at: int, callback=None) -> None:
         """Train `agents` (the first is this engine's; the others the same config with other seeds,
         at the same step) until `stop_at` env steps, each booked in its own logger: one compiled
