@@ -259,18 +259,56 @@ def test_sb3_code_run_unchanged_says_what_to_write_instead():
         kerasrl.DQN("MlpPolicy", "CartPole-v1")
     with pytest.raises(TypeError, match="PPO takes the env as its one positional argument"):
         kerasrl.PPO("CnnPolicy", env="CartPole-v1")
-    with pytest.raises(TypeError, match=r"no field 'verbose'\. 'verbose': fit\(progress=True\)"):
+    with pytest.raises(TypeError, match=r"no field 'verbose'\. 'verbose' \(Stable-Baselines3's\): fit\(progress=True\)"):
         kerasrl.DQN("CartPole-v1", verbose=1)
-    with pytest.raises(TypeError, match=r"'tensorboard_log': fit\(log_dir=\.\.\.\)"):
+    with pytest.raises(TypeError, match=r"'tensorboard_log' \(Stable-Baselines3's\): fit\(log_dir=\.\.\.\)"):
         kerasrl.PPO("CartPole-v1", tensorboard_log="logs")
-    with pytest.raises(TypeError, match=r"'policy_kwargs': hidden_sizes=\(64, 64\)"):
+    with pytest.raises(TypeError, match=r"'policy_kwargs' \(Stable-Baselines3's\): hidden_sizes=\(64, 64\)"):
         kerasrl.PPO("CartPole-v1", policy_kwargs={"net_arch": [64, 64]})
     with pytest.raises(TypeError, match=r"Did you mean 'learning_rate' for 'learnig_rate'\?"):
         kerasrl.DQN("CartPole-v1", learnig_rate=1e-3)
     agent = kerasrl.DQN(env="CartPole-v1")  # the env as a keyword is fine
-    with pytest.raises(AttributeError, match=r"no 'learn' \(Stable-Baselines3's name\): train with "
+    with pytest.raises(AttributeError, match=r"no 'learn' \(Stable-Baselines3's\): train with "
                                              r"agent.fit\(total_steps=\.\.\.\)"):
         agent.learn(total_timesteps=100)
     with pytest.raises(AttributeError, match="'DQN' object has no attribute 'lern'"):
         agent.lern
     assert not hasattr(agent, "get_env") and hasattr(agent, "env")
+    with pytest.raises(TypeError, match=r"'total_timesteps' \(Stable-Baselines3's\): fit\(total_steps=N\)"):
+        agent.fit(total_timesteps=100)
+    with pytest.raises(TypeError, match=r"'env_kwargs' \(Stable-Baselines3's\): pass a function that makes the env"):
+        kerasrl.DQN("FrozenLake-v1", env_kwargs={"is_slippery": False})
+
+
+def test_keras_rl_code_run_unchanged_says_what_to_write_instead():
+    """docs/guides/from-keras-rl.md: keras-rl's DQNAgent keywords, compile, fit(env, nb_steps=...),
+    test and save_weights each stop where they are written, naming kerasrl's way."""
+    import gymnasium as gym
+
+    import kerasrl
+
+    env = gym.make("CartPole-v1")
+    for keyword, value, instead in [("nb_actions", 2, r"the actions are read from the env's action space"),
+                                    ("memory", object(), r"the replay buffer is buffer_size=50_000 \(SequentialMemory"),
+                                    ("nb_steps_warmup", 10, r"learning_starts=1000"),
+                                    ("target_model_update", 1e-2, r"tau=0\.01 for a soft update"),
+                                    ("enable_double_dqn", True, r"double_q=True")]:
+        with pytest.raises(TypeError, match=rf"no field '{keyword}'\. '{keyword}' \(keras-rl's\): {instead}"):
+            kerasrl.DQN(env, **{keyword: value})
+    agent = kerasrl.DQN(env, seed=0)
+    with pytest.raises(AttributeError, match=r"no 'compile' \(keras-rl's\): there is no compile step"):
+        agent.compile("adam", metrics=["mae"])
+    with pytest.raises(TypeError, match=r"'nb_steps' \(keras-rl's\): fit\(total_steps=N\); the env is the agent's"):
+        agent.fit(env, nb_steps=100, visualize=False, verbose=2)
+    with pytest.raises(TypeError, match=r"fit's first argument is total_steps.*keras-rl's agent.fit\(env, "
+                                        r"nb_steps=N\) is agent.fit\(total_steps=N\)"):
+        agent.fit(env)
+    with pytest.raises(TypeError, match=r"fit\(\) needs total_steps"):
+        agent.fit()
+    with pytest.raises(TypeError, match=r"Did you mean 'total_steps' for 'totl_steps'\?"):
+        agent.fit(totl_steps=100)
+    with pytest.raises(AttributeError, match=r"no 'test' \(keras-rl's\): agent.evaluate\(episodes=5\)"):
+        agent.test(env, nb_episodes=5)
+    with pytest.raises(AttributeError, match=r"no 'save_weights' \(keras-rl's\): agent.save\(path\)"):
+        agent.save_weights("dqn_weights.h5f", overwrite=True)
+    assert agent.num_timesteps == 0

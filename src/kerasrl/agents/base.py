@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from kerasrl import backend, devices
+from kerasrl import backend, devices, porting
 from kerasrl.agents.evaluation import Evaluating
 from kerasrl.agents.fitting import Fitting, make_engine, with_current_weights  # noqa: F401  (kept importable from here)
 from kerasrl.agents.loop_state import LoopState
@@ -48,11 +48,6 @@ def multiples_passed(count: int, added: int, every: int) -> int:
     return (count + added) // every - count // every
 
 
-SB3_POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
-SB3_METHODS = {"learn": "train with agent.fit(total_steps=...)",
-               "get_env": "the training envs are agent.env (a Gymnasium vector env)"}
-
-
 class Agent(Fitting, Evaluating):
     """Base of every agent. See `kerasrl.DQN` for the public API."""
 
@@ -65,22 +60,22 @@ class Agent(Fitting, Evaluating):
     def __new__(cls, *args, **kwargs):
         # Stable-Baselines3's order, DQN("MlpPolicy", env), would otherwise fail on Python's "takes
         # 2 positional arguments but 3 were given" before any of kerasrl's code runs.
-        if len(args) > 1 or (args and isinstance(args[0], str) and args[0] in SB3_POLICIES):
+        if len(args) > 1 or (args and isinstance(args[0], str) and args[0] in porting.SB3_POLICIES):
             raise TypeError(
                 f"{cls.__name__} takes the env as its one positional argument: "
                 f"kerasrl.{cls.__name__}('CartPole-v1', learning_rate=...), with SB3's "
                 f"hyperparameter names as keywords. There is no policy name "
-                f"({'/'.join(SB3_POLICIES)}): the default network follows the observation space "
+                f"({'/'.join(porting.SB3_POLICIES)}): the default network follows the observation space "
                 f"(an MLP, a CNN for images, one encoder per Dict key), and model= takes your own "
                 f"Keras model.")
         return super().__new__(cls)
 
     def __getattr__(self, name):
-        # Reached only where normal lookup failed: Stable-Baselines3's name for what is called
-        # otherwise here gets the name to use.
-        if name in SB3_METHODS:
-            raise AttributeError(f"{type(self).__name__} has no {name!r} (Stable-Baselines3's "
-                                 f"name): {SB3_METHODS[name]}.")
+        # Reached only where normal lookup failed: Stable-Baselines3's or keras-rl's name for what
+        # is called otherwise here gets the name to use.
+        elsewhere = porting.hint(porting.METHODS, name)
+        if elsewhere is not None:
+            raise AttributeError(f"{type(self).__name__} has no {elsewhere}.")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(self, env, *, model=None, config: CommonConfig | None = None, device: str = "auto",

@@ -10,6 +10,8 @@ callback. It reads the agent's config, loop state, history, placement and diagno
 from __future__ import annotations
 
 import copy
+import difflib
+import inspect
 import logging
 import warnings
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from kerasrl import devices, registry
+from kerasrl import devices, porting, registry
 from kerasrl.checkpoint import save_checkpoint
 from kerasrl.config.common import env_steps, positive_count
 from kerasrl.envs import describe, env_factory, make_vec_env
@@ -30,13 +32,13 @@ class Fitting:
     """`fit` and what it calls first (`start_fit`, `compiled_engine`), a part of `Agent` kept in
     its own module."""
 
-    def fit(self, total_steps: int, *, stop_at: int | None = None, progress: bool = True,
+    def fit(self, total_steps: int | None = None, *, stop_at: int | None = None, progress: bool = True,
             log_dir=None, log_interval: int | None = None,
             callback: Callable[[Fitting, History], bool | None] | None = None,
             checkpoint_every: int | None = None, keep_last: int | None = None,
             checkpoint_dir=None, eval_every: int | None = None, eval_episodes: int = 10,
             eval_env=None, engine="auto", workers: int = 2,
-            address: str | None = None) -> History:
+            address: str | None = None, **other_libraries) -> History:
         """Train until `total_steps` env steps have been taken in all (over all `n_envs`).
 
         `total_steps` is the length of the whole run: schedules (epsilon, learning rate) span it,
@@ -73,6 +75,7 @@ class Fitting:
         this process learns; `engine` may also be a `kerasrl.distributed.RayEngine` with every
         option. See docs/scaling.md.
         """
+        _refuse_other_libraries(total_steps, other_libraries)
         total_steps = env_steps("total_steps", total_steps)
         stop_at = total_steps if stop_at is None else min(env_steps("stop_at", stop_at), total_steps)
         if log_interval is not None:
@@ -214,6 +217,35 @@ class Fitting:
             self._said_python_loop = True
             logging.getLogger("kerasrl").info("%s.fit runs the Python loop: %s.", type(self).__name__, reason)
         return None
+
+
+def _refuse_other_libraries(total_steps, keywords: dict) -> None:
+    """keras-rl's `fit(env, nb_steps=N, visualize=...)` and SB3's `learn` keywords, refused
+    with what to write instead (kerasrl.porting); an unknown keyword as Python would."""
+    if keywords:
+        hints = [porting.hint(porting.FIT_KEYWORDS, name) for name in keywords]
+        known = [name for name in inspect.signature(Fitting.fit).parameters if name not in ("self", "other_libraries")]
+        unknown = [name for name, said in zip(keywords, hints) if said is None]
+        close = [f" Did you mean {c[0]!r} for {name!r}?" for name in unknown
+                 for c in [difflib.get_close_matches(name, known, n=1, cutoff=0.7)] if c]
+        raise TypeError(f"fit() got unexpected keyword argument(s) {', '.join(map(repr, keywords))}."
+                        + "".join(f" {said}." for said in hints if said is not None) + "".join(close)
+                        + (f" fit takes {', '.join(known)}." if unknown and not close else ""))
+    if total_steps is None:
+        raise TypeError("fit() needs total_steps, the run's length in env steps: fit(total_steps=50_000).")
+    if isinstance(total_steps, gym.Env) or callable(total_steps) or (isinstance(total_steps, str)
+                                                                      and not _reads_as_number(total_steps)):
+        raise TypeError(f"fit's first argument is total_steps, the run's length in env steps, got "
+                        f"{total_steps!r}: the env is the agent's own (its first argument). keras-rl's "
+                        f"agent.fit(env, nb_steps=N) is agent.fit(total_steps=N) here.")
+
+
+def _reads_as_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _watches_evaluations(callback) -> str | None:

@@ -17,6 +17,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kerasrl import porting
+
 
 def hp(default, help: str):  # noqa: A002  (the word the CLI uses)
     """A config field with its help text."""
@@ -119,24 +121,12 @@ class CommonConfig:
         return cls.from_dict({**config.to_dict(), **cls.upgrade(changes)}) if changes else config
 
 
-ELSEWHERE = {
-    "verbose": "fit(progress=True) shows a progress bar, and fit(log_dir=...) writes the logs",
-    "tensorboard_log": "fit(log_dir=...) writes TensorBoard event files there",
-    "policy_kwargs": "hidden_sizes=(64, 64) sizes the default networks; model= takes your own "
-                     "Keras model",
-    "policy": "the default network follows the observation space; model= takes your own Keras "
-              "model",
-    "total_timesteps": "the run's length is fit(total_steps=...)",
-    "env": "the env is the agent's first argument",
-}
-"""Stable-Baselines3 keywords that are not config fields here, and where their job is done."""
-
-
 def _where_instead(name: str, known) -> str:
-    """One sentence for an unknown field: where SB3's keyword's job is done here, or the field the
-    name is a misspelling of."""
-    if name in ELSEWHERE:
-        return f" {name!r}: {ELSEWHERE[name]}."
+    """One sentence for an unknown field: where another library's keyword's job is done here
+    (kerasrl.porting), or the field the name is a misspelling of."""
+    elsewhere = porting.hint(porting.CONFIG_KEYWORDS, name)
+    if elsewhere is not None:
+        return f" {elsewhere}."
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.8)
     return f" Did you mean {close[0]!r} for {name!r}?" if close else ""
 
