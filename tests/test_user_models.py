@@ -228,6 +228,20 @@ def test_a_bounded_last_activation_on_values_or_logits_is_warned_at_the_users_li
         kerasrl.PPO("CartPole-v1", model=_ending_in("softmax"), seed=0)
     with pytest.warns(TrainingWarning, match="The value model ends in relu: its outputs are never negative"):
         kerasrl.PPO("CartPole-v1", value_model=_ending_in("relu", 1), seed=0)
+    # TD3's two critics from one user's critic (cloned): warned once, not once a critic.
+    import gymnasium as gym
+
+    def relu_critic(observation_space: gym.Space, action_space: gym.Space) -> keras.Model:
+        observations, actions = keras.Input(observation_space.shape), keras.Input(action_space.shape)
+        joined = layers.Concatenate()([observations, actions])
+        return keras.Model([observations, actions], layers.Dense(1, activation="relu")(joined))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kerasrl.TD3("Pendulum-v1", critic=relu_critic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,))),
+                    seed=0)
+    assert [str(w.message)[:34] for w in caught if issubclass(w.category, TrainingWarning)] == [
+        "The critic 0 ends in relu: its out"]
     # Where a bounded end is right: tanh on a Gaussian policy's means and on a TD3 actor (bounded
     # actions), and a dueling torso's features (kerasrl puts the linear head on it).
     with warnings.catch_warnings():

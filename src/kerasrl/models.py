@@ -299,11 +299,13 @@ def build_model(
 
 def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, *,
                  default: Callable[[], keras.Model], role: str = "critic",
-                 seed: int | None = None, stream: str | None = None) -> keras.Model:
+                 seed: int | None = None, stream: str | None = None,
+                 warn_output: bool = True) -> keras.Model:
     """A built critic that maps [observations (B, *obs_shape), actions (B, action_dim)] float32 to
     (B, 1): `critic` is a Keras model, a callable `(observation_space, action_space) ->
     keras.Model`, or None for `default()`. Checked here, when the agent is made; with a `seed`,
-    its initial weights drawn from it with numpy as `build_model`'s."""
+    its initial weights drawn from it with numpy as `build_model`'s. `warn_output=False` for the
+    second critic of one user's spec (TD3's, SAC's): its last activation was warned of once."""
     user_critic = critic is not None
     if critic is None:
         with backend_draws_skipped() if seed is not None else contextlib.nullcontext():
@@ -337,7 +339,7 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
                          f"layer Dense(1).")
     if not critic.trainable_variables:
         raise ValueError(f"The {role} ({type(critic).__name__}) has no trainable weights.")
-    if user_critic:
+    if user_critic and warn_output:
         warn_bounded_output(critic, role)
     if seed is not None:
         seed_initial_weights(critic, seed, stream or role)

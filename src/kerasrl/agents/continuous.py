@@ -125,7 +125,7 @@ class ContinuousAgent(Agent):
             spec, self.observation_space, self.action_space, role=f"critic {i}",
             default=lambda: critic_network(self.observation_space, self.action_dim,
                                            self.config.hidden_sizes, name=f"critic_{i}"),
-            seed=self.weights_seed, stream=f"critic_{i}")
+            seed=self.weights_seed, stream=f"critic_{i}", warn_output=i == 0)
 
     def _adam(self) -> Adam:
         return Adam.from_config(self.config)
