@@ -300,6 +300,9 @@ def test_train_evaluates_as_it_trains_and_keeps_the_best_evaluated_policy(tmp_pa
     best = max(rows, key=lambda r: float(r["mean_return"]))  # the first of equals: it saved then
     assert f"Best evaluation mean return: {float(best['mean_return']):.2f} (step {best['step']})" in out
     assert (run / "best" / "manifest.json").is_file()
+    for row in rows:  # without the bar, each evaluation is printed as it is made
+        assert (f"step {row['step']}: evaluation over 2 episodes, mean return {float(row['mean_return']):.2f} "
+                f"+/- {float(row['std_return']):.2f}") in out
     with pytest.raises(SystemExit, match="--seeds trains several runs at once; it does not go with --eval-every"):
         run_main(capsys, "train", "dqn", "kerasrl/OpsCartPole-v1", "--seeds", "0-1", "--eval-every", 300,
                  "--out", tmp_path / "seeds")

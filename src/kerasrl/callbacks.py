@@ -1,4 +1,4 @@
-"""Callbacks for `Agent.fit`: save the best model, stop at a mean return, or both.
+"""Callbacks for `Agent.fit`: save the best model, stop at a mean return, print evaluations.
 
 A fit callback is any `callback(agent, history) -> bool | None`, called after each env step in
 which at least one episode ended, and after each evaluation of `fit(eval_every=...)`; returning
@@ -25,6 +25,7 @@ import numbers
 from pathlib import Path
 
 from kerasrl import backend
+from kerasrl.logger import evaluation_line
 
 WATCHED = ("episodes", "evaluations")
 
@@ -135,6 +136,21 @@ class StopAtMeanReturn:
             self.reached_step = agent.num_timesteps
             return False
         return None
+
+
+class PrintEvaluations:
+    """Print each evaluation of `fit(eval_every=...)` as it is made, one line (the progress bar
+    shows them; this is for `fit(progress=False)`)."""
+
+    syncs_itself = True  # reads the history only
+
+    def __init__(self):
+        self._watch = _ReturnWatch("PrintEvaluations", "evaluations", 1)
+        self.on = "evaluations"
+
+    def __call__(self, agent, history) -> None:
+        if not math.isnan(self._watch.latest(agent, history)):
+            print(evaluation_line(history.evaluations[-1]), flush=True)
 
 
 class CallbackList:

@@ -64,6 +64,12 @@ class History:
         return float(returns.mean()) if len(returns) else math.nan
 
 
+def evaluation_line(record: dict) -> str:
+    """One evaluation of `History.evaluations` as a line of text."""
+    return (f"step {record['step']}: evaluation over {record['episodes']} episodes, mean return "
+            f"{record['mean_return']:.2f} +/- {record['std_return']:.2f}")
+
+
 class RunLogger:
     """Feeds the History, the progress bar, `metrics.csv`, `episodes.csv` and TensorBoard.
 
@@ -143,8 +149,7 @@ class RunLogger:
         record = {"step": int(step), **{k: int(v) if k == "episodes" else float(v) for k, v in summary.items()}}
         self.history.evaluations.append(record)
         if self._bar is not None:
-            self._bar.write(f"kerasrl: step {step}: evaluation over {summary['episodes']} episodes, mean return "
-                            f"{summary['mean_return']:.2f} +/- {summary['std_return']:.2f}")
+            self._bar.write(f"kerasrl: {evaluation_line(record)}")
         if self.out_dir is None:
             return
         with writing("log", self.out_dir / "evaluations.csv"):

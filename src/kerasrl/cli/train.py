@@ -284,15 +284,17 @@ circle forever); training keeps the game's own rules."""
 
 def _train_callbacks(args, out: Path):
     """The fit callback of --save-best and --stop-at-return (None without them), and the two parts."""
-    from kerasrl.callbacks import CallbackList, SaveBest, StopAtMeanReturn
+    from kerasrl.callbacks import CallbackList, PrintEvaluations, SaveBest, StopAtMeanReturn
 
     on = "evaluations" if args.eval_every else "episodes"
     save_best = SaveBest(out / "best", window=args.window, on=on) if args.save_best else None
     stopper = (StopAtMeanReturn(args.stop_at_return, window=args.window, on=on)
                if args.stop_at_return is not None else None)
-    if save_best is None and stopper is None:
+    # Without the bar (which shows them), each evaluation is printed.
+    printer = PrintEvaluations() if args.eval_every and args.no_progress else None
+    if save_best is None and stopper is None and printer is None:
         return None, None, None
-    return CallbackList(save_best, stopper), save_best, stopper
+    return CallbackList(printer, save_best, stopper), save_best, stopper
 
 
 def _resume_training(args) -> int:
