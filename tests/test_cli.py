@@ -12,14 +12,14 @@ import pytest
 KERASRL = Path(sys.executable).parent / "kerasrl"
 
 
-def cli(*args, tmp_path, backend_env=None, timeout=300):
+def cli(*args, tmp_path, backend_env=None, timeout=300, cwd=None):
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     env.update(KERAS_HOME=str(tmp_path / "keras_home"), OMP_NUM_THREADS="1", KERASRL_TORCH_THREADS="1")
     if backend_env:
         env["KERAS_BACKEND"] = backend_env
     command = [str(KERASRL)] if KERASRL.exists() else [sys.executable, "-m", "kerasrl.cli"]
     return subprocess.run([*command, *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 @pytest.mark.parametrize("backend_env, active", [(None, "jax"), ("torch", "torch")])
@@ -306,3 +306,50 @@ def test_train_evaluates_as_it_trains_and_keeps_the_best_evaluated_policy(tmp_pa
     with pytest.raises(SystemExit, match="--seeds trains several runs at once; it does not go with --eval-every"):
         run_main(capsys, "train", "dqn", "kerasrl/OpsCartPole-v1", "--seeds", "0-1", "--eval-every", 300,
                  "--out", tmp_path / "seeds")
+
+
+LINE_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Line(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 5.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.x = max(0, self.x + (1 if action == 1 else -1))
+        return np.array([self.x], np.float32), float(self.x >= 5), self.x >= 5, False, {}
+
+
+gym.register("Line-v0", entry_point="line_env:Line", max_episode_steps=50)
+"""
+
+
+def test_a_users_env_module_and_model_factory_from_the_folder_the_command_runs_in(tmp_path):
+    """Gymnasium's `module:Env-v0` (the module registers the env when imported) and
+    `--model-factory module:function` are found in the working folder, as `python -m` finds
+    them: a console script's sys.path lacks it."""
+    (tmp_path / "line_env.py").write_text(LINE_ENV)
+    (tmp_path / "line_models.py").write_text(
+        "import keras\n"
+        "def make(observation_space, action_space):\n"
+        "    return keras.Sequential([keras.Input(observation_space.shape), keras.layers.Dense(8),\n"
+        "                             keras.layers.Dense(int(action_space.n))])\n")
+    result = cli("train", "dqn", "line_env:Line-v0", "--steps", 200, "--out", "run", "--no-progress",
+                 "--eval-episodes", 1, tmp_path=tmp_path, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["env"] == "line_env:Line-v0"
+    result = cli("evaluate", "run", "--episodes", 1, "--model-factory", "line_models:make",
+                 tmp_path=tmp_path, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["episodes"] == 1
+    result = cli("train", "dqn", "no_such_module:Line-v0", "--steps", 10, tmp_path=tmp_path, cwd=tmp_path)
+    assert result.returncode == 2
+    assert ("Environment 'no_such_module:Line-v0': the module 'no_such_module', which should register "
+            "'Line-v0', could not be imported") in result.stderr

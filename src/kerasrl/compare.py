@@ -111,16 +111,12 @@ def compare(algorithm: str, env_id: str, steps: int, *, seed: int = 0, settings:
     if len(backends) < 2:
         raise ValueError(f"compare needs two backends or more; installed: {', '.join(installed)}. "
                          f"pip install 'kerasrl[all]' for JAX, TensorFlow and PyTorch.")
-    import gymnasium as gym
-
     import kerasrl.envs  # noqa: F401  (registers kerasrl/Snake-v0)
+    from kerasrl.envs.vector import check_env_id
 
     # Mistakes fail here, once, not in a worker process per backend.
     agent_class(algorithm).config_class.from_dict({**(settings or {}), "seed": seed})
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as error:
-        raise ValueError(f"--env {env_id!r}: {error}") from None
+    check_env_id(env_id)
     job = {"algorithm": algorithm, "env": env_id, "steps": int(steps), "seed": int(seed),
            "settings": dict(settings or {})}
     runs = {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 
@@ -70,6 +71,8 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if os.getcwd() not in sys.path:  # `module:function` and `module:Env-v0` from the folder it runs in,
+        sys.path.append(os.getcwd())  # as `python -m` finds them (a console script's path lacks it)
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         settle_env(args)

@@ -123,7 +123,7 @@ def cmd_train(args) -> int:
         hyperparameters["n_envs"] = args.n_envs
     if args.vectorization is not None:
         hyperparameters["vectorization"] = args.vectorization
-    out = Path(args.out or f"runs/{algorithm}-{env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(args.out or f"runs/{algorithm}-{env_id.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
     args.hold.enter_context(RunLock(out))  # until the command ends; refused if another trains there
     model = None
     if model_name is not None:

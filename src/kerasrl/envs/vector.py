@@ -8,6 +8,7 @@ true final observation in `info["final_obs"]`, which is what the replay buffer m
 from __future__ import annotations
 
 import copy
+import importlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +35,18 @@ def describe(env: EnvSpec) -> str:
 def check_env_id(env_id: str) -> None:
     """Refuse an id Gymnasium does not know, where it is passed, naming it and what to pass
     instead. ALE's own ids (ALE/Pong-v5) are registered here on first use where ale-py is
-    installed: Gymnasium 1.x registers them only once `ale_py` is imported."""
+    installed: Gymnasium 1.x registers them only once `ale_py` is imported. `module:Env-v0`
+    (Gymnasium's form for an env that a module registers when imported) imports the module first,
+    as `gymnasium.make` does."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ValueError(f"Environment {env_id!r}: the module {module!r}, which should register {name!r}, could "
+                             f"not be imported ({error}). Run from the folder that holds it, or put that folder "
+                             f"on PYTHONPATH.") from None
+        env_id = name
     try:
         gym.spec(env_id)
         return
