@@ -228,6 +228,16 @@ def test_a_bounded_last_activation_on_values_or_logits_is_warned_at_the_users_li
         kerasrl.PPO("CartPole-v1", model=_ending_in("softmax"), seed=0)
     with pytest.warns(TrainingWarning, match="The value model ends in relu: its outputs are never negative"):
         kerasrl.PPO("CartPole-v1", value_model=_ending_in("relu", 1), seed=0)
+    # keras.io's actor-critic example: one model, outputs [softmax policy, value].
+    inputs = keras.Input((4,))
+    common = layers.Dense(16, activation="relu")(inputs)
+    keras_io = keras.Model(inputs, [layers.Dense(2, activation="softmax")(common), layers.Dense(1)(common)])
+    with pytest.warns(TrainingWarning, match=r"The policy output of the shared actor-critic model \(it outputs "
+                                             r"logits \(batch, n_actions\)\) ends in softmax: kerasrl reads"):
+        kerasrl.A2C("CartPole-v1", model=keras_io, seed=0)
+    relu_value = keras.Model(inputs, [layers.Dense(2)(common), layers.Dense(1, activation="relu")(common)])
+    with pytest.warns(TrainingWarning, match=r"The value output of the shared actor-critic model ends in relu"):
+        kerasrl.PPO("CartPole-v1", model=relu_value, seed=0)
     # TD3's two critics from one user's critic (cloned): warned once, not once a critic.
     import gymnasium as gym
 

@@ -17,13 +17,19 @@ BOUNDED_OUTPUTS = {"softmax": "lie in [0, 1] and sum to 1", "sigmoid": "lie in [
 """Last-layer activations that bound a model's outputs, and how."""
 
 
-def _output_activation(model) -> str | None:
-    """The name of the activation that ends a functional or Sequential model (None where there is
-    none, or for a subclassed model, whose last layer is not known)."""
+def _output_activation(model, output: int = 0) -> str | None:
+    """The name of the activation that ends output `output` of a functional or Sequential model
+    (None where there is none, or for a subclassed model, whose last layer is not known)."""
     # keras.Model(inputs, outputs) makes a "Functional"; a subclass of either is left alone.
-    if not (type(model) is keras.Sequential or type(model).__name__ == "Functional") or not model.layers:
+    if type(model) is keras.Sequential and model.layers:
+        last = model.layers[-1]
+    elif type(model).__name__ == "Functional":
+        try:  # the layer that made that output (the keras.io actor-critic: [softmax policy, value])
+            last = model.outputs[output]._keras_history[0]
+        except (AttributeError, IndexError, TypeError):
+            return None
+    else:
         return None
-    last = model.layers[-1]
     if isinstance(last, keras.layers.Softmax):
         return "softmax"
     activation = getattr(last, "activation", None)
@@ -31,14 +37,14 @@ def _output_activation(model) -> str | None:
     return name if name in BOUNDED_OUTPUTS else None
 
 
-def warn_bounded_output(model, role: str) -> None:
+def warn_bounded_output(model, role: str, output: int = 0) -> None:
     """Warn where a user's model ends in an activation that its role cannot have: values (a
     Q-network's, a value model's, a critic's) are returns, of any size and sign; logits go through
     kerasrl's own softmax. Other roles (actors, whose tanh bounds actions; NAF's L model) are not
-    checked."""
-    values = role.startswith(("Q-network", "value model", "critic"))
+    checked. `output`: which output of a model with several (a shared actor-critic's)."""
+    values = role.startswith(("Q-network", "critic")) or "value" in role
     logits = "logits" in role
-    activation = _output_activation(model) if values or logits else None
+    activation = _output_activation(model, output) if values or logits else None
     if activation is None or (logits and activation not in ("softmax", "sigmoid")):
         return
     if logits:

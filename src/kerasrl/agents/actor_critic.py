@@ -19,6 +19,7 @@ from keras import ops
 
 from kerasrl.agents.learner import Learner
 from kerasrl.initializers import seed_initial_weights
+from kerasrl.model_checks import warn_bounded_output
 from kerasrl.models import (
     adapt_model,
     built_in,
@@ -165,6 +166,9 @@ class ActorCriticNetworks:
             raise ValueError(f"The actor-critic model ({type(model).__name__}) has no trainable "
                              f"weights.")
         check_drivable(model, self.observation_space, "actor-critic model")
+        what = "logits (batch, n_actions)" if self.discrete else "Gaussian means (batch, action_dim)"
+        warn_bounded_output(model, f"policy output of the shared actor-critic model (it outputs {what})", output=0)
+        warn_bounded_output(model, "value output of the shared actor-critic model", output=1)
         if self.weights_seed is not None:
             seed_initial_weights(model, self.weights_seed, "actor-critic")
         return claim(model, "model")
