@@ -353,6 +353,30 @@ def test_no_diagnostic_fires_on_healthy_runs(name):
     assert math.isfinite(agent.diagnostics.output_scale)
 
 
+def test_an_actor_whose_outputs_leave_the_unit_box_is_named_with_the_fix():
+    """keras.io's DDPG actor multiplies its tanh by the upper bound; kerasrl scales [-1, 1] to the
+    bounds itself, so those outputs act clipped while the critic sees them unclipped. Reported
+    once, at the user's fit; SAC's outputs (means and log stds before its tanh) are not actions."""
+    def keras_io_actor(observation_space, action_space):
+        inputs = keras.Input(observation_space.shape)
+        hidden = keras.layers.Dense(16, activation="relu")(inputs)
+        tanh = keras.layers.Dense(1, activation="tanh", bias_initializer=keras.initializers.Constant(3.0))(hidden)
+        return keras.Model(inputs, tanh * 2.0)  # tanh(3) * 2 = 1.99 at once
+
+    agent = kerasrl.DDPG("Pendulum-v1", model=keras_io_actor, seed=0, learning_starts=20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.fit(40, progress=False)
+    reports = [w for w in caught if issubclass(w.category, TrainingWarning) and "actor's outputs" in str(w.message)]
+    assert len(reports) == 1 and reports[0].filename == __file__, [str(w.message) for w in caught]
+    assert re.match(r"The actor's outputs reach 1\.9\d, outside \[-1, 1\]: DDPG acts with them clipped to "
+                    r"\[-1, 1\], scaled to the env's bounds \[-2, 2\].*End the actor in tanh, with no "
+                    r"scaling after it", str(reports[0].message))
+    sac = kerasrl.SAC("Pendulum-v1", seed=0, learning_starts=20)
+    _, during = caught_warnings(lambda: sac.fit(40, progress=False))
+    assert not [w for w in during if "actor's outputs" in w]
+
+
 def _frames_env():
     """(36, 36, 4) uint8 frames: the smallest the Nature CNN takes (PPO's and DQN's default)."""
     import gymnasium as gym

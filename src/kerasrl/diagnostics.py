@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from kerasrl.training_warnings import TrainingWarning  # noqa: F401  (its public name is here)
+from kerasrl.training_warnings import TrainingWarning, user_stacklevel  # noqa: F401  (TrainingWarning: its public name is here)
 
 HUGE_OBSERVATION = 1e4  # beyond this (in absolute value) a first layer saturates (as check_env)
 REWARD_SCALE = 100.0  # rewards beyond this many times the network's initial outputs
@@ -259,12 +259,13 @@ class Monitor:
         self._losses: list[float] = []  # mean loss between checks
         self._max_reward = 0.0  # largest |reward| seen at the checks
 
-    def report(self, kind: str, message: str, stacklevel: int = 3) -> None:
-        """Warn about `message` once per `kind`, and show it on the progress bar and log."""
+    def report(self, kind: str, message: str, stacklevel: int | None = None) -> None:
+        """Warn about `message` once per `kind`, and show it on the progress bar and log. The
+        warning points at the user's line (the `fit` call, say) unless `stacklevel` is given."""
         if kind in self.reported:
             return
         self.reported[kind] = message
-        warnings.warn(message, TrainingWarning, stacklevel=stacklevel)
+        warnings.warn(message, TrainingWarning, stacklevel=user_stacklevel() if stacklevel is None else stacklevel)
         if self._logger is not None:
             self._logger.note(message)
 

@@ -149,8 +149,26 @@ class ContinuousAgent(Agent):
     def _explore_unit(self, observations: np.ndarray) -> np.ndarray:
         """Exploratory unit-box actions (n_envs, D) for the current observations: the actor's
         plus the action noise, clipped to the box."""
-        return np.asarray(self.explore_from_outputs(self.actor_outputs(observations),
-                                                    self.noise(self.rng)), np.float32)
+        outputs = self.actor_outputs(observations)
+        if self.outputs_are_unit_actions:
+            self._check_actor_range(outputs)
+        return np.asarray(self.explore_from_outputs(outputs, self.noise(self.rng)), np.float32)
+
+    outputs_are_unit_actions = True  # the actor's outputs are actions in [-1, 1] (SAC's are not)
+
+    def _check_actor_range(self, outputs: np.ndarray) -> None:
+        """An actor whose outputs leave [-1, 1] (no tanh at its end, or keras.io's DDPG actor,
+        which multiplies its tanh by the upper bound) acts clipped while the critic and the
+        actor's loss see the unclipped outputs: reported once, with the fix."""
+        reach = float(np.abs(outputs).max()) if outputs.size else 0.0
+        if reach > 1.0 + 1e-3 and np.isfinite(reach):
+            low, high = self.action_space.low, self.action_space.high
+            self.diagnostics.report("actor-range", (
+                f"The actor's outputs reach {reach:.3g}, outside [-1, 1]: {type(self).__name__} acts with "
+                f"them clipped to [-1, 1], scaled to the env's bounds [{np.min(low):g}, {np.max(high):g}], "
+                f"while its critic and the actor's loss see them unclipped. End the actor in tanh, "
+                f"with no scaling after it: kerasrl scales [-1, 1] to the bounds (keras.io's DDPG "
+                f"example multiplies its tanh by the upper bound; drop that)."))
 
     def batch_noise_scales(self) -> dict[str, float]:
         """The Gaussian noise a gradient step reads: batch key -> its std, one (B, D) array per

@@ -108,6 +108,8 @@ class SAC(ContinuousAgent):
                   "ent_coef": ent_coef}
         return {**state, "step": state["step"] + 1}, losses
 
+    outputs_are_unit_actions = False  # Gaussian means and log stds, squashed by tanh after
+
     def greedy_from_outputs(self, outputs, ops=np):
         """tanh of the Gaussian means (B, D)."""
         return ops.tanh(outputs[:, :self.action_dim])
