@@ -442,3 +442,17 @@ def test_a_command_refused_before_writing_leaves_no_folder(tmp_path, capsys):
         assert main(["train", "dqn", "--out", str(tmp_path / "new"), "--steps", "100", flag, "0", "--no-progress"]) == 2
         assert f"kerasrl: error: {flag} must be a positive number of {unit}, got 0." in capsys.readouterr().err
         assert sorted(tmp_path.iterdir()) == []
+
+
+def test_progress_where_output_is_not_a_terminal_is_a_line_per_log_interval(capsys):
+    """In a log file (nohup, Slurm, CI) a redrawn bar would be a line per redraw: there fit prints
+    a line per log interval instead, as Keras's fit prints one per epoch."""
+    import kerasrl
+
+    agent = kerasrl.DQN("CartPole-v1", seed=0, learning_starts=100, target_update_interval=50)
+    agent.fit(600, log_interval=200)  # pytest's captured stderr is not a terminal
+    err = capsys.readouterr().err
+    progress = [line for line in err.splitlines() if " steps (" in line]
+    assert [line.split(" ")[0] for line in progress] == ["200/600", "400/600", "600/600"], err
+    assert all("steps/s" in line and "left: ep=" in line and "ret100=" in line for line in progress)
+    assert "\r" not in err and "step/s]" not in err  # no bar redraws

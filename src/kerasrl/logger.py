@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -64,6 +65,56 @@ class History:
         return float(returns.mean()) if len(returns) else math.nan
 
 
+def _interactive(stream) -> bool:
+    """A terminal or a Jupyter kernel (where tqdm draws a widget): somewhere a redrawn bar reads
+    as one line. Elsewhere (nohup, Slurm, CI logs) each redraw would be a line of its own."""
+    if "ipykernel" in sys.modules:
+        return True
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class PlainProgress:
+    """The progress bar's stand-in where output is not a terminal, as Keras's `fit` prints one
+    line per epoch there: a line on stderr at each log interval (the step, the rate, the time
+    left and the figures the bar shows), and notes on stdout, as `tqdm.write` puts them."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self._printed = int(total), 0, -1
+        self.start = time.perf_counter()
+
+    def update(self, n: int) -> None:
+        self.done += int(n)
+
+    def set_postfix(self, shown: dict, refresh: bool = False) -> None:
+        if self.done == self._printed:  # fit's end logs again at the step just printed
+            return
+        self._printed = self.done
+        elapsed = time.perf_counter() - self.start
+        rate = self.done / elapsed if elapsed > 0 else math.nan
+        left = (self.total - self.done) / rate if rate > 0 else math.nan
+        figures = ", ".join(f"{key}={value}" for key, value in shown.items())
+        print(f"{self.done}/{self.total} steps ({100 * self.done / max(1, self.total):.0f}%), "
+              f"{rate:.0f} steps/s, {_duration(elapsed)} elapsed, {_duration(left)} left: {figures}",
+              file=sys.stderr, flush=True)
+
+    def write(self, message: str) -> None:
+        print(message, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
 def evaluation_line(record: dict) -> str:
     """One evaluation of `History.evaluations` as a line of text."""
     return (f"step {record['step']}: evaluation over {record['episodes']} episodes, mean return "
@@ -82,7 +133,8 @@ class RunLogger:
         total_steps: env steps this fit will run (for the bar and the log interval).
         out_dir: where `metrics.csv` and TensorBoard events go; None writes no files. The
             folder is locked for this process until `close` (RunLockedError if another holds it).
-        progress: show a tqdm bar.
+        progress: show a tqdm bar (where stderr is a terminal or Jupyter), else a line per log
+            interval (`PlainProgress`).
         log_interval: env steps between rows of the CSV and TensorBoard scalars.
         start_step: the env step count at which this fit starts (for resumed runs).
     """
@@ -107,11 +159,13 @@ class RunLogger:
         self.next_log = start_step + self.log_interval
         self.start_time = time.perf_counter()
         self._bar = None
-        if progress:
+        if progress and _interactive(sys.stderr):
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total_steps, initial=0, unit="step", dynamic_ncols=True,
                              smoothing=0.05, mininterval=0.5)
+        elif progress:  # a log file, a batch job's output: a line per log interval, not a bar
+            self._bar = PlainProgress(total_steps)
         self._tb = None
         self._metrics_csv = self._episodes_csv = self._evaluations_csv = None
 
