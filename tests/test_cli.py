@@ -241,6 +241,10 @@ def test_train_sarsa_on_discrete_observations_then_evaluate_with_a_step_cap(tmp_
     assert code == 0, err
     assert json.loads(out)["mean_length"] == 1
     assert "cut 3 of 3 episodes at --max-episode-steps 1" in err
+    # --stochastic: the training behaviour (epsilon-greedy here), drawn from --seed: repeatable.
+    runs = [run_main(capsys, "evaluate", run, "--episodes", 5, "--stochastic", "--seed", 3) for _ in range(2)]
+    assert runs[0][0] == 0 and runs[0][1] == runs[1][1], runs[0][2]
+    assert json.loads(runs[0][1])["deterministic"] is False
 
 
 def test_env_beside_the_algorithm_steps_as_python_writes_them_and_one_line_warnings(tmp_path):

@@ -24,6 +24,9 @@ def add_commands(commands) -> None:
                    help="also record the episodes to this .mp4 or .gif (pip install "
                         "'kerasrl[video]'; the env must render rgb_array frames)")
     p.add_argument("--fps", type=float, help="frames per second of --video (default: the env's)")
+    p.add_argument("--stochastic", action="store_true",
+                   help="act as in training (PPO's sampled actions, DQN's epsilon-greedy ones), "
+                        "drawn from --seed, not greedily")
     p.add_argument("--max-episode-steps", type=count, default=EVALUATION_STEP_CAP,
                    help="cut an episode after this many steps, saying so (default %(default)s: "
                         "a greedy policy can go in circles in an env without a time limit)")
@@ -65,11 +68,12 @@ def cmd_evaluate(args) -> int:
     else:
         env = gym.make(env_id, **env_kwargs)
     returns, lengths, cut = [], [], 0
+    rng = np.random.default_rng(args.seed) if args.stochastic else None
     try:
         for episode in range(args.episodes):
             obs, _ = env.reset(seed=args.seed + episode)
             total, steps, done = 0.0, 0, False
-            act = episode_actor(policy)  # a recurrent policy's state carried through the episode
+            act = episode_actor(policy, rng)  # a recurrent policy's state carried through the episode
             while not done:
                 action = env_action(act(np.asarray(obs, np.float32)), env.action_space)
                 obs, reward, terminated, truncated, _ = env.step(action)
@@ -91,7 +95,7 @@ def cmd_evaluate(args) -> int:
     result = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
               "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
               "mean_length": float(np.mean(lengths)), "episodes": len(returns),
-              "env": env_id, "backend": backend.NAME}
+              "env": env_id, "backend": backend.NAME, "deterministic": not args.stochastic}
     print(json.dumps(result, indent=2))
     return 0
 

@@ -182,16 +182,18 @@ def exportable_mask(x, mask):
     return keras.ops.where(keras.ops.greater(mask, 0.5), x, floor)
 
 
-def episode_actor(policy: Policy):
-    """`act(observation) -> action` for one episode of one env, deterministic: `policy.predict`,
-    or for a recurrent policy `predict` with its state carried from call to call (make a new
-    actor for each episode: it starts from the initial state)."""
+def episode_actor(policy: Policy, rng: np.random.Generator | None = None):
+    """`act(observation) -> action` for one episode of one env: `policy.predict`, or for a
+    recurrent policy `predict` with its state carried from call to call (make a new actor for
+    each episode: it starts from the initial state). Deterministic, or with `rng` the policy's
+    stochastic actions drawn from it (sampled, or a value policy's epsilon-greedy ones)."""
+    chosen = {} if rng is None else {"deterministic": False, "rng": rng}
     if not getattr(policy, "recurrent", False):
-        return policy.predict
+        return lambda observation: policy.predict(observation, **chosen)
     state = [None]
 
     def act(observation):
-        action, state[0] = policy.predict(observation, state=state[0])
+        action, state[0] = policy.predict(observation, state=state[0], **chosen)
         return action
 
     return act
