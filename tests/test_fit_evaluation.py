@@ -108,3 +108,22 @@ def test_save_best_on_evaluations_saves_the_weights_it_evaluated(tmp_path):
     rerun = kerasrl.DQN("CartPole-v1", **SMALL_DQN)  # the same run, paused at the best step
     rerun.fit(1_500, stop_at=best["step"], progress=False)
     np.testing.assert_array_equal(policy.predict(observations), rerun.predict(observations))
+
+
+def test_evaluation_runs_on_the_envs_evaluation_form(monkeypatch, tmp_path, capsys):
+    """An env with an evaluation form (kerasrl/<Game>-v5: whole games, raw scores; Snake: a cut
+    after 100 steps without a fruit) is evaluated in it by `evaluate`, `fit(eval_every=...)` and
+    `kerasrl evaluate` of a checkpoint saved from Python. Shown here with CartPole, given the
+    form `max_episode_steps=7`: an untrained agent's episodes last 8 to 10 steps."""
+    from kerasrl import registry
+    from kerasrl.cli import main
+
+    monkeypatch.setitem(registry.EVALUATION_KWARGS, "CartPole-v1", {"max_episode_steps": 7})
+    agent = kerasrl.DQN("CartPole-v1", **SMALL_DQN)
+    assert agent.evaluate(3)["mean_length"] == 7.0
+    assert agent.evaluate(3, env="CartPole-v1")["mean_length"] > 7.0  # the training form, asked for
+    history = agent.fit(300, progress=False, eval_every=300, eval_episodes=2)
+    assert history.evaluations[-1]["mean_length"] == 7.0
+    agent.save(tmp_path / "ckpt")
+    assert main(["evaluate", str(tmp_path / "ckpt"), "--episodes", "2"]) == 0
+    assert '"mean_length": 7.0' in capsys.readouterr().out

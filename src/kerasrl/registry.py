@@ -145,6 +145,9 @@ OPS_ENVS: dict[str, str] = {
 SNAKE_ID = "kerasrl/Snake-v0"
 SNAKE_TIME_LIMIT_ID = "kerasrl/OpsSnakeTimeLimit-v0"
 
+ATARI_GAMES = ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "Qbert", "BeamRider", "Enduro", "Asteroids",
+               "MsPacman")
+
 ENV_IDS: dict[str, dict[str, Any]] = {
     SNAKE_ID: dict(
         entry_point="kerasrl.envs.snake:Snake",
@@ -174,10 +177,18 @@ ENV_IDS: dict[str, dict[str, Any]] = {
     # kerasrl[atari]); training preprocessing, `training=False` for evaluation's.
     **{f"kerasrl/{game}-v5": dict(entry_point="kerasrl.envs.atari:make_atari_env",
                                   kwargs={"env_id": f"ALE/{game}-v5"}, disable_env_checker=True)
-       for game in ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "Qbert", "BeamRider",
-                    "Enduro", "Asteroids", "MsPacman")},
+       for game in ATARI_GAMES},
 }
 """Gymnasium id -> the keywords of `gymnasium.register` (registered by `import kerasrl`)."""
+
+EVALUATION_KWARGS: dict[str, dict[str, Any]] = {
+    # A greedy Snake can circle for ever: a game is cut after 100 steps without a fruit.
+    SNAKE_ID: {"max_steps_without_fruit": 100},
+    # Whole games, raw scores, sticky actions (Machado et al. 2018), not lives and clipped rewards.
+    **{f"kerasrl/{game}-v5": {"training": False} for game in ATARI_GAMES},
+}
+"""Gymnasium id -> the keywords of its evaluation form, `gymnasium.make(id, **keywords)`: what
+`Agent.evaluate`, `fit(eval_every=...)` and `kerasrl train`/`evaluate` evaluate on by default."""
 
 
 # -- lookups -----------------------------------------------------------------------------------------
@@ -194,6 +205,12 @@ def lookup(table: dict[str, str], name: str, what: str):
     except (KeyError, TypeError):
         raise KeyError(f"Unknown {what} {name!r}; known: {', '.join(sorted(table))}.") from None
     return load(entry)
+
+
+def evaluation_kwargs(env) -> dict[str, Any]:
+    """The keywords of `env`'s evaluation form (EVALUATION_KWARGS; none for other ids, env
+    instances and functions)."""
+    return dict(EVALUATION_KWARGS.get(env, {})) if isinstance(env, str) else {}
 
 
 def agent_class(algorithm: str) -> type:

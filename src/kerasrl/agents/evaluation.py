@@ -13,7 +13,8 @@ import gymnasium as gym
 import numpy as np
 
 from kerasrl.config.common import positive_count
-from kerasrl.envs import EVALUATION_STEP_CAP, describe, env_factory, episode_extras, make_vec_env
+from kerasrl import registry
+from kerasrl.envs import EVALUATION_STEP_CAP, describe, env_factory, episode_extras, evaluation_env, make_vec_env
 
 
 class Evaluating:
@@ -40,6 +41,11 @@ class Evaluating:
         Returns mean_return, std_return, min_return, max_return, mean_length, episodes, and the
         mean of any numeric per-episode figure the env reports at the end (e.g. mean_fruits_eaten).
 
+        `env=None` evaluates on the training env, or on its evaluation form where kerasrl has one
+        (`kerasrl.registry.EVALUATION_KWARGS`): kerasrl/<Game>-v5 plays whole games with raw
+        scores and sticky actions (`training=False`), kerasrl/Snake-v0 cuts a game after 100
+        steps without a fruit.
+
         An episode still running after `max_episode_steps` steps is cut there, as a time limit
         would cut it, and a warning says how many were: in an env without a time limit of its own
         (CliffWalking-v1, many hand-written envs) a greedy policy can walk in circles forever.
@@ -47,6 +53,8 @@ class Evaluating:
         episodes = positive_count("episodes", episodes, "episodes", 20)
         n = min(episodes, 10 if n_envs is None else positive_count("n_envs", n_envs, "envs", 10))
         cap = positive_count("max_episode_steps", max_episode_steps, "env steps", 10_000)
+        if env is None:  # the training env's evaluation form where it has one (Atari: whole games)
+            env = evaluation_env(self.env_spec, registry.evaluation_kwargs(self.env_spec))
         spec = self.env_spec if env is None else env
         factory = self._make_env if env is None else env_factory(env)
         envs = make_vec_env(spec, n, factory=lambda: gym.wrappers.TimeLimit(factory(), cap))

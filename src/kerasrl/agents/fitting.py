@@ -154,7 +154,7 @@ class Fitting:
             return None, eval_episodes, None
         eval_every = env_steps("eval_every", eval_every)
         eval_episodes = positive_count("eval_episodes", eval_episodes, "episodes per evaluation", 10)
-        eval_env = _evaluation_env(eval_env)
+        eval_env = _evaluation_spec(eval_env)
         if eval_env is not None:
             probe = make_vec_env(eval_env, 1, factory=env_factory(eval_env))
             self._check_same_spaces(probe, f"fit(eval_env={describe(eval_env)!r})")
@@ -256,7 +256,7 @@ def _watches_evaluations(callback) -> str | None:
     return None
 
 
-def _evaluation_env(env):
+def _evaluation_spec(env):
     """`fit`'s eval_env as `evaluate` takes it at every evaluation (None: the training env's):
     checked now, where it is given; an env instance copied for each evaluation, which closes the
     envs it made."""

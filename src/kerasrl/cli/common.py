@@ -8,6 +8,9 @@ import ast
 import logging
 from pathlib import Path
 
+from kerasrl import registry
+
+
 def parse_assignment(text: str) -> tuple[str, object]:
     """`name=value` with value read as a Python literal (numbers, tuples, None, True) or a string."""
     if "=" not in text:
@@ -106,7 +109,8 @@ def import_factory(text: str):
 
 def saved_env(path: Path) -> tuple[str | None, dict]:
     """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
-    (e.g. Snake's step limit without a fruit), from a run folder's config.json or a manifest."""
+    (e.g. Snake's step limit without a fruit), from a run folder's config.json or a manifest (then
+    the env's evaluation form, kerasrl.registry.EVALUATION_KWARGS)."""
     from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
 
     path = Path(path)
@@ -114,7 +118,8 @@ def saved_env(path: Path) -> tuple[str | None, dict]:
         config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
         if "eval_env_kwargs" in config and isinstance(config.get("env"), str):  # `train` wrote it
             return config["env"], dict(config["eval_env_kwargs"] or {})
-    try:
-        return read_manifest(find_checkpoint(path)).get("env"), {}
+    try:  # a checkpoint or policy saved from Python: the env's own evaluation form, if any
+        env_id = read_manifest(find_checkpoint(path)).get("env")
     except CheckpointError:
         return None, {}
+    return env_id, registry.evaluation_kwargs(env_id)

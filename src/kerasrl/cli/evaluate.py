@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from kerasrl import backend
+from kerasrl import backend, registry
 from kerasrl.cli.common import MODEL_FACTORY_HELP, count, load_policy_source, saved_env
 from kerasrl.envs import EVALUATION_STEP_CAP, env_action
 
@@ -58,7 +58,7 @@ def cmd_evaluate(args) -> int:
     policy, path = load_policy_source(args.source, args.model_factory)
     if policy is None:
         raise ValueError(f"{path} is a model file: evaluate a run, checkpoint or policy folder.")
-    env_id, env_kwargs = (args.env, {}) if args.env else saved_env(path)
+    env_id, env_kwargs = (args.env, registry.evaluation_kwargs(args.env)) if args.env else saved_env(path)
     if env_id is None:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
     if args.video:

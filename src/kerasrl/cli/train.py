@@ -14,6 +14,7 @@ import numpy as np
 from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
                                 saved_env, show_info_lines)
+from kerasrl.envs import evaluation_env
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
 
@@ -111,8 +112,7 @@ def cmd_train(args) -> int:
         steps = args.steps if args.steps is not None else 50_000
         hyperparameters = {}
         model_name, eval_kwargs = None, {}
-    if not eval_kwargs and env_id.startswith("kerasrl/Snake"):
-        eval_kwargs = {"max_steps_without_fruit": SNAKE_EVAL_STEPS_WITHOUT_FRUIT}
+    eval_kwargs = eval_kwargs or registry.evaluation_kwargs(env_id)
     if steps < 1:
         raise ValueError(f"--steps must be a positive number of env steps, got {steps}.")
     _check_counts(args)  # before the run folder is made
@@ -178,21 +178,6 @@ def _write_run_config(out: Path, agent, *, algorithm, env_id, steps, model_name,
             {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
              "model": model_name, "eval_env_kwargs": eval_kwargs,
              "config": agent.config.to_dict()}, indent=2))
-
-
-def evaluation_env(env_id: str | None, eval_kwargs: dict):
-    """The run's evaluation env as `evaluate` and `fit(eval_env=...)` take it: None (the training
-    env) without evaluation kwargs, else a function making `env_id` with them (Atari's
-    `training=False`: no episodic life, rewards unclipped)."""
-    if not eval_kwargs or env_id is None:
-        return None
-    import gymnasium as gym
-
-    def eval_env():
-        return gym.make(env_id, **eval_kwargs)
-
-    eval_env.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in eval_kwargs.items())})"
-    return eval_env
 
 
 def _evaluate_run(agent, out: Path, eval_env, episodes: int, train_time: float) -> dict:
@@ -275,11 +260,6 @@ def save_final_checkpoint(agent, out: Path, keep_last: int | None) -> Path:
         save_checkpoint(agent, path)
     prune_checkpoints(directory, keep_last)
     return path
-
-
-SNAKE_EVAL_STEPS_WITHOUT_FRUIT = 100
-"""Evaluation truncates a Snake game after this many steps without a fruit (a greedy policy may
-circle forever); training keeps the game's own rules."""
 
 
 def _train_callbacks(args, out: Path):

@@ -70,6 +70,21 @@ def check_env_id(env_id: str) -> None:
                      f"kerasrl/OpsCartPole-v1, kerasrl/Pong-v5), a gymnasium.Env, or a function that returns one.") from None
 
 
+def evaluation_env(env_id: str | None, kwargs: dict):
+    """`env_id`'s evaluation form as `evaluate` and `fit(eval_env=...)` take it: None (the training
+    env itself) without keywords, else a function making `gymnasium.make(env_id, **kwargs)`, named
+    for messages (Atari's `training=False`: whole games, raw scores)."""
+    if not kwargs or env_id is None:
+        return None
+
+    def make():
+        check_env_id(env_id)
+        return gym.make(env_id, **kwargs)
+
+    make.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    return make
+
+
 EVALUATION_STEP_CAP = 100_000
 """The longest episode an evaluation runs (`Agent.evaluate`, `kerasrl evaluate`), in env steps,
 where none is given: above every time limit of the envs shipped with Gymnasium, ALE (27,000 agent
