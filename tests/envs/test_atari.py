@@ -143,6 +143,25 @@ def test_registered_ids_and_training_flag():
     evaluation = gym.make("kerasrl/Breakout-v5", training=False)
     assert evaluation.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
     evaluation.close()
+    # What agent.evaluate(), fit(eval_every=...) and `kerasrl evaluate` play by default: that form.
+    from kerasrl import registry
+    from kerasrl.envs import evaluation_env
+
+    form = evaluation_env("kerasrl/Breakout-v5", registry.evaluation_kwargs("kerasrl/Breakout-v5"))()
+    assert form.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    assert not any(type(w).__name__ in ("EpisodicLife", "ClipReward") for w in _wrappers(form))
+    form.close()
+    training = gym.make("kerasrl/Breakout-v5")
+    assert {"EpisodicLife", "ClipReward"} <= {type(w).__name__ for w in _wrappers(training)}
+    training.close()
+
+
+def _wrappers(env) -> list:
+    chain = []
+    while hasattr(env, "env"):
+        chain.append(env)
+        env = env.env
+    return chain
 
 
 @pytest.mark.slow  # about a minute: the Nature CNN compiled, a few updates on Breakout
