@@ -75,7 +75,7 @@ class Fitting:
         this process learns; `engine` may also be a `kerasrl.distributed.RayEngine` with every
         option. See docs/scaling.md.
         """
-        _refuse_other_libraries(total_steps, other_libraries)
+        _refuse_foreign_arguments(total_steps, other_libraries)
         total_steps = env_steps("total_steps", total_steps)
         stop_at = total_steps if stop_at is None else min(env_steps("stop_at", stop_at), total_steps)
         if log_interval is not None:
@@ -219,9 +219,10 @@ class Fitting:
         return None
 
 
-def _refuse_other_libraries(total_steps, keywords: dict) -> None:
-    """keras-rl's `fit(env, nb_steps=N, visualize=...)` and SB3's `learn` keywords, refused
-    with what to write instead (kerasrl.porting); an unknown keyword as Python would."""
+def _refuse_foreign_arguments(total_steps, keywords: dict) -> None:
+    """keras-rl's `fit(env, nb_steps=N, visualize=...)`, SB3's `learn` keywords and a missing or
+    non-numeric total_steps, refused with what to write instead (kerasrl.porting); an unknown
+    keyword as Python would, with the nearest of fit's own."""
     if keywords:
         hints = [porting.hint(porting.FIT_KEYWORDS, name) for name in keywords]
         known = [name for name in inspect.signature(Fitting.fit).parameters if name not in ("self", "other_libraries")]
