@@ -304,6 +304,11 @@ def test_train_evaluates_as_it_trains_and_keeps_the_best_evaluated_policy(tmp_pa
     best = max(rows, key=lambda r: float(r["mean_return"]))  # the first of equals: it saved then
     assert f"Best evaluation mean return: {float(best['mean_return']):.2f} (step {best['step']})" in out
     assert (run / "best" / "manifest.json").is_file()
+    code, out_plot, err = run_main(capsys, "plot", run, "--evaluations", "-o", tmp_path / "evaluations.png")
+    assert code == 0, err
+    last = float(rows[-1]["mean_return"])  # unsmoothed: the last point is the last evaluation
+    assert f"steps 300 to 900, last smoothed mean_return {last:.2f}" in out_plot
+    assert (tmp_path / "evaluations.png").stat().st_size > 0
     for row in rows:  # without the bar, each evaluation is printed as it is made
         assert (f"step {row['step']}: evaluation over 2 episodes, mean return {float(row['mean_return']):.2f} "
                 f"+/- {float(row['std_return']):.2f}") in out

@@ -35,8 +35,11 @@ def add_commands(commands) -> None:
                    help="run folders (their episodes.csv) or CSV files; runs that differ only in "
                         "the seed are drawn as one mean with a shaded band")
     p.add_argument("-o", "--output", required=True, help="the figure: a .png or .svg file")
-    p.add_argument("--smooth", type=int, default=20,
-                   help="moving mean over this many episodes (default 20)")
+    p.add_argument("--smooth", type=int,
+                   help="moving mean over this many episodes (default 20; 1 with --evaluations)")
+    p.add_argument("--evaluations", action="store_true",
+                   help="plot each run's evaluations (RUN/evaluations.csv, written with --eval-every), "
+                        "their mean return unless --metric names another column")
     p.add_argument("--band", choices=("std", "minmax"), default="std",
                    help="shaded band over seeds: mean +- standard deviation, or min to max")
     p.add_argument("--metric", default="return",
@@ -92,6 +95,12 @@ def cmd_compare(args) -> int:
 
 def cmd_plot(args) -> int:
     from kerasrl.plotting import learning_curves, plot_runs
+
+    if args.evaluations:  # the runs' evaluations.csv, one point per evaluation: unsmoothed
+        args.runs = [str(Path(run) / "evaluations.csv") if Path(run).is_dir() else run for run in args.runs]
+        args.metric = "mean_return" if args.metric == "return" else args.metric
+    if args.smooth is None:
+        args.smooth = 1 if args.evaluations else 20
 
     plot_runs(args.runs, args.output, metric=args.metric, smooth=args.smooth, band=args.band,
               labels=args.label, title=args.title, target=args.target)
