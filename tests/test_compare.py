@@ -56,7 +56,8 @@ def test_compare_command_on_every_backend(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["compare", "dqnn", "--env", "CartPole-v1"], "Unknown algorithm 'dqnn'"),
-    (["compare", "dqn", "--env", "CartPol-v1"], "--env 'CartPol-v1'"),
+    (["compare", "dqn", "--env", "CartPol-v1"], "Unknown environment 'CartPol-v1'"),
+    (["compare", "dqn", "no_such_module:CartPole-v1"], "the module 'no_such_module', which should register"),
     (["compare", "dqn", "--env", "CartPole-v1", "--set", "learning_rat=1"], "no field 'learning_rat'"),
     (["compare", "dqn", "--env", "CartPole-v1", "--backends", "jax"], "two backends or more"),
     (["compare", "dqn", "--env", "CartPole-v1", "--steps", "0"], "--steps must be at least 1"),
