@@ -25,28 +25,28 @@ def test_evaluations_during_fit_leave_the_run_as_it_was_and_are_recorded(tmp_pat
     from test_runfiles import read_scalars
 
     plain = kerasrl.DQN("CartPole-v1", **SMALL_DQN)
-    plain.fit(1_500, progress=False)
+    plain.fit(900, progress=False)
     run = tmp_path / "run"
     evaluated = kerasrl.DQN("CartPole-v1", **SMALL_DQN)
-    history = evaluated.fit(1_500, progress=False, eval_every=500, eval_episodes=3, log_dir=run)
+    history = evaluated.fit(900, progress=False, eval_every=300, eval_episodes=3, log_dir=run)
     for a, b in zip(weights(plain), weights(evaluated)):
         np.testing.assert_array_equal(a, b)
     assert [e["return"] for e in history.episodes] == [e["return"] for e in plain.history.episodes]
 
-    assert [e["step"] for e in history.evaluations] == [500, 1_000, 1_500]
+    assert [e["step"] for e in history.evaluations] == [300, 600, 900]
     assert all(e["episodes"] == 3 for e in history.evaluations)
     # Each is the evaluation of the agent as it stood at that step.
     paused = kerasrl.DQN("CartPole-v1", **SMALL_DQN)
-    paused.fit(1_500, stop_at=1_000, progress=False)
-    at_1000 = paused.evaluate(3)
-    assert {k: history.evaluations[1][k] for k in FIGURES} == {k: at_1000[k] for k in FIGURES}
+    paused.fit(900, stop_at=600, progress=False)
+    at_600 = paused.evaluate(3)
+    assert {k: history.evaluations[1][k] for k in FIGURES} == {k: at_600[k] for k in FIGURES}
 
     with open(run / "evaluations.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [int(r["step"]) for r in rows] == [500, 1_000, 1_500]
+    assert [int(r["step"]) for r in rows] == [300, 600, 900]
     assert [float(r["mean_return"]) for r in rows] == [e["mean_return"] for e in history.evaluations]
     (events,) = (run / "tensorboard").glob("events.out.tfevents.*")
-    assert sorted(step for tag, step in read_scalars(events) if tag == "eval/mean_return") == [500, 1_000, 1_500]
+    assert sorted(step for tag, step in read_scalars(events) if tag == "eval/mean_return") == [300, 600, 900]
 
     evaluated.save(tmp_path / "ckpt")  # the evaluations travel with the checkpoint
     assert kerasrl.DQN.load(tmp_path / "ckpt").history.evaluations == history.evaluations
