@@ -1,4 +1,5 @@
-"""Callbacks for `Agent.fit`: save the best model, stop at a mean return, print evaluations.
+"""Callbacks for `Agent.fit`: save the best model, stop at a mean return or when evaluations stop
+improving, print evaluations.
 
 A fit callback is any `callback(agent, history) -> bool | None`, called after each env step in
 which at least one episode ended, and after each evaluation of `fit(eval_every=...)`; returning
@@ -134,6 +135,44 @@ class StopAtMeanReturn:
         mean = self._watch.latest(agent, history)
         if not math.isnan(mean) and mean >= self.threshold:
             self.reached_step = agent.num_timesteps
+            return False
+        return None
+
+
+class StopWithoutImprovement:
+    """Stop `fit` once `patience` evaluations in a row (`fit(eval_every=...)`) have not beaten the
+    best mean return so far by more than `min_delta` (Stable-Baselines3's
+    StopTrainingOnNoModelImprovement); the first `min_evaluations` evaluations never stop it.
+
+    Attributes:
+        best: the best evaluation mean return so far (-inf before the first).
+        stopped_step: the env step at which it stopped training (None until then).
+    """
+
+    syncs_itself = True  # reads the history only
+
+    def __init__(self, patience: int = 5, min_evaluations: int = 0, min_delta: float = 0.0):
+        for name, value, least in (("patience", patience, 1), ("min_evaluations", min_evaluations, 0)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"StopWithoutImprovement: {name} must be a whole number of evaluations, at "
+                                 f"least {least}; got {value!r}.")
+        self._watch = _ReturnWatch("StopWithoutImprovement", "evaluations", 1)
+        self.on = "evaluations"
+        self.patience, self.min_evaluations, self.min_delta = int(patience), int(min_evaluations), float(min_delta)
+        self.best, self.stopped_step = -math.inf, None
+        self._seen = self._without = 0
+
+    def __call__(self, agent, history) -> bool | None:
+        mean = self._watch.latest(agent, history)
+        if math.isnan(mean):
+            return None
+        self._seen += 1
+        if mean > self.best + self.min_delta:
+            self.best, self._without = mean, 0
+        else:
+            self._without += 1
+        if self._seen > self.min_evaluations and self._without >= self.patience:
+            self.stopped_step = agent.num_timesteps
             return False
         return None
 

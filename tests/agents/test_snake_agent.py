@@ -138,6 +138,24 @@ def test_callbacks_on_evaluations_act_once_on_each_new_evaluation(tmp_path):
         SaveBest(path, on="evaluation")
 
 
+def test_stop_without_improvement_counts_evaluations_that_do_not_beat_the_best():
+    from kerasrl.callbacks import StopWithoutImprovement
+
+    agent, history = _FakeAgent(), _history([])
+    stop = StopWithoutImprovement(patience=2, min_evaluations=3, min_delta=0.5)
+    verdicts = []
+    for step, mean in enumerate([10.0, 9.0, 8.0, 12.0, 12.4, 11.0, 20.0], start=1):
+        agent.num_timesteps = step
+        history.evaluations.append({"step": step, "mean_return": mean})
+        verdicts.append(stop(agent, history))
+        assert stop(agent, history) is None  # the same evaluation again: not counted twice
+    # 9 and 8 do not beat 10, but 3 evaluations come first; 12 does; 12.4 is within min_delta.
+    assert verdicts == [None, None, None, None, None, False, None] and stop.stopped_step == 6
+    assert stop.best == 20.0  # called on, it goes on counting
+    with pytest.raises(ValueError, match="patience must be a whole number of evaluations, at least 1"):
+        StopWithoutImprovement(patience=0)
+
+
 def test_stop_at_mean_return_and_callback_list(tmp_path):
     agent = _FakeAgent()
     stop = StopAtMeanReturn(10.0, window=2)
