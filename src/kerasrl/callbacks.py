@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from pathlib import Path
 
 from kerasrl import backend
@@ -103,7 +104,9 @@ class SaveBest:
             with backend.unused_frameworks_hidden():  # Keras's serialization would import TF
                 agent.model.save(self.path)
         else:
-            agent.policy.save(self.path)
+            with warnings.catch_warnings():  # said once, when the agent was made, not at each save
+                warnings.filterwarnings("ignore", message=".*will be saved as weights only")
+                agent.policy.save(self.path)
         self.saves += 1
         if self.verbose:
             print(f"step {agent.num_timesteps}: {self._watch.describe()} {mean:.2f}, saved {self.path}",
