@@ -115,9 +115,14 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
+def episodes(count: int) -> str:
+    """'1 episode', '20 episodes'."""
+    return f"{count} episode" + ("" if count == 1 else "s")
+
+
 def evaluation_line(record: dict) -> str:
     """One evaluation of `History.evaluations` as a line of text."""
-    return (f"step {record['step']}: evaluation over {record['episodes']} episodes, mean return "
+    return (f"step {record['step']}: evaluation over {episodes(record['episodes'])}, mean return "
             f"{record['mean_return']:.2f} +/- {record['std_return']:.2f}")
 
 

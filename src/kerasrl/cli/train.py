@@ -15,6 +15,7 @@ from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
                                 saved_env, show_info_lines)
 from kerasrl.envs import evaluation_env
+from kerasrl.logger import episodes
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
 
@@ -162,7 +163,7 @@ def cmd_train(args) -> int:
             print("No best model saved: " + ("no evaluation ran." if args.eval_every else
                                              f"fewer than {save_best.window} episodes ended."))
     result = _evaluate_run(agent, out, eval_env, args.eval_episodes, train_time)
-    print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+    print(f"Evaluation over {episodes(result['episodes'])}: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
           f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
     print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
@@ -224,7 +225,7 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
         result = _evaluate_run(agent, folder, evaluation_env(run["env_id"], run["eval_kwargs"]),
                                args.eval_episodes, train_time)
         returns.append(result["mean_return"])
-        print(f"seed {seed}: mean return {result['mean_return']:.2f} over {result['episodes']} episodes")
+        print(f"seed {seed}: mean return {result['mean_return']:.2f} over {episodes(result['episodes'])}")
     total = sum(agent.num_timesteps for agent in agents)
     summary = {"seeds": seeds, "mean_returns": returns, "mean_return": float(np.mean(returns)),
                "std_return": float(np.std(returns)), "train_time_s": train_time, "steps_per_s": total / train_time}
@@ -303,6 +304,6 @@ def _resume_training(args) -> int:
     result = agent.evaluate(episodes=args.eval_episodes, env=eval_env)
     with writing("evaluation", run / "evaluation.json", checkpoints=run / "checkpoints", run=run):
         (run / "evaluation.json").write_text(json.dumps(result, indent=2))
-    print(f"Evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+    print(f"Evaluation over {episodes(result['episodes'])}: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f}. Trained {time.perf_counter() - start:.1f} s more.")
     return 0
