@@ -180,19 +180,28 @@ class StopWithoutImprovement:
         return None
 
 
-class PrintEvaluations:
-    """Print each evaluation of `fit(eval_every=...)` as it is made, one line (the progress bar
-    shows them; this is for `fit(progress=False)`)."""
+class OnEvaluation:
+    """Call `fn(evaluation)` with each evaluation of `fit(eval_every=...)` as it is made (its dict
+    of `history.evaluations`: step, mean_return, ...); `fn` returning False stops training."""
 
     syncs_itself = True  # reads the history only
 
-    def __init__(self):
-        self._watch = _ReturnWatch("PrintEvaluations", "evaluations", 1)
-        self.on = "evaluations"
+    def __init__(self, fn):
+        self._watch = _ReturnWatch(type(self).__name__, "evaluations", 1)
+        self.on, self.fn = "evaluations", fn
 
-    def __call__(self, agent, history) -> None:
-        if not math.isnan(self._watch.latest(agent, history)):
-            print(evaluation_line(history.evaluations[-1]), flush=True)
+    def __call__(self, agent, history) -> bool | None:
+        if math.isnan(self._watch.latest(agent, history)):
+            return None
+        return False if self.fn(history.evaluations[-1]) is False else None
+
+
+class PrintEvaluations(OnEvaluation):
+    """Print each evaluation of `fit(eval_every=...)` as it is made, one line (the progress bar
+    shows them; this is for `fit(progress=False)`)."""
+
+    def __init__(self):
+        super().__init__(lambda evaluation: print(evaluation_line(evaluation), flush=True))
 
 
 class CallbackList:

@@ -76,37 +76,6 @@ def _interactive(stream) -> bool:
         return False
 
 
-class PlainProgress:
-    """The progress bar's stand-in where output is not a terminal, as Keras's `fit` prints one
-    line per epoch there: a line on stderr at each log interval (the step, the rate, the time
-    left and the figures the bar shows), and notes on stdout, as `tqdm.write` puts them."""
-
-    def __init__(self, total: int):
-        self.total, self.done, self._printed = int(total), 0, -1
-        self.start = time.perf_counter()
-
-    def update(self, n: int) -> None:
-        self.done += int(n)
-
-    def set_postfix(self, shown: dict, refresh: bool = False) -> None:
-        if self.done == self._printed:  # fit's end logs again at the step just printed
-            return
-        self._printed = self.done
-        elapsed = time.perf_counter() - self.start
-        rate = self.done / elapsed if elapsed > 0 else math.nan
-        left = (self.total - self.done) / rate if rate > 0 else math.nan
-        figures = ", ".join(f"{key}={value}" for key, value in shown.items())
-        print(f"{self.done}/{self.total} steps ({100 * self.done / max(1, self.total):.0f}%), "
-              f"{rate:.0f} steps/s, {_duration(elapsed)} elapsed, {_duration(left)} left: {figures}",
-              file=sys.stderr, flush=True)
-
-    def write(self, message: str) -> None:
-        print(message, flush=True)
-
-    def close(self) -> None:
-        pass
-
-
 def _duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "?"
@@ -139,7 +108,7 @@ class RunLogger:
         out_dir: where `metrics.csv` and TensorBoard events go; None writes no files. The
             folder is locked for this process until `close` (RunLockedError if another holds it).
         progress: show a tqdm bar (where stderr is a terminal or Jupyter), else a line per log
-            interval (`PlainProgress`).
+            interval.
         log_interval: env steps between rows of the CSV and TensorBoard scalars.
         start_step: the env step count at which this fit starts (for resumed runs).
     """
@@ -169,8 +138,10 @@ class RunLogger:
 
             self._bar = tqdm(total=total_steps, initial=0, unit="step", dynamic_ncols=True,
                              smoothing=0.05, mininterval=0.5)
-        elif progress:  # a log file, a batch job's output: a line per log interval, not a bar
-            self._bar = PlainProgress(total_steps)
+        # A log file, a batch job's output: a line per log interval instead of a bar, as Keras's
+        # fit prints one line per epoch there (`_print_progress`).
+        self._plain = progress and self._bar is None
+        self._printed_step = None
         self._tb = None
         self._metrics_csv = self._episodes_csv = self._evaluations_csv = None
 
@@ -207,8 +178,7 @@ class RunLogger:
         History, `evaluations.csv`, TensorBoard (`eval/...`) and a line above the bar."""
         record = {"step": int(step), **{k: int(v) if k == "episodes" else float(v) for k, v in summary.items()}}
         self.history.evaluations.append(record)
-        if self._bar is not None:
-            self._bar.write(f"kerasrl: {evaluation_line(record)}")
+        self._say(f"kerasrl: {evaluation_line(record)}")
         if self.out_dir is None:
             return
         with writing("log", self.out_dir / "evaluations.csv"):
@@ -224,12 +194,18 @@ class RunLogger:
     def note(self, message: str) -> None:
         """A diagnostic (kerasrl.diagnostics): a line above the progress bar, and in
         `diagnostics.log` of the run's folder."""
-        if self._bar is not None:
-            self._bar.write(f"kerasrl: {message}")
+        self._say(f"kerasrl: {message}")
         if self.out_dir is not None:
             with writing("log", self.out_dir / "diagnostics.log"), \
                     open(self.out_dir / "diagnostics.log", "a") as log:
                 log.write(message + "\n")
+
+    def _say(self, line: str) -> None:
+        """A line above the bar (tqdm.write, on stdout), or on stdout where there is no bar."""
+        if self._bar is not None:
+            self._bar.write(line)
+        elif self._plain:
+            print(line, flush=True)
 
     def set(self, **scalars) -> None:
         """Current values to show and log (epsilon, learning rate, ...)."""
@@ -258,7 +234,7 @@ class RunLogger:
         row = self.summary()
         elapsed = row["time_s"]
         row["steps_per_s"] = (step - self.start_step) / elapsed if elapsed > 0 else math.nan
-        if self._bar is not None:
+        if self._bar is not None or self._plain:
             shown = {"ep": row["episodes"], "ret100": f"{row['mean_return_100']:.1f}"}
             for key in row:
                 if key.startswith("mean_") and key != "mean_return_100":
@@ -266,7 +242,10 @@ class RunLogger:
             for key in ("epsilon", "loss"):
                 if key in row:
                     shown[key[:3] if key == "epsilon" else key] = f"{row[key]:.3g}"
-            self._bar.set_postfix(shown, refresh=False)
+            if self._bar is not None:
+                self._bar.set_postfix(shown, refresh=False)
+            else:
+                self._print_progress(step, row, shown)
         if self.out_dir is None:
             return
         with writing("log", self.out_dir / "metrics.csv"):
@@ -282,6 +261,19 @@ class RunLogger:
                 self._tb = _TensorBoardFile(self.out_dir / "tensorboard")
             self._tb.write(step, {f"train/{key}": value for key, value in row.items()
                                   if isinstance(value, (int, float)) and math.isfinite(value)})
+
+    def _print_progress(self, step: int, row: dict, shown: dict) -> None:
+        """The bar's line where there is no bar: steps done of this fit's, rate, time elapsed and
+        left, the bar's figures; on stderr, where tqdm draws. Once per step (close logs again)."""
+        if step == self._printed_step:
+            return
+        self._printed_step = step
+        done, rate = step - self.start_step, row["steps_per_s"]
+        left = (self.total_steps - done) / rate if rate > 0 else math.nan
+        figures = ", ".join(f"{key}={value}" for key, value in shown.items())
+        print(f"{done}/{self.total_steps} steps ({100 * done / max(1, self.total_steps):.0f}%), {rate:.0f} "
+              f"steps/s, {_duration(row['time_s'])} elapsed, {_duration(left)} left: {figures}",
+              file=sys.stderr, flush=True)
 
     def close(self, step: int, quiet: bool = False) -> None:
         """Write the last row, close the files and let the run folder go. A write that fails

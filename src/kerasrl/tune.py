@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kerasrl import registry
+from kerasrl.callbacks import OnEvaluation
 
 NET_ARCH = {"tiny": (64,), "small": (64, 64), "medium": (256, 256)}
 
@@ -135,15 +136,12 @@ def run_trial(algorithm: str, env_id: str, config: dict, steps: int, eval_every:
     agent = registry.agent_class(algorithm)(env_id, **config)
     seen = []
 
-    def after_evaluation(agent, history):
-        if len(history.evaluations) == len(seen):
-            return None  # an episode ended: nothing to report
-        seen.append((history.evaluations[-1]["step"], history.evaluations[-1]["mean_return"]))
+    def record(evaluation):
+        seen.append((evaluation["step"], evaluation["mean_return"]))
         return False if report is not None and report(*seen[-1]) else None
 
-    after_evaluation.syncs_itself = True  # reads the history only: no weights synced for it
     agent.fit(total_steps=steps, progress=False, eval_every=eval_every, eval_episodes=eval_episodes,
-              callback=after_evaluation)
+              callback=OnEvaluation(record))
     return seen
 
 

@@ -160,6 +160,8 @@ class ContinuousAgent(Agent):
         """An actor whose outputs leave [-1, 1] (no tanh at its end, or keras.io's DDPG actor,
         which multiplies its tanh by the upper bound) acts clipped while the critic and the
         actor's loss see the unclipped outputs: reported once, with the fix."""
+        if "actor-range" in self.diagnostics.reported:  # once is enough: no scan per step after it
+            return
         reach = float(np.abs(outputs).max()) if outputs.size else 0.0
         if reach > 1.0 + 1e-3 and np.isfinite(reach):
             low, high = self.action_space.low, self.action_space.high

@@ -12,8 +12,8 @@ import warnings
 import gymnasium as gym
 import numpy as np
 
-from kerasrl.config.common import positive_count
 from kerasrl import registry
+from kerasrl.config.common import positive_count
 from kerasrl.envs import EVALUATION_STEP_CAP, describe, env_factory, episode_extras, evaluation_env, make_vec_env
 
 
