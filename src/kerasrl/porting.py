@@ -24,6 +24,13 @@ CONFIG_KEYWORDS = {
     "env": ("Stable-Baselines3", "the env is the agent's first argument"),
     "env_kwargs": ("Stable-Baselines3", "pass a function that makes the env: "
                                         "kerasrl.DQN(lambda: gymnasium.make('FrozenLake-v1', is_slippery=False))"),
+    "replay_buffer_class": ("Stable-Baselines3", "the replay buffer follows the config: hindsight_goals=4 "
+                                                 "replays goals as HerReplayBuffer does, prioritized_replay=True "
+                                                 "prioritizes (DQN)"),
+    "replay_buffer_kwargs": ("Stable-Baselines3", "HerReplayBuffer's n_sampled_goal and goal_selection_strategy "
+                                                  "are hindsight_goals=4 and hindsight_strategy='future'"),
+    "n_sampled_goal": ("Stable-Baselines3", "hindsight_goals=4"),
+    "goal_selection_strategy": ("Stable-Baselines3", "hindsight_strategy='future'"),
     # keras-rl
     "nb_actions": ("keras-rl", "the actions are read from the env's action space"),
     "memory": ("keras-rl", "the replay buffer is buffer_size=50_000 (SequentialMemory(limit=50000))"),

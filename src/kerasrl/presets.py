@@ -175,6 +175,17 @@ PRESETS: dict[str, Preset] = {
         "Reached 500 over 20 episodes on seeds 0-5 in 100k steps, about 20 s each on one CPU core "
         "with JAX (docs/agents.md)",
     ),
+    "bitflipping-dqn-her": Preset(
+        "dqn", "kerasrl/BitFlipping-v0", 5_000,
+        dict(hindsight_goals=4, hindsight_strategy="future", learning_starts=500, train_freq=1,
+             batch_size=128, learning_rate=1e-3, gamma=0.95, exploration_fraction=0.1,
+             exploration_final_eps=0.05, target_update_interval=250, hidden_sizes=(128, 128)),
+        "DQN with hindsight experience replay on 10-bit flipping (the HER paper's first task: 4 "
+        "goals replayed per transition, 'future' strategy). Evaluated at -4.27 to -4.47 after "
+        "2,000 steps on JAX seeds 0-7, about 6 s each on one CPU core (a perfect policy: -4.0); "
+        "without hindsight (--set hindsight_goals=0), -10.0: no goal is ever reached "
+        "(docs/hindsight.md)",
+    ),
     "snake-dqn": Preset(
         "dqn", "kerasrl/Snake-v0", 1_000_000,
         dict(buffer_size=10_000, learning_starts=10_000, batch_size=64, learning_rate=1e-3,

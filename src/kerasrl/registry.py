@@ -173,6 +173,9 @@ ENV_IDS: dict[str, dict[str, Any]] = {
     # CartPole-v1 with the velocities hidden (SB3-contrib's CartPoleNoVel-v1): needs memory.
     "kerasrl/CartPoleNoVel-v1": dict(entry_point="kerasrl.envs.partial:CartPoleNoVelocity",
                                      max_episode_steps=500, reward_threshold=475.0),
+    # Goal-conditioned bit flipping (HER's first experiment, SB3's BitFlippingEnv): for
+    # hindsight replay.
+    "kerasrl/BitFlipping-v0": dict(entry_point="kerasrl.envs.goals:BitFlipping", kwargs={"n_bits": 10}),
     # Atari games preprocessed as SB3's AtariWrapper + 4-frame stack (kerasrl.envs.atari, needs
     # kerasrl[atari]); training preprocessing, `training=False` for evaluation's.
     **{f"kerasrl/{game}-v5": dict(entry_point="kerasrl.envs.atari:make_atari_env",
@@ -192,6 +195,16 @@ EVALUATION_KWARGS: dict[str, dict[str, Any]] = {
 
 
 # -- lookups -----------------------------------------------------------------------------------------
+def register_env_ids(module_prefix: str) -> None:
+    """Register with Gymnasium the ids of `ENV_IDS` whose entry points are under `module_prefix`
+    (e.g. "kerasrl.envs.ops."); safe to call twice. Nothing is imported until an env is made."""
+    import gymnasium as gym
+
+    for env_id, keywords in ENV_IDS.items():
+        if keywords["entry_point"].startswith(module_prefix) and env_id not in gym.registry:
+            gym.register(id=env_id, **keywords)
+
+
 def load(entry: str):
     """The object an entry names: "package.module:attribute", imported now."""
     module, _, attribute = entry.partition(":")

@@ -29,6 +29,7 @@ from kerasrl.agents.state_arrays import (  # noqa: F401  (kept importable from h
     unflatten_arrays,
     variable_values,
 )
+from kerasrl.buffers import GoalLayout, goal_reward
 from kerasrl.checkpoint import load_checkpoint, save_checkpoint
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
@@ -157,6 +158,10 @@ class Agent(Fitting, Evaluating):
     def actor_spec(self) -> dict:
         """What a remote actor needs to rebuild this agent's policy, as a saved policy holds it:
         the policy type, its models' JSON configs and its config; and whether it is on-policy."""
+        if getattr(self.config, "hindsight_goals", 0):
+            raise NotImplementedError(
+                "hindsight replay (hindsight_goals > 0) needs each env's steps stored in order, "
+                "episode by episode, and remote actors' steps interleave.")
         policy = self.policy
         return {"policy_type": policy.policy_type, "on_policy": self.on_policy,
                 "models": self._models_json(policy),
@@ -193,6 +198,18 @@ class Agent(Fitting, Evaluating):
         """On-policy: learn from rollouts collected elsewhere with the current weights, one per
         actor (see `kerasrl.distributed.RolloutWorker.collect`)."""
         raise NotImplementedError(f"{type(self).__name__} does not learn from rollouts.")
+
+    def _hindsight_replay(self) -> dict | None:
+        """The keywords of a hindsight replay buffer where the config asks for one
+        (`hindsight_goals` > 0), else None: where the goals sit in the observations, and the env's
+        compute_reward, checked against the rewards of a few steps of a copy of the env."""
+        cfg = self.config
+        if not getattr(cfg, "hindsight_goals", 0):
+            return None
+        layout = GoalLayout.of(self.observation_space, self.env_name)
+        rewards = goal_reward(self._make_env(), layout, self.env_name, cfg.seed)
+        return {"layout": layout, "rewards": rewards, "n_goals": int(cfg.hindsight_goals),
+                "strategy": cfg.hindsight_strategy}
 
     def _store_transitions(self, chunk: dict, truncated: np.ndarray | None = None) -> None:
         """Add a chunk's rows (T, n_envs, ...) to the replay buffer in time order."""

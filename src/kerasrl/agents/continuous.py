@@ -32,7 +32,8 @@ from kerasrl import backend
 from kerasrl.agents.base import Agent, multiples_passed
 from kerasrl.agents.learner import Learner
 from kerasrl.agents.state_arrays import load_replay_learning_arrays, replay_learning_arrays
-from kerasrl.buffers.replay import ReplayBuffer, action_layout
+from kerasrl.buffers import replay_buffer_for
+from kerasrl.buffers.replay import action_layout
 from kerasrl.exploration import ActionNoise, NoisyActor
 from kerasrl.models import build_critic, build_model
 from kerasrl.networks import actor_network, critic_network
@@ -88,10 +89,9 @@ class ContinuousAgent(Agent):
         self.critics = self._build_critics()
         self.learner = self._make_learner()
         self._act = forward_fn(self.actor)
-        shape, dtype = action_layout(self.action_space)
-        self.buffer = ReplayBuffer(cfg.buffer_size, cfg.n_envs, self.observation_space.shape,
-                                   self.observation_space.dtype, cfg.gamma,
-                                   action_shape=shape, action_dtype=dtype)
+        self.buffer = replay_buffer_for(self.env, self.observation_space, cfg.buffer_size,
+                                        cfg.n_envs, cfg.gamma, hindsight=self._hindsight_replay(),
+                                        action_layout=action_layout(self.action_space))
         self._round = self.learner.compile_round(self._step, self.loss_names)
         self.n_updates = 0
         self._vector_steps = 0

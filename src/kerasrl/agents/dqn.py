@@ -357,7 +357,8 @@ class DQN(QAgentMixin, Agent):
         buffer = replay_buffer_for(
             self.env, self.observation_space, cfg.buffer_size, cfg.n_envs, cfg.gamma,
             cfg.n_step_return, priority_alpha=cfg.prioritized_replay_alpha if
-            cfg.prioritized_replay else None, priority_eps=cfg.prioritized_replay_eps)
+            cfg.prioritized_replay else None, priority_eps=cfg.prioritized_replay_eps,
+            hindsight=self._hindsight_replay())
         if isinstance(buffer, FrameStackReplayBuffer):
             buffer.frames_first = True
         return buffer

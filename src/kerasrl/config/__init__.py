@@ -8,7 +8,7 @@ imported from here (`from kerasrl.config import PPOConfig`).
 """
 
 from kerasrl.config.cem import CEMConfig
-from kerasrl.config.common import CommonConfig, check, check_types, hp
+from kerasrl.config.common import CommonConfig, HindsightConfig, check, check_types, hp
 from kerasrl.config.continuous import (
     ACTION_NOISES,
     ContinuousConfig,
@@ -27,7 +27,7 @@ from kerasrl.config.value import C51Config, DQNConfig, QConfig, QRDQNConfig, SAR
 
 __all__ = [
     "ACTION_NOISES", "A2CConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
-    "DDPGConfig", "DQNConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
+    "DDPGConfig", "DQNConfig", "HindsightConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
     "QRDQNConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "check",
     "check_types", "hp",
 ]

@@ -240,6 +240,27 @@ def env_steps(name: str, value) -> int:
     return positive_count(name, value, "env steps", 100_000)
 
 
+@dataclass(frozen=True, kw_only=True)
+class HindsightConfig(CommonConfig):
+    """Hindsight experience replay, for the agents that learn from a replay buffer (DQN and its
+    variants, DDPG, TD3, SAC, NAF) on goal-conditioned envs (docs/hindsight.md)."""
+
+    hindsight_goals: int = hp(0, "Hindsight experience replay (HER): goals replayed per real transition "
+                                 "(SB3's n_sampled_goal; 4 in the HER paper), a share k/(k+1) of each "
+                                 "batch; 0: off. Needs a goal-conditioned env (Dict observations with "
+                                 "achieved_goal and desired_goal, and env.compute_reward).")
+    hindsight_strategy: str = hp("future", "HER: where a replayed goal comes from: 'future' (achieved at "
+                                           "this step or a later one of the episode), 'final' (at its last "
+                                           "step) or 'episode' (at any of its steps).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(int(self.hindsight_goals) == self.hindsight_goals and self.hindsight_goals >= 0,
+              "hindsight_goals", self.hindsight_goals, "a non-negative integer (0: no hindsight replay)")
+        check(self.hindsight_strategy in ("future", "final", "episode"), "hindsight_strategy",
+              self.hindsight_strategy, "'future', 'final' or 'episode'")
+
+
 def check(ok: bool, name: str, value, expected: str) -> None:
     """Raise a ValueError naming the field, its value and what it must be."""
     if not ok:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kerasrl.config.common import CommonConfig, check, hp
+from kerasrl.config.common import HindsightConfig, check, hp
 
 
 @dataclass(frozen=True, kw_only=True)
-class ContinuousConfig(CommonConfig):
+class ContinuousConfig(HindsightConfig):
     """What the off-policy continuous-control agents (DDPG, TD3, SAC, NAF) share; defaults are
     RL-Zoo's Pendulum-v1 settings (Stable-Baselines3's defaults where the zoo sets none)."""
 

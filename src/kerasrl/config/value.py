@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kerasrl.config.common import CommonConfig, check, hp
+from kerasrl.config.common import CommonConfig, HindsightConfig, check, hp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +49,7 @@ class QConfig(CommonConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DQNConfig(QConfig):
+class DQNConfig(QConfig, HindsightConfig):
     """Deep Q-learning (Mnih et al., 2015) and its variants."""
 
     RENAMED: ClassVar[dict[str, str]] = {"n_step": "n_step_return"}
@@ -82,6 +82,11 @@ class DQNConfig(QConfig):
               self.prioritized_replay_beta0, "in [0, 1]")
         check(self.prioritized_replay_eps > 0, "prioritized_replay_eps",
               self.prioritized_replay_eps, "positive")
+        if self.hindsight_goals:  # HER replays one step's reward for a new goal, sampled uniformly
+            check(self.n_step_return == 1, "n_step_return", self.n_step_return,
+                  "1 with hindsight replay (hindsight_goals > 0 recomputes one step's reward)")
+            check(not self.prioritized_replay, "prioritized_replay", self.prioritized_replay,
+                  "False with hindsight replay (hindsight_goals > 0 samples uniformly)")
 
 
 @dataclass(frozen=True, kw_only=True)

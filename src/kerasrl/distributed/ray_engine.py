@@ -129,9 +129,9 @@ class RayEngine:
         try:
             specs = [self._spec(agent, i) for i in range(self.workers)]
         except NotImplementedError as error:
-            raise ValueError(f"engine='ray' runs agents that learn from a replay buffer or from "
-                             f"rollouts (DQN, DDPG, TD3, SAC, PPO); {error} Train it with "
-                             f"engine='local'.") from None
+            raise ValueError(f"engine='ray' cannot train this {type(agent).__name__}: {error} "
+                             f"(It runs agents that learn from a replay buffer or from rollouts: "
+                             f"DQN, DDPG, TD3, SAC, PPO.) Train it with engine='local'.") from None
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": True, **self.ray_init}
             ray.init(address=self.address, **kwargs)

@@ -7,11 +7,13 @@ from kerasrl.envs.vector import (EVALUATION_STEP_CAP, describe, env_action, env_
 from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
 from kerasrl.envs.partial import register_partial_envs
+from kerasrl.envs.goals import register_goal_envs
 from kerasrl.envs.atari import register_atari_envs
 
 register_envs()
 register_ops_envs()  # kerasrl/OpsCartPole-v1 and the other keras.ops envs; nothing imported until made
 register_partial_envs()  # kerasrl/CartPoleNoVel-v1
+register_goal_envs()  # kerasrl/BitFlipping-v0
 register_atari_envs()  # kerasrl/Breakout-v5 ...; ale-py imported when one is made
 
 __all__ = [

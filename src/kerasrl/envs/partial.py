@@ -38,6 +38,4 @@ class CartPoleNoVelocity(CartPoleEnv):
 
 def register_partial_envs() -> None:
     """Registers the partially observed envs with Gymnasium; safe to call twice."""
-    for env_id, keywords in registry.ENV_IDS.items():
-        if keywords["entry_point"].startswith(__name__ + ":") and env_id not in gym.registry:
-            gym.register(id=env_id, **keywords)
+    registry.register_env_ids(__name__ + ":")

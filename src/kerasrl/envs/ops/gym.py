@@ -297,6 +297,4 @@ class OpsGymEnv(gym.Env):
 def register_ops_envs() -> None:
     """Registers the ops envs with Gymnasium (their ids in `kerasrl.registry.ENV_IDS`); safe to call
     twice. Nothing is imported until one is made."""
-    for env_id, keywords in registry.ENV_IDS.items():
-        if keywords["entry_point"].startswith("kerasrl.envs.ops.") and env_id not in gym.registry:
-            gym.register(id=env_id, **keywords)
+    registry.register_env_ids("kerasrl.envs.ops.")
