@@ -115,6 +115,35 @@ def test_framework_tensors_are_reported():
                for p in problems), problems
 
 
+class DictHealthy(Healthy):
+    """Healthy's walk observed as a Dict (what a goal env or an image-and-vector env returns)."""
+
+    observation_space = gym.spaces.Dict({"position": Healthy.observation_space,
+                                         "flag": gym.spaces.Discrete(2)})
+
+    def reset(self, *, seed=None, options=None):
+        position, info = super().reset(seed=seed, options=options)
+        return {"position": position, "flag": 0}, info
+
+    def step(self, action):
+        position, *rest = super().step(action)
+        return {"position": position, "flag": int(action)}, *rest
+
+
+def test_dict_observations_are_checked_leaf_by_leaf():
+    assert check_env(DictHealthy()) == []
+    assert check_env("kerasrl/BitFlipping-v0") == []  # a Dict of MultiBinary leaves
+
+    def unseeded(self, *, seed=None, options=None):
+        super(DictHealthy, self).reset(seed=None)
+        self.position = np.random.default_rng().uniform(-1, 1, size=2).astype(np.float32)
+        self.t = 0
+        return {"position": self.position.copy(), "flag": 0}, {}
+
+    with pytest.warns(UserWarning, match=r"ignores its seed"):
+        check_env(type("Unseeded", (DictHealthy,), {"reset": unseeded})())
+
+
 def test_public_name_and_other_inputs():
     assert kerasrl.check_env is check_env
     assert check_env(lambda: Healthy(), warn=False) == []

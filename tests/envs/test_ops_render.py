@@ -29,6 +29,8 @@ REFERENCES = {
                     "Enduro", "Asteroids", "MsPacman")},
     # CartPole with the velocities hidden (kerasrl.envs.partial): Gymnasium's CartPole draws it.
     "kerasrl/CartPoleNoVel-v1": "CartPole-v1",
+    # Bit flipping (kerasrl.envs.goals) draws itself: tests/envs/test_goals.py.
+    "kerasrl/BitFlipping-v0": "kerasrl/BitFlipping-v0",
 }
 # The keras.ops envs, whose frames are checked here against their references' drawing.
 OPS_IDS = sorted(env_id for env_id in REFERENCES

@@ -123,8 +123,9 @@ def _check_reset_signature(env: gym.Env, name: str) -> None:
 
 
 def _checked_observation(env: gym.Env, name: str, observation, where: str,
-                         problems: list[str]) -> np.ndarray:
-    """The observation as numpy, checked against the space: shape (error), dtype and bounds."""
+                         problems: list[str]):
+    """The observation as numpy (a Dict or Tuple one as it is), checked against the space: shape
+    (error), dtype and bounds."""
     if _is_framework_tensor(observation):
         problems.append(Problem(
             "framework-tensor",
@@ -139,7 +140,7 @@ def _checked_observation(env: gym.Env, name: str, observation, where: str,
             problems.append(Problem("observation-space",
                                     f"{name}.{where} gave an observation outside {space}: make "
                                     f"the env's observations members of observation_space."))
-        return np.asarray(observation)
+        return observation if isinstance(observation, (dict, tuple)) else np.asarray(observation)
     array = np.asarray(observation)
     if array.shape != space.shape:
         raise EnvCheckError(
@@ -186,13 +187,24 @@ def _checked_reset(env: gym.Env, name: str, seed: int, problems: list[str]) -> n
 def _check_seeding(env: gym.Env, name: str, seed: int, first: np.ndarray,
                    problems: list[str]) -> None:
     """The same seed must give the same first observation, or runs cannot be repeated."""
-    again = np.asarray(env.reset(seed=seed)[0])
-    if again.shape == first.shape and not np.array_equal(again, first):
+    again = env.reset(seed=seed)[0]
+    if not _same_observation(again, first):
         problems.append(Problem(
             "seed-ignored",
             f"{name}.reset(seed={seed}) gave two different first observations: the env ignores "
             f"its seed, so no run on it can be repeated. Call super().reset(seed=seed) first in "
             f"reset and draw every random number from self.np_random."))
+
+
+def _same_observation(a, b) -> bool:
+    """Equal observations, leaf by leaf for a Dict or Tuple one (a shape change is reported by
+    the observation checks, not here)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_observation(a[k], b[k]) for k in a)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_observation(x, y) for x, y in zip(a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape != b.shape or np.array_equal(a, b)
 
 
 def _check_steps(env: gym.Env, name: str, steps: int, seed: int, problems: list[str]) -> None:

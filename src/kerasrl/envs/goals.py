@@ -25,7 +25,8 @@ BIT_FLIPPING_ID = "kerasrl/BitFlipping-v0"
 class BitFlipping(gym.Env):
     """Flip bits until the state equals the goal (see the module docstring)."""
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    CELL = 24  # pixels per bit in rgb_array frames
 
     def __init__(self, n_bits: int = 10, continuous: bool = False, max_steps: int | None = None,
                  render_mode: str | None = None):
@@ -79,8 +80,19 @@ class BitFlipping(gym.Env):
         return -differs.astype(np.float32)
 
     def render(self):
+        """"ansi": the two bit strings; "rgb_array": the state above the goal, one square per bit
+        (lit: 1), a bit that already matches its goal in green, one that does not in red."""
         if self.render_mode == "ansi":
             return f"state {''.join(map(str, self.state))}  goal {''.join(map(str, self.goal))}"
+        if self.render_mode == "rgb_array":
+            matches = self.state == self.goal
+            colours = np.where(matches[:, None], [[60, 200, 90]], [[220, 70, 60]])  # (n_bits, 3)
+            rows = np.stack([self.state, self.goal])  # (2, n_bits)
+            cells = np.where(rows[..., None] == 1, colours[None], colours[None] // 4)  # (2, n, 3)
+            frame = np.repeat(np.repeat(cells, self.CELL, axis=0), self.CELL, axis=1)
+            frame[:, ::self.CELL] = 0  # the grid between bits
+            frame[::self.CELL, :] = 0
+            return frame.astype(np.uint8)
         return None
 
 

@@ -285,8 +285,9 @@ def env_action(action, action_space: gym.Space):
 
 
 def episode_extras(info: dict, i: int) -> dict[str, Any]:
-    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten):
-    the Python loops log them, `evaluate` averages them.
+    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten;
+    a flag such as a goal env's is_success as 0 or 1): the Python loops log them, `evaluate`
+    averages them (the mean of is_success is the success rate).
 
     In SAME_STEP auto-reset mode they sit in `info["final_info"]`.
     """
@@ -301,6 +302,7 @@ def episode_extras(info: dict, i: int) -> dict[str, Any]:
         if mask is not None and not mask[i]:
             continue
         value = values[i] if isinstance(values, np.ndarray) and values.ndim >= 1 else None
-        if value is not None and np.issubdtype(np.asarray(value).dtype, np.number) and np.ndim(value) == 0:
+        kind = np.asarray(value).dtype.kind if value is not None else ""
+        if kind in "biuf" and kind and np.ndim(value) == 0:  # numbers, and flags such as is_success
             extras[key] = float(value)
     return extras
