@@ -404,3 +404,34 @@ def test_masked_ppo_learns_the_masked_choice_with_multidiscrete_actions(tmp_path
     actions = session.run(None, {session.get_inputs()[0].name: obs,
                                  "action_mask": masks.astype(np.float32)})[0]
     np.testing.assert_array_equal(actions, highest_allowed_per_component(masks))
+
+
+@pytest.mark.parametrize("mask_via", ["info", "method"])
+def test_the_single_env_loop_of_play_watch_and_evaluate_chooses_allowed_actions(mask_via):
+    """`kerasrl play`, `watch` and `evaluate` run `play_steps`: an untrained policy there takes
+    no forbidden action (which would end the episode), greedy or stochastic."""
+    from kerasrl.watch import play_steps
+
+    agent = kerasrl.DQN(lambda: MaskedChoiceEnv(N), seed=0, check_env=False)
+    for rng in (None, np.random.default_rng(0)):
+        ends = [step.ended for step in play_steps(agent.policy, MaskedChoiceEnv(N, mask_via=mask_via),
+                                                  episodes=20, outputs=False, rng=rng) if step.ended]
+        assert ends == ["truncated"] * 20
+    # Without the mask the same policy takes forbidden actions, which end episodes early.
+    ends = [step.ended for step in play_steps(agent.policy, _HideMask(MaskedChoiceEnv(N)), episodes=20,
+                                              outputs=False) if step.ended]
+    assert ends.count("terminated") >= 5, ends
+
+
+class _HideMask(gym.Wrapper):
+    """The env without its masks: none in the info, no action_masks() method."""
+
+    action_masks = None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {k: v for k, v in info.items() if k != "action_mask"}
+
+    def step(self, action):
+        *result, info = self.env.step(action)
+        return *result, {k: v for k, v in info.items() if k != "action_mask"}

@@ -2,6 +2,7 @@
 flipping, which it cannot learn without it; the continuous agents take it too; bad settings and
 envs are refused where they are made; a paused and saved run continues as the same run."""
 
+import json
 from math import comb
 
 import numpy as np
@@ -105,6 +106,18 @@ def test_a_paused_saved_and_loaded_run_continues_as_the_same_run(tmp_path):
     assert any(key.endswith("episode_length") for key in arrays_whole)
     for key, value in arrays_whole.items():
         np.testing.assert_array_equal(arrays_resumed[key], value, err_msg=key)
+
+
+def test_the_cli_trains_the_preset_and_evaluates_dict_observations_with_the_success_rate(tmp_path, capsys):
+    from kerasrl.cli import main
+
+    assert main(["train", "--preset", "bitflipping-dqn-her", "--steps", "700", "--no-progress",
+                 "--eval-episodes", "5", "--out", str(tmp_path / "bits")]) == 0
+    assert ", is_success " in capsys.readouterr().out  # beside the mean return
+    assert main(["evaluate", str(tmp_path / "bits"), "--episodes", "4"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 4 and 0.0 <= result["mean_is_success"] <= 1.0
+    assert result["mean_return"] <= -0.0 and result["env"] == "kerasrl/BitFlipping-v0"
 
 
 def test_ray_actors_are_refused_before_any_starts():

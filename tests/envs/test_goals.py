@@ -78,4 +78,4 @@ def test_frames_show_the_state_above_the_goal():
     assert centre[1, 1].tolist() == [220, 70, 60]  # the goal's lit bit that the state lacks
     text = BitFlipping(n_bits=3, render_mode="ansi")
     text.state, text.goal = env.state, env.goal
-    assert text.render() == "state 101  goal 110"
+    assert text.render() == "state 101\ngoal  110"

@@ -17,6 +17,20 @@ from kerasrl.config.common import positive_count
 from kerasrl.envs import EVALUATION_STEP_CAP, describe, env_factory, episode_extras, evaluation_env, make_vec_env
 
 
+def episode_summary(returns, lengths, extras: list[dict[str, float]]) -> dict[str, float]:
+    """What `evaluate` (and `kerasrl evaluate`) report of whole episodes: mean_return,
+    std_return, min_return, max_return, mean_length, episodes, and the mean of each figure the
+    env reported at their ends (`extras`, one dict per episode: mean_fruits_eaten,
+    mean_is_success, ...)."""
+    returns = np.asarray(returns, dtype=np.float64)
+    summary = {"mean_return": float(returns.mean()), "std_return": float(returns.std()),
+               "min_return": float(returns.min()), "max_return": float(returns.max()),
+               "mean_length": float(np.mean(lengths)), "episodes": len(returns)}
+    for key in dict.fromkeys(key for figures in extras for key in figures):
+        summary[f"mean_{key}"] = float(np.mean([figures[key] for figures in extras if key in figures]))
+    return summary
+
+
 class Evaluating:
     """`evaluate` and its hooks, a part of `Agent` kept in its own module."""
 
@@ -64,7 +78,7 @@ class Evaluating:
         targets = np.array([(episodes + i) // n for i in range(n)])
         counts = np.zeros(n, dtype=np.int64)
         returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
-        results, extras, cut = [], {}, 0
+        results, extras, cut = [], [], 0
         obs, info = envs.reset(seed=self.config.seed + 10_000 if seed is None else seed)
         masks = self.read_action_masks(info, n, "evaluate's reset")
         eval_rng = np.random.default_rng(seed)
@@ -86,8 +100,7 @@ class Evaluating:
                     if counts[i] < targets[i]:
                         results.append((returns[i], lengths[i]))
                         cut += bool(truncated[i] and lengths[i] >= cap)
-                        for key, value in episode_extras(info, i).items():
-                            extras.setdefault(key, []).append(value)
+                        extras.append(episode_extras(info, i))
                         counts[i] += 1
                     returns[i], lengths[i] = 0.0, 0
         finally:
@@ -99,17 +112,7 @@ class Evaluating:
                 f"no time limit, the policy may be going in circles (a greedy policy can); give "
                 f"the env a gymnasium.wrappers.TimeLimit, or pass max_episode_steps=.",
                 stacklevel=2)
-        episode_returns = np.array([r for r, _ in results])
-        summary = {
-            "mean_return": float(episode_returns.mean()),
-            "std_return": float(episode_returns.std()),
-            "min_return": float(episode_returns.min()),
-            "max_return": float(episode_returns.max()),
-            "mean_length": float(np.mean([length for _, length in results])),
-            "episodes": len(results),
-        }
-        summary.update({f"mean_{k}": float(np.mean(v)) for k, v in extras.items()})
-        return summary
+        return episode_summary([r for r, _ in results], [length for _, length in results], extras)
 
     def _episodes_start(self, starts: np.ndarray) -> None:
         """Evaluation tells which envs (starts (n,) bool) begin an episode at the next

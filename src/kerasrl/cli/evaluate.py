@@ -8,7 +8,7 @@ import sys
 
 from kerasrl import backend, registry
 from kerasrl.cli.common import MODEL_FACTORY_HELP, count, load_policy_source, saved_env
-from kerasrl.envs import EVALUATION_STEP_CAP, env_action
+from kerasrl.envs import EVALUATION_STEP_CAP
 
 
 def add_commands(commands) -> None:
@@ -53,8 +53,6 @@ def cmd_evaluate(args) -> int:
         raise ValueError("--episodes must be at least 1.")
     if args.max_episode_steps < 1:
         raise ValueError("--max-episode-steps must be at least 1.")
-    from kerasrl.policies import episode_actor
-
     policy, path = load_policy_source(args.source, args.model_factory)
     if policy is None:
         raise ValueError(f"{path} is a model file: evaluate a run, checkpoint or policy folder.")
@@ -67,21 +65,20 @@ def cmd_evaluate(args) -> int:
         env = recording_env(env_id, env_kwargs, args.video, fps=args.fps)
     else:
         env = gym.make(env_id, **env_kwargs)
-    returns, lengths, cut = [], [], 0
+    from kerasrl.agents.evaluation import episode_summary
+    from kerasrl.envs import numeric_figures
+    from kerasrl.watch.stepping import play_steps  # the loop `kerasrl play` and `watch` run too
+
+    returns, lengths, extras, cut = [], [], [], 0
     rng = np.random.default_rng(args.seed) if args.stochastic else None
     try:
-        for episode in range(args.episodes):
-            obs, _ = env.reset(seed=args.seed + episode)
-            total, steps, done = 0.0, 0, False
-            act = episode_actor(policy, rng)  # a recurrent policy's state carried through the episode
-            while not done:
-                action = env_action(act(np.asarray(obs, np.float32)), env.action_space)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total, steps, done = total + float(reward), steps + 1, terminated or truncated
-                if not done and steps >= args.max_episode_steps:
-                    cut, done = cut + 1, True
-            returns.append(total)
-            lengths.append(steps)
+        for step in play_steps(policy, env, episodes=args.episodes, max_steps=args.max_episode_steps,
+                               seed=args.seed, outputs=False, rng=rng):
+            if step.ended:
+                returns.append(step.episode_return)
+                lengths.append(step.step)
+                extras.append(numeric_figures(step.info))
+                cut += step.ended == "step limit"
         if args.video:
             frames = env.save()
             print(f"Recorded {len(returns)} episodes, {frames} frames, to {args.video}",
@@ -92,9 +89,7 @@ def cmd_evaluate(args) -> int:
         print(f"kerasrl: cut {cut} of {len(returns)} episodes at --max-episode-steps "
               f"{args.max_episode_steps}: their returns and lengths are of the steps taken. If "
               f"{env_id} has no time limit, the policy may be going in circles.", file=sys.stderr)
-    result = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-              "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
-              "mean_length": float(np.mean(lengths)), "episodes": len(returns),
+    result = {**episode_summary(returns, lengths, extras),
               "env": env_id, "backend": backend.NAME, "deterministic": not args.stochastic}
     print(json.dumps(result, indent=2))
     return 0

@@ -165,7 +165,9 @@ def cmd_train(args) -> int:
     result = _evaluate_run(agent, out, eval_env, args.eval_episodes, train_time)
     print(f"Evaluation over {episodes(result['episodes'])}: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
-          f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}")
+          f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}"
+          + "".join(f", {key[5:]} {value:.2f}" for key, value in result.items()
+                    if key.startswith("mean_") and key not in ("mean_return", "mean_length")))
     print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
           f"final checkpoint {final}")
     return 0

@@ -3,7 +3,7 @@
 from kerasrl.envs.snake import Snake, register_envs
 from kerasrl.envs.snake_vector import SnakeVectorEnv
 from kerasrl.envs.vector import (EVALUATION_STEP_CAP, describe, env_action, env_factory, episode_extras,
-                                 evaluation_env, final_observations, make_vec_env)
+                                 evaluation_env, final_observations, make_vec_env, numeric_figures)
 from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
 from kerasrl.envs.partial import register_partial_envs
@@ -32,5 +32,6 @@ __all__ = [
     "evaluation_env",
     "final_observations",
     "make_vec_env",
+    "numeric_figures",
     "register_envs",
 ]

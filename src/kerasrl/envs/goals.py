@@ -80,10 +80,10 @@ class BitFlipping(gym.Env):
         return -differs.astype(np.float32)
 
     def render(self):
-        """"ansi": the two bit strings; "rgb_array": the state above the goal, one square per bit
+        """"ansi": the two bit strings, one above the other; "rgb_array": the state above the goal, one square per bit
         (lit: 1), a bit that already matches its goal in green, one that does not in red."""
         if self.render_mode == "ansi":
-            return f"state {''.join(map(str, self.state))}  goal {''.join(map(str, self.goal))}"
+            return f"state {''.join(map(str, self.state))}\ngoal  {''.join(map(str, self.goal))}"
         if self.render_mode == "rgb_array":
             matches = self.state == self.goal
             colours = np.where(matches[:, None], [[60, 200, 90]], [[220, 70, 60]])  # (n_bits, 3)

@@ -285,24 +285,27 @@ def env_action(action, action_space: gym.Space):
 
 
 def episode_extras(info: dict, i: int) -> dict[str, Any]:
-    """Numeric per-episode figures that env `i` reported as its episode ended (e.g. fruits_eaten;
-    a flag such as a goal env's is_success as 0 or 1): the Python loops log them, `evaluate`
-    averages them (the mean of is_success is the success rate).
+    """Numeric per-episode figures that env `i` of a vector env reported as its episode ended
+    (e.g. fruits_eaten; a flag such as a goal env's is_success as 0 or 1): the Python loops log
+    them, `evaluate` averages them (the mean of is_success is the success rate).
 
     In SAME_STEP auto-reset mode they sit in `info["final_info"]`.
     """
     final = info.get("final_info")
     if not isinstance(final, dict):
         return {}
-    extras = {}
-    for key, values in final.items():
+    return numeric_figures({key: values[i] for key, values in final.items()
+                            if isinstance(values, np.ndarray) and values.ndim >= 1
+                            and (final.get(f"_{key}") is None or final[f"_{key}"][i])})
+
+
+def numeric_figures(info: dict) -> dict[str, float]:
+    """The numbers and flags of one env's `info` (as floats), as `episode_extras` reads them."""
+    figures = {}
+    for key, value in info.items():
         if key.startswith("_") or key == "episode":
             continue
-        mask = final.get(f"_{key}")
-        if mask is not None and not mask[i]:
-            continue
-        value = values[i] if isinstance(values, np.ndarray) and values.ndim >= 1 else None
-        kind = np.asarray(value).dtype.kind if value is not None else ""
-        if kind in "biuf" and kind and np.ndim(value) == 0:  # numbers, and flags such as is_success
-            extras[key] = float(value)
-    return extras
+        kind = np.asarray(value).dtype.kind
+        if kind in ("b", "i", "u", "f") and np.ndim(value) == 0:
+            figures[key] = float(value)
+    return figures

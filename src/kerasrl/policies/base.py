@@ -183,17 +183,24 @@ def exportable_mask(x, mask):
 
 
 def episode_actor(policy: Policy, rng: np.random.Generator | None = None):
-    """`act(observation) -> action` for one episode of one env: `policy.predict`, or for a
-    recurrent policy `predict` with its state carried from call to call (make a new actor for
-    each episode: it starts from the initial state). Deterministic, or with `rng` the policy's
-    stochastic actions drawn from it (sampled, or a value policy's epsilon-greedy ones)."""
+    """`act(observation, action_mask=None) -> action` for one episode of one env:
+    `policy.predict`, or for a recurrent policy `predict` with its state carried from call to
+    call (make a new actor for each episode: it starts from the initial state). Deterministic, or
+    with `rng` the policy's stochastic actions drawn from it (sampled, or a value policy's
+    epsilon-greedy ones). `action_mask` (n_actions,): the env's allowed actions, where it has
+    them."""
     chosen = {} if rng is None else {"deterministic": False, "rng": rng}
+
+    def masked(action_mask) -> dict:
+        return {} if action_mask is None else {"action_mask": action_mask}
+
     if not getattr(policy, "recurrent", False):
-        return lambda observation: policy.predict(observation, **chosen)
+        return lambda observation, action_mask=None: policy.predict(observation, **chosen,
+                                                                    **masked(action_mask))
     state = [None]
 
-    def act(observation):
-        action, state[0] = policy.predict(observation, state=state[0], **chosen)
+    def act(observation, action_mask=None):
+        action, state[0] = policy.predict(observation, state=state[0], **chosen, **masked(action_mask))
         return action
 
     return act

@@ -88,13 +88,17 @@ def policy_outputs(policy, observation: np.ndarray) -> np.ndarray | None:
 
 
 def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: int = 500,
-               seed: int = 0, outputs: bool = True, first_episode: int = 0) -> Iterator[Step]:
-    """Play `policy` (deterministic) in `env`, yielding a `Step` at each reset and after each step.
+               seed: int = 0, outputs: bool = True, first_episode: int = 0,
+               rng: np.random.Generator | None = None) -> Iterator[Step]:
+    """Play `policy` in `env`, yielding a `Step` at each reset and after each step: the one
+    single-env episode loop of `kerasrl play`, `watch` and `evaluate`.
 
     Episodes are numbered from `first_episode`; episode k is reset with seed `seed + k`. One ends
     when the env terminates or truncates it, or after `max_steps` steps. `episodes=None` plays on
-    forever. With `outputs`, each step also carries the policy's Q-values or action probabilities
-    (one more forward pass per step).
+    forever. Deterministic, or with `rng` the policy's stochastic actions drawn from it. An env
+    with action masks (`info["action_mask"]` or an `action_masks()` method) has the policy choose
+    among the allowed actions. With `outputs`, each step also carries the policy's Q-values or
+    action probabilities (one more forward pass per step).
     """
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}.")
@@ -106,12 +110,11 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
                     else range(first_episode, first_episode + episodes)):
         observation, info = env.reset(seed=seed + episode)
         episode_return, steps = 0.0, 0
-        act = episode_actor(policy)  # a recurrent policy's state carried through the episode
+        act = episode_actor(policy, rng)  # a recurrent policy's state carried through the episode
         yield Step(episode, 0, observation, 0.0, 0.0, None, None, dict(info), None)
         while True:
-            obs = np.asarray(observation, dtype=np.float32)
-            values = policy_outputs(policy, obs) if outputs else None
-            action = env_action(act(obs), env.action_space)
+            values = policy_outputs(policy, observation) if outputs else None
+            action = env_action(act(observation, allowed_actions(env, info)), env.action_space)
             observation, reward, terminated, truncated, info = env.step(action)
             episode_return += float(reward)
             steps += 1
@@ -121,6 +124,17 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
                        dict(info), ended)
             if ended:
                 break
+
+
+def allowed_actions(env: gym.Env, info: dict) -> np.ndarray | None:
+    """The actions `env` allows now: `info["action_mask"]` (Gymnasium's convention) or its
+    `action_masks()` method (sb3-contrib's); None for an env without action masks."""
+    from kerasrl.envs.wrappers import has_action_masks_method
+    from kerasrl.masks import MASK_KEY
+
+    if MASK_KEY in info:
+        return np.asarray(info[MASK_KEY])
+    return np.asarray(env.get_wrapper_attr("action_masks")()) if has_action_masks_method(env) else None
 
 
 # -- frames ----------------------------------------------------------------------------------------
