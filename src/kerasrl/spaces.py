@@ -80,6 +80,16 @@ def split_segments(values: np.ndarray, sizes: tuple[int, ...]) -> list[np.ndarra
     return np.split(np.asarray(values), np.cumsum(sizes)[:-1], axis=-1)
 
 
+GOAL_KEYS = ("achieved_goal", "desired_goal")
+"""The observation keys of a goal-conditioned env (Gymnasium's GoalEnv form)."""
+
+
+def is_goal_space(space: gym.Space) -> bool:
+    """A Dict observation space (or one carried flat) with an achieved and a desired goal."""
+    space = structure_of(space)
+    return isinstance(space, gym.spaces.Dict) and all(key in space.spaces for key in GOAL_KEYS)
+
+
 def is_structured(space: gym.Space) -> bool:
     """A Dict or Tuple space."""
     return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))

@@ -29,11 +29,12 @@ from kerasrl.agents.state_arrays import (  # noqa: F401  (kept importable from h
     unflatten_arrays,
     variable_values,
 )
-from kerasrl.buffers import GoalLayout, goal_reward
+from kerasrl.buffers import GoalLayout
 from kerasrl.checkpoint import load_checkpoint, save_checkpoint
 from kerasrl.config import CommonConfig
 from kerasrl.diagnostics import Monitor
 from kerasrl.envs import describe, env_factory, episode_extras, final_observations, make_vec_env
+from kerasrl.envs.checker import goal_reward
 from kerasrl.files import find_checkpoint
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
@@ -207,7 +208,7 @@ class Agent(Fitting, Evaluating):
         if not getattr(cfg, "hindsight_goals", 0):
             return None
         layout = GoalLayout.of(self.observation_space, self.env_name)
-        rewards = goal_reward(self._make_env(), layout, self.env_name, cfg.seed)
+        rewards = goal_reward(self._make_env(), self.env_name, cfg.seed)
         return {"layout": layout, "rewards": rewards, "n_goals": int(cfg.hindsight_goals),
                 "strategy": cfg.hindsight_strategy}
 

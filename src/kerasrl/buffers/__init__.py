@@ -4,14 +4,14 @@ import numpy as np
 
 from kerasrl.buffers.frame_stack import (FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer,
                                          frames_last, model_layout, stacked_frames)
-from kerasrl.buffers.hindsight import GoalLayout, HindsightReplayBuffer, goal_reward
+from kerasrl.buffers.hindsight import GoalLayout, HindsightReplayBuffer
 from kerasrl.buffers.prioritized import PrioritizedReplayBuffer, SumTree
 from kerasrl.buffers.replay import ReplayBuffer
 from kerasrl.buffers.rollout import RolloutBuffer
 
 __all__ = ["FrameStackReplayBuffer", "GoalLayout", "HindsightReplayBuffer", "PrioritizedFrameStackReplayBuffer",
            "PrioritizedReplayBuffer", "ReplayBuffer", "RolloutBuffer", "SumTree", "frames_last",
-           "goal_reward", "model_layout", "replay_buffer_for"]
+           "model_layout", "replay_buffer_for"]
 
 
 def replay_buffer_for(env, observation_space, capacity: int, n_envs: int, gamma: float,

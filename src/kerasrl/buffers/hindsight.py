@@ -11,23 +11,21 @@ from the env's own `compute_reward`. Only an episode that has ended can lend goa
 of an episode still running, or one whose episode the ring has begun to overwrite, is replayed
 with its own goal. Observations are stored flat (kerasrl.spaces), so a goal is a slice of them.
 
-The episode bookkeeping (where each stored episode starts and how long it is) is saved with the
+The env's compute_reward is checked against its steps' rewards before it is used
+(`kerasrl.envs.checker.goal_reward`). The episode bookkeeping (where each stored episode starts and how long it is) is saved with the
 buffer, so that a resumed run samples the same batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import gymnasium as gym
 import numpy as np
 
 from kerasrl.buffers.replay import ReplayBuffer
-from kerasrl.spaces import FlatObservations, Leaf, structure_of
+from kerasrl.spaces import FlatObservations, Leaf, is_goal_space, structure_of
 
 STRATEGIES = ("future", "final", "episode")
-GOAL_KEYS = ("achieved_goal", "desired_goal")
 
 
 @dataclass(frozen=True)
@@ -43,8 +41,7 @@ class GoalLayout:
         """The goals of a goal-conditioned env's observations, or a ValueError saying what the
         env lacks."""
         structure = structure_of(observation_space)
-        keys = list(structure.spaces) if isinstance(structure, gym.spaces.Dict) else []
-        if not isinstance(observation_space, FlatObservations) or not all(k in keys for k in GOAL_KEYS):
+        if not isinstance(observation_space, FlatObservations) or not is_goal_space(structure):
             raise ValueError(
                 f"Hindsight replay (hindsight_goals > 0) needs a goal-conditioned env: Dict "
                 f"observations with 'observation', 'achieved_goal' and 'desired_goal' keys, and "
@@ -73,54 +70,13 @@ class GoalLayout:
         return values.reshape(-1, *leaf.space.shape).astype(leaf.space.dtype)
 
 
-def goal_reward(env: gym.Env, layout: GoalLayout, env_name: str, seed: int,
-                steps: int = 32) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The env's `compute_reward` as `(achieved (B, *g), desired (B, *g)) -> rewards (B,)`,
-    checked first on `steps` random steps of `env` (a copy made for this; flat observations):
-    it must give back the reward each step paid, or replayed goals would teach wrong values.
-    An env whose compute_reward takes one goal at a time is called once per row."""
-    try:
-        compute_reward = env.get_wrapper_attr("compute_reward")
-    except AttributeError:
-        raise ValueError(
-            f"Hindsight replay recomputes rewards for replayed goals with the env's "
-            f"compute_reward(achieved_goal, desired_goal, info), and {env_name} has none. Add "
-            f"it (vectorized over a batch of goals, as Gymnasium's GoalEnv documents), or set "
-            f"hindsight_goals=0.") from None
-
-    def rewards(achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
-        n = len(achieved)
-        batched = np.asarray(compute_reward(achieved, desired, [{}] * n), np.float32)
-        if batched.shape == (n,):
-            return batched
-        # A compute_reward written for one goal (it gave back one number for the batch).
-        return np.array([compute_reward(a, d, {}) for a, d in zip(achieved, desired)], np.float32)
-
-    obs, _ = env.reset(seed=seed)
-    env.action_space.seed(seed)
-    for step in range(steps):
-        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
-        flat = np.asarray(obs, np.float32)[None]
-        achieved, desired = layout.goals(flat), layout.goals(flat, layout.desired)
-        one = float(np.asarray(compute_reward(achieved[0], desired[0], info)))
-        if not np.isclose(one, float(reward), rtol=1e-5, atol=1e-6):
-            raise ValueError(
-                f"{env_name}'s compute_reward(achieved_goal, desired_goal, info) gave {one} at "
-                f"random step {step} where the step paid {float(reward)}: hindsight replay "
-                f"recomputes rewards with it, so the two must agree. Make compute_reward the "
-                f"reward step pays (for the step's achieved_goal and desired_goal).")
-        if terminated or truncated:
-            obs, _ = env.reset()
-    return rewards
-
-
 class HindsightReplayBuffer(ReplayBuffer):
     """Uniform replay of flat goal-conditioned observations, a share of each batch with goals
     replayed in hindsight (see the module docstring).
 
     Args (beyond ReplayBuffer's; n_step must be 1):
         layout: where the goals are in an observation (`GoalLayout.of`).
-        rewards: `(achieved, desired) -> rewards` (`goal_reward`).
+        rewards: `(achieved, desired) -> rewards` (`kerasrl.envs.checker.goal_reward`).
         n_goals: replayed goals per real transition (HER's k): a share k / (k + 1) of a batch.
         strategy: "future", "final" or "episode".
     """

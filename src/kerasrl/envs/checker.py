@@ -22,7 +22,7 @@ import numpy as np
 
 from kerasrl.envs.wrappers import _is_framework_tensor, has_action_masks_method
 from kerasrl.masks import MASK_KEY, ActionMaskError, check_masks
-from kerasrl.spaces import categorical_sizes, split_segments
+from kerasrl.spaces import FlattenLeaves, categorical_sizes, is_goal_space, split_segments
 
 HUGE = 1e4  # observation values beyond this (in absolute value) saturate a network's first layer
 LARGE_REWARD = 1e3  # rewards beyond this make TD targets and value losses explode early
@@ -72,6 +72,10 @@ def check_env(env: gym.Env | str | Callable[[], gym.Env], *, steps: int = 200, s
         observation = _checked_reset(env, name, seed, problems)
         _check_seeding(env, name, seed, observation, problems)
         _check_steps(env, name, steps, seed, problems)
+        if is_goal_space(env.observation_space) and _compute_reward(env) is not None:
+            mismatch = goal_reward_mismatch(env, name, seed)
+            if mismatch is not None:
+                problems.append(Problem("goal-reward", mismatch))
     finally:
         if made_here:
             env.close()
@@ -307,3 +311,62 @@ def _check_scales(name: str, observations: np.ndarray, rewards: np.ndarray,
             f"from a network's output scale: TD targets and value losses start huge. Scale the "
             f"rewards (e.g. divide by {10 ** int(np.log10(np.abs(rewards).max())):g}) or clip "
             f"them."))
+
+
+# -- goal-conditioned envs (hindsight replay) ----------------------------------------------------
+def _compute_reward(env: gym.Env):
+    try:
+        return env.get_wrapper_attr("compute_reward")
+    except AttributeError:
+        return None
+
+
+def goal_reward_mismatch(env: gym.Env, name: str, seed: int, steps: int = 32) -> str | None:
+    """Where a goal env's `compute_reward(achieved_goal, desired_goal, info)` disagrees with the
+    reward a step paid, over `steps` random steps (its own observations, a Dict), or None. Hindsight
+    replay recomputes rewards with it, so a reward scaled or shaped in `step` only would teach
+    wrong values in silence."""
+    if isinstance(env, FlattenLeaves):  # kerasrl's boundary: step the env's own Dict observations
+        env = env.env
+    compute_reward = _compute_reward(env)
+    actions = copy.deepcopy(env.action_space)  # as _check_steps: the env's own stream untouched
+    actions.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    for step in range(steps):
+        obs, reward, terminated, truncated, info = env.step(actions.sample())
+        recomputed = float(np.asarray(compute_reward(obs["achieved_goal"], obs["desired_goal"], info)))
+        if not np.isclose(recomputed, float(reward), rtol=1e-5, atol=1e-6):
+            return (f"{name}'s compute_reward(achieved_goal, desired_goal, info) gave {recomputed} "
+                    f"at random step {step} where the step paid {float(reward)}: hindsight replay "
+                    f"recomputes rewards with it, so the two must agree. Make compute_reward the "
+                    f"reward step pays (for the step's achieved_goal and desired_goal).")
+        if terminated or truncated:
+            obs, _ = env.reset()
+    return None
+
+
+def goal_reward(env: gym.Env, name: str, seed: int):
+    """A goal env's `compute_reward` as `(achieved (B, *g), desired (B, *g)) -> rewards (B,)`
+    float32 for hindsight replay, checked first (`goal_reward_mismatch`, on `env`, a copy made for
+    this: it is stepped), else a ValueError saying what is wrong. An env whose compute_reward takes
+    one goal at a time is called once per row."""
+    compute_reward = _compute_reward(env)
+    if compute_reward is None:
+        raise ValueError(
+            f"Hindsight replay recomputes rewards for replayed goals with the env's "
+            f"compute_reward(achieved_goal, desired_goal, info), and {name} has none. Add it "
+            f"(vectorized over a batch of goals, as Gymnasium's GoalEnv documents), or set "
+            f"hindsight_goals=0.")
+    mismatch = goal_reward_mismatch(env, name, seed)
+    if mismatch is not None:
+        raise ValueError(mismatch)
+
+    def rewards(achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
+        n = len(achieved)
+        batched = np.asarray(compute_reward(achieved, desired, [{}] * n), np.float32)
+        if batched.shape == (n,):
+            return batched
+        # A compute_reward written for one goal (it gave back one number for the batch).
+        return np.array([compute_reward(a, d, {}) for a, d in zip(achieved, desired)], np.float32)
+
+    return rewards

@@ -5,7 +5,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from kerasrl.buffers import GoalLayout, HindsightReplayBuffer, goal_reward
+import kerasrl
+
+from kerasrl.buffers import GoalLayout, HindsightReplayBuffer
+from kerasrl.envs.checker import goal_reward
 from kerasrl.envs.goals import BitFlipping
 from kerasrl.spaces import FlatObservations, FlattenLeaves
 
@@ -183,7 +186,7 @@ def test_a_buffer_saved_without_hindsight_is_refused_by_name():
 def test_bit_flipping_goals_and_rewards_round_trip_through_flat_observations():
     env = FlattenLeaves(BitFlipping(n_bits=6))
     layout = GoalLayout.of(env.observation_space, "BitFlipping")
-    rewards = goal_reward(env, layout, "BitFlipping", seed=0)
+    rewards = goal_reward(env, "BitFlipping", seed=0)
     obs, _ = env.reset(seed=1)
     goals = layout.goals(obs[None], layout.desired)
     assert goals.dtype == np.int8 and goals.shape == (1, 6)
@@ -207,7 +210,7 @@ class _WrongReward(BitFlipping):
 
 def test_a_compute_reward_written_for_one_goal_is_called_row_by_row():
     env = FlattenLeaves(_OneGoalAtATime(n_bits=4))
-    rewards = goal_reward(env, GoalLayout.of(env.observation_space, "env"), "env", seed=0)
+    rewards = goal_reward(env, "env", seed=0)
     goals = np.array([[0, 1, 0, 1], [1, 1, 1, 1]], np.int8)
     np.testing.assert_array_equal(rewards(goals, goals[::-1].copy()), [-1.0, -1.0])
     np.testing.assert_array_equal(rewards(goals, goals), [0.0, 0.0])
@@ -217,7 +220,10 @@ def test_a_compute_reward_that_disagrees_with_the_steps_rewards_is_refused():
     env = FlattenLeaves(_WrongReward(n_bits=4))
     with pytest.raises(ValueError, match=r"compute_reward\(achieved_goal, desired_goal, info\) gave -1.0 "
                                          r"at random step 0 where the step paid -10.0"):
-        goal_reward(env, GoalLayout.of(env.observation_space, "MyEnv"), "MyEnv", seed=0)
+        goal_reward(env, "MyEnv", seed=0)
+    # check_env reports it too, for an env checked before any agent uses it.
+    problems = kerasrl.check_env(_WrongReward(n_bits=4), warn=False)
+    assert [p.kind for p in problems] == ["goal-reward"] and "step paid -10.0" in problems[0]
 
 
 def test_goal_layout_refuses_observations_without_goals_naming_the_keys():
