@@ -89,10 +89,17 @@ def episodes(count: int) -> str:
     return f"{count} episode" + ("" if count == 1 else "s")
 
 
+def env_figures(summary: dict) -> str:
+    """The means of the figures an env reported at its episodes' ends in an evaluation summary
+    (`evaluate()`'s mean_is_success, mean_fruits_eaten, ...), as ", is_success 0.95, ..."."""
+    return "".join(f", {key[len('mean_'):]} {value:.2f}" for key, value in summary.items()
+                   if key.startswith("mean_") and key not in ("mean_return", "mean_length"))
+
+
 def evaluation_line(record: dict) -> str:
     """One evaluation of `History.evaluations` as a line of text."""
     return (f"step {record['step']}: evaluation over {episodes(record['episodes'])}, mean return "
-            f"{record['mean_return']:.2f} +/- {record['std_return']:.2f}")
+            f"{record['mean_return']:.2f} +/- {record['std_return']:.2f}" + env_figures(record))
 
 
 class RunLogger:

@@ -3,6 +3,7 @@ flipping, which it cannot learn without it; the continuous agents take it too; b
 envs are refused where they are made; a paused and saved run continues as the same run."""
 
 import json
+import re
 from math import comb
 
 import numpy as np
@@ -112,8 +113,11 @@ def test_the_cli_trains_the_preset_and_evaluates_dict_observations_with_the_succ
     from kerasrl.cli import main
 
     assert main(["train", "--preset", "bitflipping-dqn-her", "--steps", "700", "--no-progress",
-                 "--eval-episodes", "5", "--out", str(tmp_path / "bits")]) == 0
-    assert ", is_success " in capsys.readouterr().out  # beside the mean return
+                 "--eval-every", "350", "--eval-episodes", "5", "--out", str(tmp_path / "bits")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"step 700: evaluation over 5 episodes, mean return -?[\d.]+ \+/- [\d.]+, "
+                     r"is_success [01]\.\d\d", out), out  # each evaluation, as it is made
+    assert re.search(r"mean length [\d.]+, is_success [01]\.\d\d", out), out  # the final one
     assert main(["evaluate", str(tmp_path / "bits"), "--episodes", "4"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["episodes"] == 4 and 0.0 <= result["mean_is_success"] <= 1.0

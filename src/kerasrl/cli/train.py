@@ -15,7 +15,7 @@ from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
                                 saved_env, show_info_lines)
 from kerasrl.envs import evaluation_env
-from kerasrl.logger import episodes
+from kerasrl.logger import env_figures, episodes
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
 
@@ -165,9 +165,7 @@ def cmd_train(args) -> int:
     result = _evaluate_run(agent, out, eval_env, args.eval_episodes, train_time)
     print(f"Evaluation over {episodes(result['episodes'])}: mean return {result['mean_return']:.2f} "
           f"+/- {result['std_return']:.2f} (min {result['min_return']:.1f}, max "
-          f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}"
-          + "".join(f", {key[5:]} {value:.2f}" for key, value in result.items()
-                    if key.startswith("mean_") and key not in ("mean_return", "mean_length")))
+          f"{result['max_return']:.1f}), mean length {result['mean_length']:.1f}" + env_figures(result))
     print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
           f"final checkpoint {final}")
     return 0
