@@ -87,11 +87,11 @@ def serialization_problem(model) -> str | None:
 
 def weights_only_note(model, problem: str) -> str:
     """What a user reads when `model` is saved as weights only: why, and how to load it."""
-    cls = type(model)
-    return (f"{cls.__module__}.{cls.__qualname__} will be saved as weights only ({problem}). "
+    name = _model_class(model)
+    return (f"{name} will be saved as weights only ({problem}). "
             f"Loading needs the model: kerasrl.load_policy(path, model_factory=f) or "
             f"Agent.load(path, model_factory=f), with f(observation_space, action_space) -> a new "
-            f"{cls.__qualname__}.")
+            f"{name.rsplit('.', 1)[-1]}.")
 
 
 def save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, str]:
@@ -167,6 +167,19 @@ def _keras_json_default(value):
     return keras.saving.serialize_keras_object(value)
 
 
+def _model_class(model) -> str:
+    """The class a user would rebuild `model` from: the first class in it that is not Keras's own
+    (a subclassed network that kerasrl wrapped, for Dict inputs or a dueling head, in a Keras
+    functional model), else the model's own class."""
+    from kerasrl.backend.layers import walk_layers
+
+    for layer in walk_layers(model, include_self=True):
+        cls = type(layer)
+        if cls.__module__.split(".")[0] not in ("keras", "kerasrl"):
+            return f"{cls.__module__}.{cls.__qualname__}"
+    return f"{type(model).__module__}.{type(model).__qualname__}"
+
+
 def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
     """policy.json: the policy's type, spaces, models (each saved whole or as weights, and its
     class) and config."""
@@ -175,8 +188,7 @@ def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
             "action_space": space_to_json(policy.action_space),
             "models": sorted(models), "model_formats": formats,
             "weights_only": all(f == "weights" for f in formats.values()),
-            "model_classes": {name: f"{type(m).__module__}.{type(m).__qualname__}"
-                              for name, m in models.items()},
+            "model_classes": {name: _model_class(m) for name, m in models.items()},
             "config": policy.get_config(), "backend": backend.NAME}
 
 

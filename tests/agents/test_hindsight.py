@@ -6,11 +6,13 @@ import json
 import re
 from math import comb
 
+import keras
 import numpy as np
 import pytest
 
 import kerasrl
 from kerasrl.buffers import HindsightReplayBuffer
+from kerasrl.files import CheckpointError
 from kerasrl.envs.goals import BitFlipping
 from kerasrl.presets import PRESETS
 
@@ -122,6 +124,31 @@ def test_the_cli_trains_the_preset_and_evaluates_dict_observations_with_the_succ
     result = json.loads(capsys.readouterr().out)
     assert result["episodes"] == 4 and 0.0 <= result["mean_is_success"] <= 1.0
     assert result["mean_return"] <= -0.0 and result["env"] == "kerasrl/BitFlipping-v0"
+
+
+class GoalQNetwork(keras.Model):
+    """A user's Q-network on a goal env: the state and the goal side by side (leaves by name)."""
+
+    def __init__(self, n_actions=10):
+        super().__init__()
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.q = keras.layers.Dense(n_actions)
+
+    def call(self, inputs):
+        return self.q(self.hidden(keras.ops.concatenate([inputs["observation"], inputs["desired_goal"]], axis=-1)))
+
+
+def test_a_users_subclassed_network_trains_and_its_saved_policy_names_its_class(tmp_path):
+    with pytest.warns(UserWarning, match="GoalQNetwork will be saved as weights only"):
+        agent = kerasrl.DQN("kerasrl/BitFlipping-v0", model=GoalQNetwork(), seed=0, hindsight_goals=4,
+                            **dict(DQN_SETTINGS, learning_starts=100))
+    agent.fit(300, progress=False)
+    agent.save(tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"weights only of model \(.*test_hindsight\.GoalQNetwork\)"):
+        kerasrl.load_policy(tmp_path / "run")  # the user's class, not the functional model around it
+    policy = kerasrl.load_policy(tmp_path / "run", model_factory=lambda o, a: GoalQNetwork())
+    obs = [BitFlipping().reset(seed=seed)[0] for seed in range(8)]
+    assert [int(policy.predict(o)) for o in obs] == [int(agent.predict(o)) for o in obs]
 
 
 def test_ray_actors_are_refused_before_any_starts():
