@@ -82,14 +82,14 @@ class HindsightReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, capacity, n_envs, obs_shape, obs_dtype=np.float32, gamma=0.99, n_step=1, *,
-                 layout: GoalLayout, rewards, n_goals: int = 4, strategy: str = "future", **layout_kw):
+                 layout: GoalLayout, rewards, n_goals: int = 4, strategy: str = "future", **action_layout):
         if n_step != 1:
             raise ValueError("Hindsight replay recomputes one step's reward for a new goal; it does "
                              f"not sum n-step returns (n_step_return={n_step}): use 1.")
         if strategy not in STRATEGIES:
             raise ValueError(f"hindsight_strategy must be one of {', '.join(map(repr, STRATEGIES))}, "
                              f"got {strategy!r}.")
-        super().__init__(capacity, n_envs, obs_shape, obs_dtype, gamma, n_step, **layout_kw)
+        super().__init__(capacity, n_envs, obs_shape, obs_dtype, gamma, n_step, **action_layout)
         self.layout, self.rewards_for, self.strategy = layout, rewards, strategy
         self.relabel_share = n_goals / (n_goals + 1)
         shape = (self.capacity_per_env, n_envs)
