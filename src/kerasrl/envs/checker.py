@@ -321,13 +321,17 @@ def _compute_reward(env: gym.Env):
         return None
 
 
+def _own_observations(env: gym.Env) -> gym.Env:
+    """The env inside kerasrl's flattening boundary: it steps the env's own Dict observations."""
+    return env.env if isinstance(env, FlattenLeaves) else env
+
+
 def goal_reward_mismatch(env: gym.Env, name: str, seed: int, steps: int = 32) -> str | None:
     """Where a goal env's `compute_reward(achieved_goal, desired_goal, info)` disagrees with the
     reward a step paid, over `steps` random steps (its own observations, a Dict), or None. Hindsight
     replay recomputes rewards with it, so a reward scaled or shaped in `step` only would teach
     wrong values in silence."""
-    if isinstance(env, FlattenLeaves):  # kerasrl's boundary: step the env's own Dict observations
-        env = env.env
+    env = _own_observations(env)
     compute_reward = _compute_reward(env)
     actions = copy.deepcopy(env.action_space)  # as _check_steps: the env's own stream untouched
     actions.seed(seed)
@@ -360,13 +364,11 @@ def goal_reward(env: gym.Env, name: str, seed: int):
     mismatch = goal_reward_mismatch(env, name, seed)
     if mismatch is not None:
         raise ValueError(mismatch)
-
-    def rewards(achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
-        n = len(achieved)
-        batched = np.asarray(compute_reward(achieved, desired, [{}] * n), np.float32)
-        if batched.shape == (n,):
-            return batched
-        # A compute_reward written for one goal (it gave back one number for the batch).
-        return np.array([compute_reward(a, d, {}) for a, d in zip(achieved, desired)], np.float32)
-
-    return rewards
+    # Batched or one goal at a time: asked once, of two goals, not at every sampled batch.
+    obs, _ = _own_observations(env).reset(seed=seed)
+    pair = [np.stack([obs[key]] * 2) for key in ("achieved_goal", "desired_goal")]
+    if np.shape(compute_reward(*pair, [{}] * 2)) == (2,):
+        return lambda achieved, desired: np.asarray(
+            compute_reward(achieved, desired, [{}] * len(achieved)), np.float32)
+    return lambda achieved, desired: np.array(
+        [compute_reward(a, d, {}) for a, d in zip(achieved, desired)], np.float32)

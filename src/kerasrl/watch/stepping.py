@@ -19,6 +19,8 @@ import gymnasium as gym
 import numpy as np
 
 from kerasrl.envs import env_action
+from kerasrl.envs.wrappers import has_action_masks_method
+from kerasrl.masks import MASK_KEY
 
 # Board cell codes of a Snake frame (what the page draws) and their colours, the game's own.
 EMPTY, BODY, HEAD, FRUIT = 0, 1, 2, 3
@@ -106,6 +108,7 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
         raise ValueError(f"episodes must be at least 1 (or None: forever), got {episodes}.")
     from kerasrl.policies import episode_actor
 
+    allowed_actions = mask_reader(env)
     for episode in (itertools.count(first_episode) if episodes is None
                     else range(first_episode, first_episode + episodes)):
         observation, info = env.reset(seed=seed + episode)
@@ -114,7 +117,7 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
         yield Step(episode, 0, observation, 0.0, 0.0, None, None, dict(info), None)
         while True:
             values = policy_outputs(policy, observation) if outputs else None
-            action = env_action(act(observation, allowed_actions(env, info)), env.action_space)
+            action = env_action(act(observation, allowed_actions(info)), env.action_space)
             observation, reward, terminated, truncated, info = env.step(action)
             episode_return += float(reward)
             steps += 1
@@ -126,15 +129,18 @@ def play_steps(policy, env: gym.Env, *, episodes: int | None = None, max_steps: 
                 break
 
 
-def allowed_actions(env: gym.Env, info: dict) -> np.ndarray | None:
-    """The actions `env` allows now: `info["action_mask"]` (Gymnasium's convention) or its
-    `action_masks()` method (sb3-contrib's); None for an env without action masks."""
-    from kerasrl.envs.wrappers import has_action_masks_method
-    from kerasrl.masks import MASK_KEY
+def mask_reader(env: gym.Env):
+    """`allowed(info) -> mask or None`: the actions `env` allows now, from `info["action_mask"]`
+    (Gymnasium's convention) or its `action_masks()` method (sb3-contrib's), looked up once per
+    env; None for an env without action masks."""
+    method = env.get_wrapper_attr("action_masks") if has_action_masks_method(env) else None
 
-    if MASK_KEY in info:
-        return np.asarray(info[MASK_KEY])
-    return np.asarray(env.get_wrapper_attr("action_masks")()) if has_action_masks_method(env) else None
+    def allowed(info: dict) -> np.ndarray | None:
+        if MASK_KEY in info:
+            return np.asarray(info[MASK_KEY])
+        return None if method is None else np.asarray(method())
+
+    return allowed
 
 
 # -- frames ----------------------------------------------------------------------------------------
