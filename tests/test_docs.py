@@ -9,7 +9,8 @@ Examples in examples/ run the commands their docstring shows (`kerasrl ...`, `py
 
 Step counts are made small here, not in the docs, so that the docs read as a user would type
 them: `KERASRL_DOC_STEPS` (default 1200: above the 1000-step warm-up of some documented runs)
-caps the first argument (or `total_steps=`) of every `.fit(...)` call in a Python block,
+caps the first argument (or `total_steps=`) of every `.fit(...)` call in a Python block (the
+second of `fit_seeds`, and a `"total_steps"` key of a dict literal: a thread's `kwargs`),
 `--steps` of every `kerasrl train` (appended when a command, e.g. a preset, has none; `--resume`
 keeps the run's own total), and `--checkpoint-every` and `--eval-every` to half of it; Ray runs get at most 2 actors
 (`workers=`, `--workers`) on this 2-core machine, and the local Ray that the first one starts
@@ -78,19 +79,30 @@ THREAD_ENV = {
 
 # -- Python blocks ---------------------------------------------------------------------------------
 class _CapFitSteps(ast.NodeTransformer):
-    """`x.fit(N, ...)` and `x.fit(total_steps=N, ...)` -> `x.fit(min(N, STEPS), ...)`;
+    """`x.fit(N, ...)` and `x.fit(total_steps=N, ...)` -> `x.fit(min(N, STEPS), ...)`, as
+    `fit_seeds(agents, N)` and a `{"total_steps": N}` handed to a thread's `kwargs`;
     `workers=N` in any call -> `workers=min(N, WORKERS)`."""
 
     def visit_Call(self, node: ast.Call) -> ast.Call:
         self.generic_visit(node)
-        is_fit = isinstance(node.func, ast.Attribute) and node.func.attr == "fit"
+        name = getattr(node.func, "attr", getattr(node.func, "id", None))
+        is_fit = name == "fit"
         if is_fit and node.args:
             node.args[0] = _capped(node.args[0], STEPS)
+        if name == "fit_seeds" and len(node.args) > 1:
+            node.args[1] = _capped(node.args[1], STEPS)
         for keyword in node.keywords:
             if is_fit and keyword.arg == "total_steps":
                 keyword.value = _capped(keyword.value, STEPS)
             elif keyword.arg == "workers":
                 keyword.value = _capped(keyword.value, WORKERS)
+        return node
+
+    def visit_Dict(self, node: ast.Dict) -> ast.Dict:
+        self.generic_visit(node)
+        node.values = [_capped(value, STEPS) if isinstance(key, ast.Constant)
+                       and key.value == "total_steps" else value
+                       for key, value in zip(node.keys, node.values)]
         return node
 
 
@@ -354,3 +366,20 @@ def test_every_command_block_is_collected():
                 assert language == "bash", (
                     f"{path.relative_to(ROOT)}: a ```{language} block of kerasrl commands is not "
                     f"run as a test; make it ```bash:\n{body}")
+
+
+def test_every_way_the_docs_write_a_step_count_is_capped():
+    """A step count the cap misses runs the documented run in full (20,000 steps in a thread's
+    kwargs made one example take 17 s)."""
+    source = ("agent.fit(20_000)\nagent.fit(total_steps=5_000, progress=False)\n"
+              "kerasrl.fit_seeds(agents, 3_000)\n"
+              "Thread(target=agent.fit, kwargs={'total_steps': 9_000, 'progress': False})\n"
+              "agent.fit(100_000, engine='ray', workers=4)\nagent.fit(10)\n")
+    capped = ast.unparse(_CapFitSteps().visit(ast.parse(source))).splitlines()
+    assert capped == [f"agent.fit(min(20000, {STEPS}))",
+                      f"agent.fit(total_steps=min(5000, {STEPS}), progress=False)",
+                      f"kerasrl.fit_seeds(agents, min(3000, {STEPS}))",
+                      f"Thread(target=agent.fit, kwargs={{'total_steps': min(9000, {STEPS}), "
+                      "'progress': False})",
+                      f"agent.fit(min(100000, {STEPS}), engine='ray', workers=min(4, {WORKERS}))",
+                      f"agent.fit(min(10, {STEPS}))"]

@@ -143,16 +143,23 @@ def test_agents_draw_users_models_from_the_seed_unless_told_to_keep_them():
         None, gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), 6,
         default=lambda: kerasrl.networks.nature_cnn((84, 84, 4), 6, scale=1 / 255), seed=3),
         id="nature-cnn", marks=pytest.mark.slow),
+    pytest.param(lambda: kerasrl.PPO("CartPole-v1", seed=3, shared_network=True).model,
+                 id="ppo-shared"),
+    pytest.param(lambda: kerasrl.RecurrentPPO("CartPole-v1", seed=3).model, id="recurrent-ppo"),
+    pytest.param(lambda: kerasrl.DQN("CartPole-v1", seed=3, model=lambda o, a: keras.Sequential(
+        [keras.Input(o.shape), keras.layers.Dense(16), keras.layers.Dense(int(a.n))])).model,
+        id="users-builder"),
 ])
 def test_default_networks_skip_the_backend_draw_and_get_the_same_weights(make, monkeypatch):
-    """Keras's draw of kerasrl's own networks is skipped (it is drawn again from the seed): the
-    weights are the ones a full backend draw then a numpy redraw gives, and none is left at zero."""
+    """Keras's draw of kerasrl's own networks and of a user's builder's is skipped (it is drawn
+    again from the seed): the weights are the ones a full backend draw then a numpy redraw gives,
+    and none is left at zero."""
     import contextlib
 
-    from kerasrl import models
+    from kerasrl import initializers
 
     skipped = [w.copy() for w in make().get_weights()]
-    monkeypatch.setattr(models, "backend_draws_skipped", contextlib.nullcontext)
+    monkeypatch.setattr(initializers, "backend_draws_skipped", contextlib.nullcontext)
     drawn = make().get_weights()
     assert len(skipped) == len(drawn)
     for a, b in zip(skipped, drawn):
@@ -178,3 +185,50 @@ def test_continuous_agents_draw_every_network_from_the_seed(agent_class):
             np.testing.assert_array_equal(np.asarray(variable), value.astype(np.float32))
         firsts.append(np.asarray(plan.drawn[0]).ravel()[:8])
     assert all(np.any(a != b) for i, a in enumerate(firsts) for b in firsts[i + 1:] if a.shape == b.shape)
+
+
+def test_a_builder_with_an_initializer_not_reproduced_is_built_again_with_the_backends_draw():
+    """Built with the draws skipped, the layer of a custom initializer would start at zero: the
+    builder is called again, as Keras builds, and that layer keeps the backend's draw."""
+    calls = []
+
+    def build(observation_space, action_space):
+        calls.append(1)
+        return keras.Sequential([
+            keras.Input(observation_space.shape),
+            keras.layers.Dense(8, name="custom_dense", kernel_initializer=_UniformOfMyOwn()),
+            keras.layers.Dense(int(action_space.n))])
+
+    with pytest.warns(InitializationWarning, match="kernel of layer 'custom_dense'"):
+        agent = kerasrl.DQN("CartPole-v1", seed=0, model=build)
+    assert len(calls) == 2
+    kernel = weights(agent.model)[0]
+    assert np.all(np.abs(kernel) <= 1.0) and np.std(kernel) > 0.1  # the draw, not zeros
+
+
+class _UniformOfMyOwn(keras.initializers.Initializer):
+    """A user's initializer drawing through the module Keras's own initializers draw from (which
+    the skipped draws replace), unknown to kerasrl.initializers."""
+
+    def __call__(self, shape, dtype=None):
+        from keras.src.initializers.random_initializers import random
+        return random.uniform(shape, minval=-1.0, maxval=1.0, dtype=dtype)
+
+
+def test_a_saved_policy_loads_without_drawing_weights_the_file_replaces(tmp_path, monkeypatch):
+    """Keras builds a loaded model's layers with their initializers, then reads every weight from
+    the file: the draws were thrown away, and on JAX each compiled a program per weight shape
+    (`load_policy` of a two-layer MLP took 4 to 6 s; now a few hundredths)."""
+    from keras.src.initializers import random_initializers
+
+    agent = kerasrl.PPO("Pendulum-v1", seed=0)
+    agent.policy.save(tmp_path / "policy")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a backend draw while loading")
+
+    for name in ("uniform", "normal", "truncated_normal"):
+        monkeypatch.setattr(random_initializers.random, name, refuse)
+    policy = kerasrl.load_policy(tmp_path / "policy")
+    for x, y in zip(weights(policy.model), weights(agent.policy.model)):
+        np.testing.assert_array_equal(x, y)

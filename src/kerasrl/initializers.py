@@ -41,11 +41,12 @@ def backend_draws_skipped():
     """Within: Keras's random initializers give zeros instead of drawing.
 
     For kerasrl's own networks, whose every weight `seed_initial_weights` draws again from the
-    seed with numpy right after they are built, the backend's draw is thrown away; on JAX it also
-    compiles one random program per weight shape, which made building a Nature CNN take 12 s on
-    one core. Only for networks whose initializers are all reproduced (`WeightDraws.kept` empty):
-    a kept variable would stay zero. Keras's module layout is private: where it is not found,
-    the backend draws as before (slower, same result).
+    seed with numpy right after they are built, and for a saved model being loaded, whose every
+    weight the file then gives, the backend's draw is thrown away; on JAX it also compiles one
+    random program per weight shape, which made building a Nature CNN take 12 s on one core and
+    `load_policy` of a two-layer MLP 4 to 6 s. Only where every variable is then written: a
+    variable left as drawn would stay zero. Keras's module layout is private: where it is not
+    found, the backend draws as before (slower, same result).
     """
     try:
         from keras.src.initializers import random_initializers as module
@@ -57,7 +58,9 @@ def backend_draws_skipped():
     from keras import ops
 
     def zeros(shape, *args, dtype=None, **kwargs):
-        return ops.zeros(shape, dtype=dtype or "float32")
+        if (dtype or "float32") == "float32":  # numpy: JAX would compile a program per shape
+            return np.zeros(shape, np.float32)
+        return ops.zeros(shape, dtype=dtype)
 
     original_random, original_orthogonal = module.random, module.Orthogonal.__call__
     module.random = _ZeroDraws(original_random, zeros)
@@ -66,6 +69,18 @@ def backend_draws_skipped():
         yield
     finally:
         module.random, module.Orthogonal.__call__ = original_random, original_orthogonal
+
+
+def seeded_build(build, seed: int | None):
+    """`build()` (kerasrl's own network, or a user's builder), with Keras's own draws skipped
+    where `seed` will draw every weight again (`backend_draws_skipped`). Should the network hold
+    a variable whose initializer is not reproduced (a custom one), `build` is called again as
+    Keras builds: that variable keeps the backend's draw, never a zero."""
+    if seed is None:
+        return build()
+    with backend_draws_skipped():
+        model = build()
+    return build() if isinstance(model, keras.Model) and WeightDraws(model).kept else model
 
 
 class _ZeroDraws(types.ModuleType):

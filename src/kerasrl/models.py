@@ -14,7 +14,6 @@ observation space is adapted to the flat vector kerasrl carries (`adapt_model`).
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from kerasrl import backend
 from kerasrl.backend.layers import per_sample, slow_in_loops, walk_layers
-from kerasrl.initializers import backend_draws_skipped, seed_initial_weights
+from kerasrl.initializers import seed_initial_weights, seeded_build
 from kerasrl.model_checks import warn_bounded_output, window_hint
 from kerasrl.networks import (SplitLeaves, default_network, dueling, is_image_space, mlp_torso,
                               nature_cnn_torso, split_layer)
@@ -250,16 +249,18 @@ def build_model(
     user_model = model is not None
     if model is None:
         # Its weights are all drawn again from the seed below: Keras's own draw is skipped.
-        with backend_draws_skipped() if seed is not None else contextlib.nullcontext():
-            model = default() if default is not None else default_network(observation_space, n_outputs)
-        built_in(model)
+        model = built_in(seeded_build(
+            default if default is not None else
+            lambda: default_network(observation_space, n_outputs), seed))
     elif not isinstance(model, keras.Model):
         if not callable(model):
             raise TypeError(
                 f"{role} must be a keras.Model, a callable (observation_space, action_space) -> "
                 f"keras.Model, or None; got {type(model).__name__}."
             )
-        built = call_builder(model, observation_space, action_space, f"the {role} builder")
+        builder = model
+        built = seeded_build(lambda: call_builder(builder, observation_space, action_space,
+                                                  f"the {role} builder"), seed)
         if not isinstance(built, keras.Model):
             raise TypeError(
                 f"The {role} builder {getattr(model, '__name__', model)!r} returned "
@@ -308,13 +309,14 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
     second critic of one user's spec (TD3's, SAC's): its last activation was warned of once."""
     user_critic = critic is not None
     if critic is None:
-        with backend_draws_skipped() if seed is not None else contextlib.nullcontext():
-            critic = default()
+        critic = seeded_build(default, seed)
     elif not isinstance(critic, keras.Model):
         if not callable(critic):
             raise TypeError(f"{role} must be a keras.Model, a callable (observation_space, "
                             f"action_space) -> keras.Model, or None; got {type(critic).__name__}.")
-        critic = call_builder(critic, observation_space, action_space, f"the {role} builder")
+        builder = critic
+        critic = seeded_build(lambda: call_builder(builder, observation_space, action_space,
+                                                   f"the {role} builder"), seed)
         if not isinstance(critic, keras.Model):
             raise TypeError(f"The {role} builder returned {type(critic).__name__}, not a keras.Model.")
     check_unclaimed(critic, role)

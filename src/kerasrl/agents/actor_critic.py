@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from kerasrl.agents.learner import Learner
-from kerasrl.initializers import seed_initial_weights
+from kerasrl.initializers import seed_initial_weights, seeded_build
 from kerasrl.model_checks import warn_bounded_output
 from kerasrl.models import (
     adapt_model,
@@ -115,8 +115,9 @@ class ActorCriticNetworks:
         cfg, obs_space = self.config, self.observation_space
         self.shared = False
         if model is None and self._value_model_spec is None and cfg.shared_network:
-            model = built_in(actor_critic_mlp(obs_space, self.n_outputs, cfg.hidden_sizes,
-                                              cfg.activation, cfg.ortho_init, shared=True))
+            model = built_in(seeded_build(lambda: actor_critic_mlp(
+                obs_space, self.n_outputs, cfg.hidden_sizes, cfg.activation, cfg.ortho_init,
+                shared=True), self.weights_seed))
         if model is not None and not isinstance(model, keras.Model) and callable(model):
             built = model(structure_of(obs_space), self.action_space)
             if not isinstance(built, keras.Model):

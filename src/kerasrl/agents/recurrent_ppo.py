@@ -31,7 +31,7 @@ from kerasrl import backend, devices
 from kerasrl.agents.ppo import PPO
 from kerasrl.buffers.rollout import minibatch_indices
 from kerasrl.config import RecurrentPPOConfig
-from kerasrl.initializers import seed_initial_weights
+from kerasrl.initializers import seed_initial_weights, seeded_build
 from kerasrl.masks import masked_logits
 from kerasrl.models import (built_in, check_recurrent_model, check_unclaimed, claim,
                             stateless_apply)
@@ -83,10 +83,10 @@ class RecurrentPPO(PPO):
                              f"{obs_space}. Flatten it first (gymnasium.wrappers."
                              f"FlattenObservation).")
         if model is None:
-            model = built_in(recurrent_actor_critic(
+            model = built_in(seeded_build(lambda: recurrent_actor_critic(
                 obs_space, self.n_outputs, cfg.recurrent_units, cfg.recurrent_cell,
                 cfg.hidden_sizes, cfg.activation, cfg.ortho_init, shared=cfg.shared_recurrent,
-                cell_init=cfg.recurrent_init))
+                cell_init=cfg.recurrent_init), self.weights_seed))
         elif not isinstance(model, keras.Model) and callable(model):
             model = model(structure_of(obs_space), self.action_space)
         check_unclaimed(model, "model")
