@@ -74,15 +74,15 @@ class Endless(gym.Env):
 def test_dqn_learns_frozen_lake_from_its_discrete_observations():
     """A cell index read as one number makes neighbouring cells alike to the network; one-hot, DQN
     solves the 4x4 lake (return 1.0 greedily). Measured (JAX, AMD EPYC, these settings): 12 of 12
-    seeds solved it in 4,000 steps, 8 of 12 in 3,000; PyTorch 4 of 4 in 4,000. Here 6,000."""
-    for seed in (0, 1):
-        agent = kerasrl.DQN(frozen_lake, seed=seed, learning_starts=500, exploration_fraction=0.5,
-                            target_update_interval=100, train_freq=1, learning_rate=1e-3,
-                            hidden_sizes=(64,))
-        assert isinstance(agent.observation_space, FlatObservations)
-        assert agent.observation_space.shape == (16,)
-        agent.fit(total_steps=6_000, progress=False)
-        assert agent.evaluate(episodes=1)["mean_return"] == 1.0, f"seed {seed}"
+    seeds solved it in 4,000 steps, 8 of 12 in 3,000; PyTorch 4 of 4 in 4,000. Here one seed in
+    6,000 (two seeds cost CI 8 s more for a margin the 12 of 12 already give)."""
+    agent = kerasrl.DQN(frozen_lake, seed=0, learning_starts=500, exploration_fraction=0.5,
+                        target_update_interval=100, train_freq=1, learning_rate=1e-3,
+                        hidden_sizes=(64,))
+    assert isinstance(agent.observation_space, FlatObservations)
+    assert agent.observation_space.shape == (16,)
+    agent.fit(total_steps=6_000, progress=False)
+    assert agent.evaluate(episodes=1)["mean_return"] == 1.0
 
 
 def test_discrete_observations_at_predict_load_and_export(tmp_path):
