@@ -171,11 +171,23 @@ def _install_into(folder: Path, constraints: str, requirements: list[str], stamp
     if not python.exists():
         print(f"Creating {folder}", flush=True)
         venv.create(folder, with_pip=True)
-    code = run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *pip_options,
-               "-c", constraints, *requirements)
+    # pip compiles every installed module's bytecode on one core (about 110 s of a 205 s install
+    # here); compileall does the same on every core afterwards (about 50 s on two).
+    code = run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-compile",
+               *pip_options, "-c", constraints, *requirements)
     if code:
         sys.exit(f"Installation into {folder.name} failed (exit {code}).")
+    compile_bytecode(python)
     stamp.write_text(digest.hexdigest())
+
+
+def compile_bytecode(python: Path) -> None:
+    """Bytecode for every module installed for `python`, as pip's install would have written it
+    (a file that does not compile, as some packages ship, is skipped, as pip skips it)."""
+    site_packages = subprocess.check_output(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        text=True).strip()
+    subprocess.call([str(python), "-m", "compileall", "-qq", "-j", "0", site_packages], cwd=ROOT)
 
 
 def install(extras: str = "dev") -> None:
