@@ -222,3 +222,54 @@ def test_onnx_example_runs_with_numpy_and_onnxruntime_only(tmp_path):
     obs = np.asarray(eval(lines[0].split("=", 1)[1]), np.float32)  # noqa: S307
     actions = [int(a) for a in lines[1].split("=", 1)[1].split(",")]
     np.testing.assert_array_equal(actions, policy.predict(obs))
+
+
+@pytest.mark.skipif(backend.NAME != "jax", reason="jax2onnx's plugins: the JAX backend's ONNX exporter")
+def test_a_jax_onnx_export_loads_only_the_converter_plugins_a_keras_model_needs(tmp_path):
+    """jax2onnx's equinox plugins build example modules when imported (96 XLA programs, 6 s of a
+    9 s export on one core): an ONNX export from JAX leaves them out, and the CNN and MLP
+    artifacts still match their policies."""
+    code = (
+        "import sys, kerasrl\n"
+        "from kerasrl.export import compare_export\n"
+        "from image_env import QuadrantEnv\n"
+        "for name, make in (('mlp', 'CartPole-v1'), ('cnn', QuadrantEnv)):\n"
+        "    policy = kerasrl.DQN(make, seed=0, check_env=False).policy\n"
+        f"    path = policy.export(r'{tmp_path}/' + name + '.onnx', include_values=True)\n"
+        "    figures = compare_export(policy, path, 'onnx', n=200)\n"
+        "    assert figures['actions_differing'] == 0 and figures['max_value_diff'] <= 1e-5, name\n"
+        "loaded = sorted({m.split('.')[2] for m in sys.modules if m.startswith('jax2onnx.plugins.')})\n"
+        "print(loaded)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).parent, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert "'jax'" in loaded and "equinox" not in loaded and "examples" not in loaded, loaded
+
+
+@pytest.mark.skipif(backend.NAME != "jax", reason="jax2onnx's plugins: the JAX backend's ONNX exporter")
+def test_an_export_that_needs_a_plugin_left_out_loads_them_all_and_succeeds(tmp_path, monkeypatch):
+    """Where the narrowed plugins are not enough (the conversion raises), every plugin is loaded
+    and the export runs again."""
+    from kerasrl import export
+    from kerasrl.backend import jax as jax_backend
+
+    calls = []
+    monkeypatch.setattr(jax_backend, "narrow_onnx_plugins", lambda: True)
+    monkeypatch.setattr(backend, "narrow_onnx_plugins", jax_backend.narrow_onnx_plugins)
+    monkeypatch.setattr(backend, "widen_onnx_plugins", lambda: calls.append("widened"))
+
+    class NeedsMore(keras.Model):  # the first conversion fails, as a missing plugin makes it
+        def export(self, path, **kwargs):
+            calls.append("export")
+            if calls.count("export") == 1:
+                raise NotImplementedError("no ONNX plugin for primitive 'custom'")
+            Path(path).write_bytes(b"onnx")
+
+    export._export_onnx(NeedsMore(), tmp_path / "m.onnx")
+    assert calls == ["export", "widened", "export"] and (tmp_path / "m.onnx").exists()
+    monkeypatch.setattr(backend, "narrow_onnx_plugins", lambda: False)  # not narrowed: no retry
+    calls.clear()
+    with pytest.raises(NotImplementedError, match="no ONNX plugin"):
+        export._export_onnx(NeedsMore(), tmp_path / "n.onnx")
+    assert calls == ["export"]

@@ -75,6 +75,21 @@ def _check_inputs(policy, n: int, action_mask: bool, seed: int):
     return [observations, sample_action_masks(int(sum(sizes)), n, seed, sizes)]
 
 
+def _export_onnx(model, path: Path) -> None:
+    """Keras's ONNX export of `model`, with only the converter plugins it needs loaded first
+    (where the backend can narrow them), and with all of them where that was not enough."""
+    from kerasrl import backend
+
+    narrowed = backend.narrow_onnx_plugins is not None and backend.narrow_onnx_plugins()
+    try:
+        model.export(str(path), format="onnx", verbose=False)
+    except Exception:
+        if not narrowed:
+            raise
+        backend.widen_onnx_plugins()
+        model.export(str(path), format="onnx", verbose=False)
+
+
 def export_policy(policy, path, format: str = "onnx", *, include_values: bool = False,  # noqa: A002
                   n_check: int = 256, action_mask: bool | None = None) -> Path:
     """Export `policy` to `path` and check the artifact against it. Returns the path.
@@ -118,7 +133,7 @@ def export_policy(policy, path, format: str = "onnx", *, include_values: bool = 
         path.parent.mkdir(parents=True, exist_ok=True)
         if format == "onnx":
             _require("onnx", "onnx")
-            model.export(str(path), format="onnx", verbose=False)
+            _export_onnx(model, path)
         else:
             if path.exists():
                 shutil.rmtree(path)

@@ -259,8 +259,10 @@ _FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to
 # - `count_ops`, `compile_unrolled`: the ops a call runs, and a loop's chunk compiled from one
 #   traced step (PyTorch, whose loops are Python: kerasrl.backend.chunks).
 # - `convolution_batch_limit`: the batch a convolutional model takes in one piece (JAX on a CPU).
+# - `narrow_onnx_plugins`, `widen_onnx_plugins`: load only the converter plugins that a Keras
+#   model's ONNX export needs, and the rest where it needs more (JAX's jax2onnx).
 _OPTIONAL = ("adam_moments_steps", "write_rows", "count_ops", "compile_unrolled",
-             "convolution_batch_limit")
+             "convolution_batch_limit", "narrow_onnx_plugins", "widen_onnx_plugins")
 
 
 def scatter_rows(array, rows, values):

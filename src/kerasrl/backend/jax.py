@@ -112,3 +112,48 @@ def check_traceable(fn, batch) -> None:
     """Trace `fn(batch)` on shapes alone (nothing runs): raises where `fn` reads a tensor's value
     in Python, which a compiled step cannot do. `batch`: an array or a tree of them."""
     jax.eval_shape(fn, batch)
+
+
+# jax2onnx's plugin trees that a Keras model never needs: equinox's plugins build example equinox
+# modules when imported (96 XLA programs, 6 of the 9 s that `kerasrl export --format onnx` took on
+# one core, jax2onnx 0.17), and `examples` registers jax2onnx's own test cases.
+ONNX_PLUGINS_LEFT_OUT = ("equinox", "examples")
+
+
+_onnx_plugins_narrowed = False
+
+
+def narrow_onnx_plugins() -> bool:
+    """Load jax2onnx's conversion plugins for a Keras model's JAX primitives ahead of its first
+    conversion, which would otherwise import every plugin tree (ONNX_PLUGINS_LEFT_OUT too).
+    True while only those are loaded; False where jax2onnx has loaded all of them, or discovers
+    its plugins in a way this does not know (a release that renamed them: nothing is done then).
+    `widen_onnx_plugins` loads the rest."""
+    global _onnx_plugins_narrowed
+    try:
+        from jax2onnx.plugins import plugin_system
+    except ImportError:
+        return False
+    import_tree = getattr(plugin_system, "_import_tree", None)
+    if import_tree is None or getattr(plugin_system, "_already_imported_plugins", None) is not False:
+        return _onnx_plugins_narrowed  # narrowed by an earlier export, or all loaded, or unknown
+    from pathlib import Path
+
+    root = Path(plugin_system.__file__).parent
+    for tree in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")):
+        if tree.name not in ONNX_PLUGINS_LEFT_OUT:
+            import_tree(tree, f"jax2onnx.plugins.{tree.name}")
+    plugin_system._already_imported_plugins = True
+    _onnx_plugins_narrowed = True
+    return True
+
+
+def widen_onnx_plugins() -> None:
+    """Every jax2onnx plugin, as its own first conversion loads them (after `narrow_onnx_plugins`,
+    for a model that needs one of the plugins left out)."""
+    global _onnx_plugins_narrowed
+    from jax2onnx.plugins import plugin_system
+
+    plugin_system._already_imported_plugins = False
+    plugin_system.import_all_plugins()
+    _onnx_plugins_narrowed = False
