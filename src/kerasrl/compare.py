@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,14 +122,30 @@ def compare(algorithm: str, env_id: str, steps: int, *, seed: int = 0, settings:
            "settings": dict(settings or {})}
     runs = {}
     with tempfile.TemporaryDirectory(prefix="kerasrl-compare-") as folder:
+        # The backends' processes run side by side (each starts its framework and compiles: on
+        # one core after another, most of a short comparison's time); each one's output goes to
+        # a file, so that none waits on a full pipe.
+        started = {}
         for name in backends:
-            out = Path(folder) / f"{name}.npz"
+            log = open(Path(folder) / f"{name}.log", "w+")  # noqa: SIM115 - closed below
             env = {**os.environ, "KERAS_BACKEND": name}
-            proc = subprocess.run([sys.executable, "-m", "kerasrl.compare", json.dumps(job), str(out)],
-                                  env=env, capture_output=True, text=True, timeout=timeout)
-            if proc.returncode != 0:
-                raise RuntimeError(f"The {name} run failed:\n{proc.stderr[-4000:]}")
-            runs[name] = _load_run(name, out)
+            started[name] = log, subprocess.Popen(
+                [sys.executable, "-m", "kerasrl.compare", json.dumps(job),
+                 str(Path(folder) / f"{name}.npz")], env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for name, (log, proc) in started.items():
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                if proc.wait(timeout=left) != 0:
+                    log.seek(0)
+                    raise RuntimeError(f"The {name} run failed:\n{log.read()[-4000:]}")
+                runs[name] = _load_run(name, Path(folder) / f"{name}.npz")
+        finally:
+            for log, proc in started.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                log.close()
     reference, *others = backends
     comparison = Comparison(runs=runs, tolerance=tolerance)
     comparison.divergences = [divergence(runs[o], runs[reference], tolerance) for o in others]
