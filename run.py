@@ -95,9 +95,11 @@ OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 # 2264844 here: JAX pass 1,571 s; TensorFlow and PyTorch 664 s, cross-backend 764 s, packaging
 # 79 s. The cross-backend pass then took about 120 s less (its workers share one process per
 # backend), so the JAX pass hands it the test files of JAX_FILES_IN_OTHER_LANE (about 110 s).
+# The CI of 09a484b: both lanes 1,298 s; TensorFlow's tracing then lost AutoGraph (its pass and
+# workers about 60 s less), so the JAX pass hands over test_hindsight.py too (about 32 s).
 JAX_LANE_AFTER: tuple[str, ...] = ()
 OTHER_LANE = ("other-backends", "cross-backend", "jax-share", "package")
-JAX_FILES_IN_OTHER_LANE = ("tests/test_ray.py",)
+JAX_FILES_IN_OTHER_LANE = ("tests/test_ray.py", "tests/agents/test_hindsight.py")
 
 # The lowest-versions step: a smoke subset of what differs most between library versions, a few
 # minutes on every backend: keras.ops against numpy, Adam against Keras's, Gymnasium's vector API,
