@@ -232,3 +232,49 @@ def test_a_saved_policy_loads_without_drawing_weights_the_file_replaces(tmp_path
     policy = kerasrl.load_policy(tmp_path / "policy")
     for x, y in zip(weights(policy.model), weights(agent.policy.model)):
         np.testing.assert_array_equal(x, y)
+
+
+def shared_actor_critic(observation_space, action_space):
+    inputs = keras.Input(observation_space.shape)
+    hidden = keras.layers.Dense(16, activation="tanh")(inputs)
+    return keras.Model(inputs, [keras.layers.Dense(int(action_space.n))(hidden),
+                                keras.layers.Dense(1)(hidden)])
+
+
+def recurrent_actor_critic(observation_space, action_space):
+    """One step of a GRU actor-critic, as RecurrentPPO takes a user's model."""
+    observation, state = keras.Input(observation_space.shape), keras.Input((8,))
+    new_state, _ = keras.layers.GRUCell(8)(observation, state)
+    return keras.Model([observation, state], [keras.layers.Dense(int(action_space.n))(new_state),
+                                              keras.layers.Dense(1)(new_state), new_state])
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: kerasrl.PPO("CartPole-v1", seed=3, model=shared_actor_critic),
+                 id="ppo-shared-builder"),
+    pytest.param(lambda: kerasrl.RecurrentPPO("CartPole-v1", seed=3, model=recurrent_actor_critic),
+                 id="recurrent-ppo-builder"),
+    pytest.param(lambda: kerasrl.DQN("CartPole-v1", seed=3, model=lambda o, a: keras.Sequential(
+        [keras.Input(o.shape), keras.layers.Dense(16), keras.layers.Dense(int(a.n))])),
+        id="dqn-builder"),
+])
+def test_users_builders_with_a_seed_make_no_backend_draw(make, monkeypatch):
+    """Every agent builds a user's network builder with Keras's draws skipped when a seed draws
+    every weight again (on JAX each draw compiles a program per weight shape); the weights are
+    those of a build with the draws made, and none is left at zero."""
+    from keras.src.initializers import random_initializers
+
+    model = make().model
+    drawn = weights(model)
+    kernels = [i for i, w in enumerate(model.weights) if "kernel" in w.path]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a backend draw that the seed replaces")
+
+    for name in ("uniform", "normal", "truncated_normal"):
+        monkeypatch.setattr(random_initializers.random, name, refuse)
+    skipped = weights(make().model)
+    assert len(skipped) == len(drawn)
+    for x, y in zip(skipped, drawn):
+        np.testing.assert_array_equal(x, y)
+    assert kernels and all(np.any(skipped[i] != 0) for i in kernels)

@@ -24,6 +24,7 @@ from kerasrl.models import (
     adapt_model,
     built_in,
     build_model,
+    call_builder,
     check_drivable,
     check_unclaimed,
     claim,
@@ -38,7 +39,7 @@ from kerasrl.networks import (
     nature_features,
 )
 from kerasrl.policies import ActorCriticPolicy
-from kerasrl.spaces import FlatObservations, action_sizes, structure_of
+from kerasrl.spaces import FlatObservations, action_sizes
 
 
 def actor_critic_mlp(observation_space: gym.Space, n_outputs: int, hidden_sizes=(64, 64),
@@ -119,7 +120,9 @@ class ActorCriticNetworks:
                 obs_space, self.n_outputs, cfg.hidden_sizes, cfg.activation, cfg.ortho_init,
                 shared=True), self.weights_seed))
         if model is not None and not isinstance(model, keras.Model) and callable(model):
-            built = model(structure_of(obs_space), self.action_space)
+            builder = model  # its draws skipped where the seed draws every weight again
+            built = seeded_build(lambda: call_builder(builder, obs_space, self.action_space,
+                                                      "the model builder"), self.weights_seed)
             if not isinstance(built, keras.Model):
                 raise TypeError(f"The model builder {getattr(model, '__name__', model)!r} returned "
                                 f"{type(built).__name__}, not a keras.Model.")

@@ -33,11 +33,11 @@ from kerasrl.buffers.rollout import minibatch_indices
 from kerasrl.config import RecurrentPPOConfig
 from kerasrl.initializers import seed_initial_weights, seeded_build
 from kerasrl.masks import masked_logits
-from kerasrl.models import (built_in, check_recurrent_model, check_unclaimed, claim,
-                            stateless_apply)
+from kerasrl.models import (built_in, call_builder, check_recurrent_model, check_unclaimed,
+                            claim, stateless_apply)
 from kerasrl.networks import recurrent_actor_critic
 from kerasrl.policies import RecurrentActorCriticPolicy, categorical_mode
-from kerasrl.spaces import FlatObservations, is_structured, structure_of
+from kerasrl.spaces import FlatObservations, is_structured
 
 # Minibatch arrays that stay (E, T, ...) for the replay; the others are flattened to (E * T, ...).
 SEQUENCE_KEYS = ("observations", "episode_starts", "states")
@@ -88,7 +88,9 @@ class RecurrentPPO(PPO):
                 cfg.hidden_sizes, cfg.activation, cfg.ortho_init, shared=cfg.shared_recurrent,
                 cell_init=cfg.recurrent_init), self.weights_seed))
         elif not isinstance(model, keras.Model) and callable(model):
-            model = model(structure_of(obs_space), self.action_space)
+            builder = model  # its draws skipped where the seed draws every weight again
+            model = seeded_build(lambda: call_builder(builder, obs_space, self.action_space,
+                                                      "the model builder"), self.weights_seed)
         check_unclaimed(model, "model")
         self.state_sizes = check_recurrent_model(model, obs_space, self.n_outputs)
         if self.weights_seed is not None:
