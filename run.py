@@ -17,7 +17,9 @@ Steps of `run.py test` and `run.py slow`, each also a command of its own:
 
     python3 run.py other-backends  the tests marked `backend` on TensorFlow and PyTorch
     python3 run.py cross-backend   the tests that start every backend in its own processes
-    python3 run.py jax-share       the JAX pass's test files that CI runs in the other lane
+    python3 run.py jax-beside      the other lane's tests under JAX, in one pytest process:
+                                   the cross-backend and packaging tests, and the JAX pass's
+                                   tests marked `other_lane` (the Ray and hindsight tests)
     python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0
                                    (public framework APIs only, as after a fast path fails)
     python3 run.py package         the README's install blocks as written, each into an empty
@@ -87,19 +89,21 @@ LEARNING_SELECTION = ("(test_dqn and double_dueling_n_step_prioritized_learns) o
 OTHER_BACKENDS_FAST = "backend and not slow and not slow_on_other_backends"
 # The JAX pass: everything of the fast tier but the tests that start every backend themselves and
 # the clean installs (steps of their own).
-JAX_PASS_MARKERS = "not slow and not cross_backend and not packaging"
+JAX_PASS_MARKERS = "not slow and not cross_backend and not packaging and not other_lane"
+# The other lane's tests under JAX (run.py jax-beside), in one pytest process: each pytest process
+# pays about 10 s of starting and collecting the test files, and the lane ran three.
+JAX_BESIDE_MARKERS = "not slow and (cross_backend or packaging or other_lane)"
 OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 
 # CI's two lanes (`run.py test` without arguments), one core each, balanced by the last CI log's
 # step times: the JAX pass and then JAX_LANE_AFTER in one, OTHER_LANE in the other. The CI of
 # 2264844 here: JAX pass 1,571 s; TensorFlow and PyTorch 664 s, cross-backend 764 s, packaging
 # 79 s. The cross-backend pass then took about 120 s less (its workers share one process per
-# backend), so the JAX pass hands it the test files of JAX_FILES_IN_OTHER_LANE (about 110 s).
-# The CI of 09a484b: both lanes 1,298 s; TensorFlow's tracing then lost AutoGraph (its pass and
+# backend), so the JAX pass hands it test files, whose tests are marked `other_lane` (about 110
+# s). The CI of 09a484b: both lanes 1,298 s; TensorFlow's tracing then lost AutoGraph (its pass and
 # workers about 60 s less), so the JAX pass hands over test_hindsight.py too (about 32 s).
 JAX_LANE_AFTER: tuple[str, ...] = ()
-OTHER_LANE = ("other-backends", "cross-backend", "jax-share", "package")
-JAX_FILES_IN_OTHER_LANE = ("tests/test_ray.py", "tests/agents/test_hindsight.py")
+OTHER_LANE = ("other-backends", "jax-beside")
 
 # The lowest-versions step: a smoke subset of what differs most between library versions, a few
 # minutes on every backend: keras.ops against numpy, Adam against Keras's, Gymnasium's vector API,
@@ -313,6 +317,10 @@ def install_lowest() -> None:
 def test_env(backend: str, **extra: str) -> dict[str, str]:
     env = {**os.environ, **THREAD_ENV, "KERAS_BACKEND": backend, **extra}
     env.pop("PYTHONPATH", None)
+    # Bytecode is written for the tests and kerasrl's sources (pytest's rewritten test modules
+    # too): where the shell sets PYTHONDONTWRITEBYTECODE, every pytest process rewrote the asserts
+    # of every test module again, about 2.5 s a process here, and every process compiled kerasrl.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -344,9 +352,7 @@ def test(extra_args: list[str]) -> int:
         failed |= other_backends(extra_args)
         return step("fast tier on every backend", start, failed)
     other_lane = start_logged("lane", *OTHER_LANE)
-    in_other_lane = [f"--ignore={path}" for path in JAX_FILES_IN_OTHER_LANE]
-    failed = step("JAX pass", start, run(*jax_pass, *in_other_lane, "-m", JAX_PASS_MARKERS,
-                                         env=test_env("jax")))
+    failed = step("JAX pass", start, run(*jax_pass, "-m", JAX_PASS_MARKERS, env=test_env("jax")))
     failed |= lane(JAX_LANE_AFTER)
     failed |= step(f"{', '.join(OTHER_LANE)} (the other lane)", start,
                    finish_logged(*other_lane))
@@ -355,13 +361,14 @@ def test(extra_args: list[str]) -> int:
     return 1 if failed else 0
 
 
-def jax_share(extra_args: list[str]) -> int:
-    """The JAX pass's files that CI runs in the other lane (JAX_FILES_IN_OTHER_LANE)."""
+def jax_beside(extra_args: list[str]) -> int:
+    """The other lane's tests under JAX in one pytest process (JAX_BESIDE_MARKERS): the
+    cross-backend tests, the clean installs (`cross-backend` and `package` alone) and the JAX
+    pass's tests marked `other_lane`."""
     install()
     start = time.monotonic()
-    failed = run(*pytest_command(), *extra_args, "-m", JAX_PASS_MARKERS,
-                 *JAX_FILES_IN_OTHER_LANE, env=test_env("jax"))
-    return step(f"JAX pass: {', '.join(JAX_FILES_IN_OTHER_LANE)}", start, failed)
+    failed = run(*pytest_command(), *extra_args, "-m", JAX_BESIDE_MARKERS, env=test_env("jax"))
+    return step("cross-backend, packaging and other-lane tests", start, failed)
 
 
 def cross_backend(extra_args: list[str]) -> int:
@@ -524,7 +531,7 @@ def gpu(extra_args: list[str]) -> int:
 
 COMMANDS = {"test": test, "slow": slow, "bench": bench, "gpu": gpu, "no-fast-paths": no_fast_paths,
             "lowest": lowest, "package": package, "other-backends": other_backends, "cross-backend": cross_backend,
-            "jax-share": jax_share, "lane": lane}
+            "jax-beside": jax_beside, "lane": lane}
 
 
 def main() -> int:

@@ -23,7 +23,10 @@ def pytest_configure(config):
         "cross-backend loading); run.py test runs these in the lane beside the JAX pass")
     config.addinivalue_line(
         "markers", "packaging: installs kerasrl into clean virtual environments as a user does "
-        "(tests/test_packaging.py); run by `run.py package`, in CI's JAX lane after the JAX pass")
+        "(tests/test_packaging.py); run by `run.py package`, in CI's other lane")
+    config.addinivalue_line(
+        "markers", "other_lane: a test of the JAX pass that CI runs in the other lane, to balance "
+        "the two (run.py jax-beside); `pytest` alone runs it as any other")
     config.addinivalue_line(
         "markers", "gpu: needs an accelerator (tests/test_gpu.py); skipped where the backend sees "
         "none, run on a GPU machine by `run.py gpu`")

@@ -8,10 +8,12 @@ import kerasrl  # noqa: F401  (registers kerasrl/<Game>-v5)
 from kerasrl.envs.atari import make_atari_env
 
 ale_py = pytest.importorskip("ale_py", reason="pip install 'kerasrl[atari]'")
-atari_wrappers = pytest.importorskip("stable_baselines3.common.atari_wrappers")
 
 
 def sb3_env(env_id, training):  # no sticky actions (as ours with repeat_action_probability=0)
+    # Imported here, not with the module: Stable-Baselines3 imports PyTorch (about 1.2 s), which
+    # every pytest process of every backend would pay while collecting.
+    atari_wrappers = pytest.importorskip("stable_baselines3.common.atari_wrappers")
     from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
     gym.register_envs(ale_py)

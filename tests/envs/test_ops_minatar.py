@@ -14,7 +14,6 @@ out) so that rare rules run too; the ops game is then set from the reference wit
 
 from __future__ import annotations
 
-import minatar  # the reference, in the dev extra
 import numpy as np
 import pytest
 
@@ -108,6 +107,8 @@ def _assert_same_state(env, state, references, rng, where):
 @pytest.mark.backend
 @pytest.mark.parametrize("name", sorted(GAMES))
 def test_minatar_games_match_the_reference_step_for_step(name):
+    import minatar  # the reference, in the dev extra (it imports seaborn: not at collection)
+
     from kerasrl.envs.ops.gym import make_ops_env
 
     game, step_draws, reset_draws = GAMES[name]
