@@ -12,9 +12,11 @@ them: `KERASRL_DOC_STEPS` (default 1200: above the 1000-step warm-up of some doc
 caps the first argument (or `total_steps=`) of every `.fit(...)` call in a Python block (the
 second of `fit_seeds`, and a `"total_steps"` key of a dict literal: a thread's `kwargs`),
 `--steps` of every `kerasrl train` (appended when a command, e.g. a preset, has none; `--resume`
-keeps the run's own total), and `--checkpoint-every` and `--eval-every` to half of it; Ray runs get at most 2 actors
-(`workers=`, `--workers`) on this 2-core machine, and the local Ray that the first one starts
-serves the next ones (`one_local_ray`). Nothing else is changed.
+keeps the run's own total), and `--checkpoint-every` and `--eval-every` to half of it; Ray runs get
+one actor (`workers=`, `--workers`): each actor is a process that imports Keras and the backend,
+and the engine runs the same code for one actor as for several (tests/test_ray.py runs two); the
+local Ray that the first one starts serves the next ones (`one_local_ray`). Nothing else is
+changed.
 
 A command runs through `kerasrl.cli.main` in this process, which saves each the 10 s or so of
 starting Python and importing Keras, TensorFlow and PyTorch again (the fast tier's docs ran 25 fresh
@@ -54,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]  # docs/guides/ too
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 STEPS = int(os.environ.get("KERASRL_DOC_STEPS", "1200"))
-WORKERS = 2
+WORKERS = 1
 ALL_IN_SUBPROCESSES = os.environ.get("KERASRL_DOC_CLI") == "subprocess"
 COMMAND_TIMEOUT_S = 600
 

@@ -38,6 +38,9 @@ DQN_SETTINGS = dict(seed=0, learning_rate=1e-3, batch_size=64, learning_starts=5
 RANDOM_CARTPOLE = 22.0  # mean return of uniform random actions on CartPole-v1
 
 
+# A long learning run (15,000 steps, about 20 s): the slow tier's. The fast tier trains DQN on Ray in
+# test_killed_actor_is_restarted_or_dropped and checks learning on Ray with TD3 (about 7 s).
+@pytest.mark.slow
 def test_dqn_learns_with_two_workers(local_ray):
     agent = kerasrl.DQN("CartPole-v1", **DQN_SETTINGS)
     engine = RayEngine(workers=2, rollout_steps=32, broadcast_interval=50)
