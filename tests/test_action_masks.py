@@ -372,6 +372,8 @@ def test_multidiscrete_log_probabilities_and_entropies_are_the_components_sums()
 
 
 @pytest.mark.backend
+@pytest.mark.slow_on_other_backends  # test_mask_parity.py's ppo_multi: the updates agree; masked
+# exports on every backend: test_export.py's test_masked_policy_exports_take_the_mask
 def test_masked_ppo_learns_the_masked_choice_with_multidiscrete_actions(tmp_path):
     """MultiDiscrete([3, 4]): the answer is the highest allowed value of each component. No
     action taken is masked; the saved policy and its ONNX export (mask input) agree."""

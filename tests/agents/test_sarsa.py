@@ -26,6 +26,7 @@ def test_learns_to_walk_the_chain(agent_class):
     assert np.all(q[:, 1] > q[:, 0])
 
 
+@pytest.mark.slow_on_other_backends  # test_parity.py's mlp_sarsa: SARSA's updates agree everywhere
 def test_learns_identity_env():
     agent = kerasrl.SARSA(lambda: IdentityEnv(4, 20), seed=0, **{**FAST, "gamma": 0.5})
     agent.fit(6000, progress=False)
