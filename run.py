@@ -19,7 +19,7 @@ Steps of `run.py test` and `run.py slow`, each also a command of its own:
     python3 run.py cross-backend   the tests that start every backend in its own processes
     python3 run.py jax-beside      the other lane's tests under JAX, in one pytest process:
                                    the cross-backend and packaging tests, and the JAX pass's
-                                   tests marked `other_lane` (the Ray and hindsight tests)
+                                   tests marked `other_lane` (Ray, hindsight, backend choice, tuning)
     python3 run.py no-fast-paths   parity and short learning tests with KERASRL_FAST_PATHS=0
                                    (public framework APIs only, as after a fast path fails)
     python3 run.py package         the README's install blocks as written, each into an empty
@@ -101,7 +101,9 @@ OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 # 79 s. The cross-backend pass then took about 120 s less (its workers share one process per
 # backend), so the JAX pass hands it test files, whose tests are marked `other_lane` (about 110
 # s). The CI of 09a484b: both lanes 1,298 s; TensorFlow's tracing then lost AutoGraph (its pass and
-# workers about 60 s less), so the JAX pass hands over test_hindsight.py too (about 32 s).
+# workers about 60 s less), so the JAX pass hands over test_hindsight.py too (about 32 s). After
+# five documents went to the slow tier (about 60 s of the JAX pass), test_backend_select.py and
+# test_tune.py (about 16 s) went the other way.
 JAX_LANE_AFTER: tuple[str, ...] = ()
 OTHER_LANE = ("other-backends", "jax-beside")
 

@@ -313,6 +313,9 @@ else:
         forward(np.ones(2, np.float32))
         assert all(f.__name__ == "public" for f, _ in forward._traced.values())
 
+    # Two fresh TensorFlow processes (16 s): the slow tier's. The fast tier takes the public paths
+    # in process (above) and checks each fast path's fallback (the two tests before it).
+    @pytest.mark.slow
     def test_fast_paths_off_gives_the_results_of_the_fast_paths(monkeypatch, tmp_path):
         """A DQN learner's training rounds and acting, in one process with the fast paths and in
         another with KERASRL_FAST_PATHS=0, from the same start: within the parity tolerance."""

@@ -20,7 +20,10 @@ def run_main(capsys, *args):
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("algorithm", ["td3", "sac", "ddpg"])
+# SAC and DDPG through the CLI on JAX in the fast tier, on TensorFlow and PyTorch in the slow (the
+# CLI's code is the same for the three; TD3 checks it on every backend).
+@pytest.mark.parametrize("algorithm", ["td3", *(pytest.param(name, marks=pytest.mark.slow_on_other_backends)
+                                               for name in ("sac", "ddpg"))])
 def test_train_evaluate_export_resume(tmp_path, capsys, algorithm):
     run = tmp_path / algorithm
     code, out, err = run_main(

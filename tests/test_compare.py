@@ -34,7 +34,8 @@ def test_divergence_names_the_first_round_action_and_the_weight_differences():
     assert nan.first_loss_difference == 1
 
 
-@pytest.mark.slow  # three backends' runs: the fast tier runs docs/reproducibility.md's compare
+@pytest.mark.slow  # three backends' runs: the fast tier runs docs/guides/classic-failures.md's
+# compare (JAX and PyTorch); docs/reproducibility.md's, on all three, is in the slow tier
 def test_compare_command_on_every_backend(tmp_path, capsys):
     out = tmp_path / "compare.json"
     code = cli.main(["compare", "dqn", "--env", "CartPole-v1", "--steps", "400", "--seed", "3",
