@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 for _name, _value in {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -26,10 +28,23 @@ def pytest_configure(config):
         "(tests/test_packaging.py); run by `run.py package`, in CI's other lane")
     config.addinivalue_line(
         "markers", "other_lane: a test of the JAX pass that CI runs in the other lane, to balance "
-        "the two (run.py jax-beside); `pytest` alone runs it as any other")
+        "the two (run.py jax-beside; set for OTHER_LANE_FILES below); `pytest` alone runs it as "
+        "any other")
     config.addinivalue_line(
         "markers", "gpu: needs an accelerator (tests/test_gpu.py); skipped where the backend sees "
         "none, run on a GPU machine by `run.py gpu`")
+
+
+# The JAX pass's test files that CI runs in the other lane (marker `other_lane`), to balance the two
+# lanes by the last CI log's times: the Ray, hindsight, backend-choice and tuning tests.
+OTHER_LANE_FILES = ("tests/test_ray.py", "tests/agents/test_hindsight.py",
+                    "tests/test_backend_select.py", "tests/test_tune.py")
+
+
+def pytest_itemcollected(item):
+    """Each test of OTHER_LANE_FILES is marked `other_lane` as it is collected (`-m` selects after)."""
+    if item.nodeid.split("::")[0] in OTHER_LANE_FILES:
+        item.add_marker(pytest.mark.other_lane)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,8 +52,6 @@ def pytest_collection_modifyitems(config, items):
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return
-    import pytest
-
     from kerasrl import backend
 
     if backend.on_cpu():

@@ -11,8 +11,6 @@ import pytest
 import kerasrl.backend
 from kerasrl.backend import SUPPORTED, BackendError, check_backend_name
 
-pytestmark = pytest.mark.other_lane  # CI runs these beside the JAX pass (run.py jax-beside)
-
 
 def clean_env(tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}

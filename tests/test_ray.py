@@ -19,8 +19,6 @@ import ray  # noqa: E402  (in the dev extra)
 import kerasrl  # noqa: E402
 from kerasrl.distributed import RayEngine, apex_epsilons, make_engine  # noqa: E402
 
-pytestmark = pytest.mark.other_lane  # CI runs these beside the JAX pass (run.py jax-beside)
-
 
 @pytest.fixture(scope="module")
 def local_ray():

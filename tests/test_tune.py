@@ -13,8 +13,6 @@ from kerasrl.config import DQNConfig, PPOConfig
 from kerasrl.presets import get_preset
 from kerasrl.tune import SEARCH_SPACES, steps_to_target, tune
 
-pytestmark = pytest.mark.other_lane  # CI runs these beside the JAX pass (run.py jax-beside)
-
 TINY = dict(steps=200, eval_every=100, eval_episodes=1, fixed={"learning_starts": 50})
 
 

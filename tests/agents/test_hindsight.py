@@ -16,8 +16,6 @@ from kerasrl.files import CheckpointError
 from kerasrl.envs.goals import BitFlipping
 from kerasrl.presets import PRESETS
 
-pytestmark = pytest.mark.other_lane  # CI runs these beside the JAX pass (run.py jax-beside)
-
 # The preset's settings. Measured on a 2-core Intel Xeon @ 2.50GHz (AVX-512), JAX: with hindsight, 2,000 steps
 # evaluate at -4.27 to -4.47 over seeds 0 to 7 (a perfect policy: about -4.0 on 10 bits);
 # without, -10.0 (no goal is ever reached, so no reward ever varies). 2,500 steps here, and a
