@@ -100,8 +100,7 @@ OTHER_BACKENDS_SLOW = "backend and (slow or slow_on_other_backends)"
 # 2264844 here: JAX pass 1,571 s; TensorFlow and PyTorch 664 s, cross-backend 764 s, packaging
 # 79 s. The cross-backend pass then took about 120 s less (its workers share one process per
 # backend), so the JAX pass hands it test files (tests/conftest.py OTHER_LANE_FILES, marker
-# `other_lane`; about 110
-# s). The CI of 09a484b: both lanes 1,298 s; TensorFlow's tracing then lost AutoGraph (its pass and
+# `other_lane`; about 110 s). The CI of 09a484b: both lanes 1,298 s; TensorFlow's tracing then lost AutoGraph (its pass and
 # workers about 60 s less), so the JAX pass hands over test_hindsight.py too (about 32 s). After
 # five documents went to the slow tier (about 60 s of the JAX pass), test_backend_select.py and
 # test_tune.py (about 16 s) went the other way.
