@@ -133,8 +133,11 @@ def test_chunks_make_as_many_rounds_due_as_their_steps_one_by_one(every):
     assert due == sum(1 for step in range(1, count + 1) if step % every == 0) > 0
 
 
-@pytest.mark.parametrize("algorithm", ["DDPG", "TD3", "SAC"])
-def test_a_continuous_actor_explores_as_its_agent(algorithm):
+# SAC's actions are a (2, 2) Box's (TargetEnv refuses any other shape): its actor explores with
+# predict, which gives the env's shape, and sends the agent's flat actions.
+@pytest.mark.parametrize("algorithm, action_shape", [("DDPG", (1,)), ("TD3", (1,)),
+                                                     ("SAC", (2, 2))])
+def test_a_continuous_actor_explores_as_its_agent(algorithm, action_shape):
     """Without Ray: an actor made from the engine's spec rebuilds the agent's policy from its
     saved parts, acts as the agent does once given its weights, explores within the Box bounds,
     and its chunk trains the agent through `receive_transitions`."""
@@ -142,14 +145,16 @@ def test_a_continuous_actor_explores_as_its_agent(algorithm):
     from kerasrl.envs.testing import TargetEnv
     from kerasrl.logger import RunLogger
 
-    agent = getattr(kerasrl, algorithm)(TargetEnv, seed=0, n_envs=2, learning_starts=16,
-                                       batch_size=8, hidden_sizes=(8,), train_freq=4)
+    dim = int(np.prod(action_shape))
+    agent = getattr(kerasrl, algorithm)(functools.partial(TargetEnv, dim, action_shape=action_shape),
+                                       seed=0, n_envs=2, learning_starts=16, batch_size=8,
+                                       hidden_sizes=(8,), train_freq=4)
     actor = RolloutWorker(RayEngine(workers=1)._spec(agent, 0))
     actor.set_weights({"version": 0, **agent.actor_weights()})
-    grid = np.linspace(-1.0, 1.0, 5, dtype=np.float32)[:, None]
+    grid = np.linspace(-1.0, 1.0, 5 * dim, dtype=np.float32).reshape(5, dim)
     np.testing.assert_allclose(actor.policy.predict(grid), agent.policy.predict(grid), atol=1e-6)
     chunk = actor.collect(None, 12)
-    assert chunk["actions"].shape == (12, 2, 1) and chunk["actions"].dtype == np.float32
+    assert chunk["actions"].shape == (12, 2, dim) and chunk["actions"].dtype == np.float32
     assert np.all(np.abs(chunk["actions"]) <= 2.0) and len(np.unique(chunk["actions"])) > 12
     np.testing.assert_array_equal(chunk["observations"][1:][~chunk["terminated"][:-1]
                                                             & ~chunk["truncated"][:-1]],

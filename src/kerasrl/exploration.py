@@ -147,7 +147,9 @@ class SampledActor(Explorer):
     """A sample of a `SquashedGaussianPolicy` (SAC explores with its own stochastic policy)."""
 
     def act(self, policy, observations, rng):
-        return policy.predict(observations, deterministic=False, rng=rng), {}
+        actions = policy.predict(observations, deterministic=False, rng=rng)
+        # The agent's own (flat) action shape: predict gives the env's (kerasrl.spaces.FlatActions).
+        return actions.reshape(len(observations), *policy.action_space.shape), {}
 
 
 class RolloutSampler(Explorer):

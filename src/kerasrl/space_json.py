@@ -2,8 +2,9 @@
 reads and does, so that a saved policy loads without its env.
 
 Box, Discrete, MultiDiscrete and MultiBinary spaces, Dict and Tuple spaces of those (nested too),
-and `FlatObservations`, the flat form kerasrl carries them in (kerasrl.spaces). A Dict is a list of
-[key, space] pairs: the key order is the order of the leaves in the flat vector.
+and `FlatObservations` and `FlatActions`, the flat forms kerasrl carries them in (kerasrl.spaces).
+A Dict is a list of [key, space] pairs: the key order is the order of the leaves in the flat
+vector.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import gymnasium as gym
 import numpy as np
 
 from kerasrl.files import CheckpointError
-from kerasrl.spaces import FlatObservations
+from kerasrl.spaces import FlatActions, FlatObservations
 
 def space_to_json(space: gym.Space) -> dict[str, Any]:
     """A Gymnasium space as JSON (Box, Discrete, MultiDiscrete, MultiBinary; Dict and Tuple of
     those, nested too, and the flat form kerasrl carries them in)."""
     if isinstance(space, FlatObservations):
         return {"type": "FlatObservations", "structure": space_to_json(space.structure)}
+    if isinstance(space, FlatActions):
+        return {"type": "FlatActions", "structure": space_to_json(space.structure)}
     if isinstance(space, gym.spaces.Dict):  # a list of pairs: the key order is the leaves' order
         return {"type": "Dict", "spaces": [[str(k), space_to_json(v)]
                                            for k, v in space.spaces.items()]}
@@ -45,6 +48,8 @@ def space_from_json(value: dict[str, Any]) -> gym.Space:
     kind = value.get("type")
     if kind == "FlatObservations":
         return FlatObservations(space_from_json(value["structure"]))
+    if kind == "FlatActions":
+        return FlatActions(space_from_json(value["structure"]))
     if kind == "Dict":
         return gym.spaces.Dict([(key, space_from_json(v)) for key, v in value["spaces"]])
     if kind == "Tuple":

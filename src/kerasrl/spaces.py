@@ -273,3 +273,49 @@ class FlattenLeaves(gym.ObservationWrapper):
 
     def observation(self, observation):
         return flatten(self.observation_space, observation)
+
+
+class FlatActions(gym.spaces.Box):
+    """A Box action space of another shape than one dimension (a (2, 3) Box, or a scalar one of
+    shape ()), as the agents act in it: a vector of its size, its bounds raveled (as
+    Stable-Baselines3 flattens one). `structure` is the env's own Box: `FlattenActions` gives the
+    env each action in its shape, and policies return their actions in it."""
+
+    def __init__(self, structure: gym.spaces.Box):
+        self.structure = structure
+        super().__init__(np.asarray(structure.low).ravel(), np.asarray(structure.high).ravel(),
+                         dtype=structure.dtype)
+
+    def __repr__(self) -> str:
+        return f"FlatActions({self.structure})"
+
+
+def actions_flattened_at_boundary(space: gym.Space) -> bool:
+    """A Box action space that is not one-dimensional: the agents act in `FlatActions` of it."""
+    return (isinstance(space, gym.spaces.Box) and not isinstance(space, FlatActions)
+            and len(space.shape) != 1)
+
+
+def env_action_shape(space: gym.Space) -> tuple[int, ...]:
+    """The shape of one of the env's actions: a `FlatActions`' structure's, else the space's."""
+    return tuple((space.structure if isinstance(space, FlatActions) else space).shape)
+
+
+def env_shaped_actions(actions, space: gym.Space, ops=np):
+    """A batch of actions (B, D) of a `FlatActions` space in the env's shape (B, *shape), with
+    numpy or `ops` (keras.ops in an exported graph); the actions of any other space as they are."""
+    if not isinstance(space, FlatActions):
+        return actions
+    return ops.reshape(actions, (-1, *space.structure.shape))
+
+
+class FlattenActions(gym.ActionWrapper):
+    """The agents' flat actions (`FlatActions`) reshaped for an env whose Box actions have
+    another shape than one dimension."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.action_space = FlatActions(env.action_space)
+
+    def action(self, action):
+        return np.asarray(action, self.action_space.dtype).reshape(self.action_space.structure.shape)

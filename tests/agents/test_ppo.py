@@ -318,7 +318,7 @@ def test_unsupported_and_unbounded_action_spaces():
             super().__init__(4, 20)
             self.action_space = action_space
 
-    one_dimensional = r"one-dimensional MultiDiscrete, MultiBinary and Box action spaces"
+    one_dimensional = r"one-dimensional MultiDiscrete and MultiBinary, and Box action spaces"
     with pytest.raises(ValueError, match=one_dimensional):
         kerasrl.PPO(lambda: Actions(spaces.MultiDiscrete([[2, 2], [2, 2]])), check_env=False)
     with pytest.raises(ValueError, match=one_dimensional):

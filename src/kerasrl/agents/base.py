@@ -234,7 +234,8 @@ class Agent(Fitting, Evaluating):
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise ValueError(
                 f"{type(self).__name__} needs a discrete action space, but {self.env_name} has "
-                f"{self.action_space}. For continuous actions use kerasrl.PPO."
+                f"{self.action_space}. For continuous (Box) actions use kerasrl.SAC, kerasrl.TD3, "
+                f"kerasrl.DDPG or kerasrl.PPO (kerasrl.NAF is Q-learning's continuous form)."
             )
         self._mask_sizes = action_sizes(self.action_space, type(self).__name__, self.env_name)
         self.n_actions = int(self.action_space.n)

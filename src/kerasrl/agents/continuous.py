@@ -64,8 +64,9 @@ class ContinuousAgent(Agent):
                 f"For discrete actions use kerasrl.DQN or kerasrl.PPO.")
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(
-                f"{name} acts in one-dimensional Box action spaces; {self.env_name} has {space}. "
-                f"Flatten the actions in a wrapper (gymnasium.wrappers.TransformAction).")
+                f"{name} acts in Box action spaces (continuous actions); {self.env_name} has "
+                f"{space}. For discrete actions of several components use kerasrl.PPO or "
+                f"kerasrl.A2C.")
         low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
             raise ValueError(

@@ -97,15 +97,22 @@ class TargetEnv(gym.Env):
 
     A fresh x every step and episodes truncated after `episode_length` steps, so the optimal
     return is 0 and the best action does not depend on the future (any gamma works).
+
+    `action_shape`: the actions' shape, (dim,) by default, or another of dim entries ((2, 2) for
+    dim 4, () for dim 1): the best action is then `scale * x` in that shape, and `step` refuses
+    an action of any other shape, as a strict env would.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, dim: int = 1, scale: float = 1.5, bound: float = 2.0,
-                 episode_length: int = 10):
+                 episode_length: int = 10, action_shape: tuple[int, ...] | None = None):
         self.dim, self.scale, self.episode_length = dim, float(scale), episode_length
+        self.action_shape = (dim,) if action_shape is None else tuple(action_shape)
+        if int(np.prod(self.action_shape)) != dim:
+            raise ValueError(f"action_shape {self.action_shape} does not hold {dim} entries.")
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(dim,), dtype=np.float32)
-        self.action_space = spaces.Box(-bound, bound, shape=(dim,), dtype=np.float32)
+        self.action_space = spaces.Box(-bound, bound, shape=self.action_shape, dtype=np.float32)
         self._x = np.zeros(dim, dtype=np.float32)
         self._t = 0
 
@@ -116,7 +123,10 @@ class TargetEnv(gym.Env):
         return self._x.copy(), {}
 
     def step(self, action):
-        error = np.asarray(action, dtype=np.float64) - self.scale * self._x
+        action = np.asarray(action, dtype=np.float64)
+        if action.shape != self.action_shape:
+            raise ValueError(f"TargetEnv takes actions of shape {self.action_shape}, got {action.shape}.")
+        error = action - self.scale * self._x.reshape(self.action_shape)
         reward = -float(np.mean(np.square(error)))
         self._t += 1
         self._x = self.np_random.uniform(-1.0, 1.0, self.dim).astype(np.float32)

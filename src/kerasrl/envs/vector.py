@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from kerasrl.envs.wrappers import ActionMasksInfo, ApiCheck, NumpyBoundary, has_action_masks_method
-from kerasrl.spaces import FlattenLeaves, flattened_at_boundary
+from kerasrl.spaces import FlattenActions, FlattenLeaves, actions_flattened_at_boundary, flattened_at_boundary
 
 EnvSpec = str | gym.Env | Callable[[], gym.Env]
 
@@ -132,6 +132,8 @@ def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
         checked = ApiCheck(made)
         if has_action_masks_method(made):
             checked = ActionMasksInfo(checked)
+        if actions_flattened_at_boundary(made.action_space):
+            checked = FlattenActions(checked)
         if flattened_at_boundary(made.observation_space):
             return FlattenLeaves(NumpyBoundary(checked))
         return NumpyBoundary(checked)

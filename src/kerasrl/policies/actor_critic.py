@@ -24,7 +24,7 @@ from kerasrl.policies.sampling import (
     sample_categorical,
     sample_gaussian,
 )
-from kerasrl.spaces import categorical_sizes
+from kerasrl.spaces import categorical_sizes, env_shaped_actions
 
 
 class ActorCriticPolicy(Policy):
@@ -124,7 +124,8 @@ class ActorCriticPolicy(Policy):
                 actions = params.astype(np.float32)
             else:
                 actions, _ = sample_gaussian(params, self.log_std, rng or np.random.default_rng())
-            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+            actions = env_shaped_actions(
+                np.clip(actions, self.action_space.low, self.action_space.high), self.action_space)
         return actions[0] if single else actions
 
     __call__ = predict
@@ -173,8 +174,9 @@ class ActorCriticPolicy(Policy):
         """The mode of the distribution in exportable keras.ops: argmax of the (masked) logits,
         or the Gaussian mean clipped to the bounds."""
         if not self.discrete:
-            return keras.ops.clip(out, self.action_space.low.astype(np.float32),
-                                  self.action_space.high.astype(np.float32))
+            return env_shaped_actions(keras.ops.clip(out, self.action_space.low.astype(np.float32),
+                                                     self.action_space.high.astype(np.float32)),
+                                      self.action_space, keras.ops)
         logits = out if mask is None else exportable_mask(out, mask)
         if len(self.action_sizes) == 1:
             return exportable_argmax(logits)

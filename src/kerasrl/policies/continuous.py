@@ -9,6 +9,7 @@ import numpy as np
 from kerasrl.policies.base import Policy, forward_fn, observation_inputs
 from kerasrl.policies.normalization import RunningMeanStd, normalize_observations
 from kerasrl.policies.sampling import scale_to_bounds
+from kerasrl.spaces import env_action_shape, env_shaped_actions
 
 
 class _ContinuousPolicy(Policy):
@@ -60,7 +61,8 @@ class _ContinuousPolicy(Policy):
         if self.obs_rms is not None:
             flat = self.obs_rms.normalize_graph(flat, self.clip_obs)
         out = self.model(flat, training=False)
-        actions = self._scale(to_unit(out), keras.ops)
+        actions = env_shaped_actions(self._scale(to_unit(out), keras.ops), self.action_space,
+                                     keras.ops)
         return keras.Model(inputs, [actions, out] if include_values else actions, name=name)
 
 
@@ -96,7 +98,8 @@ class DeterministicActorPolicy(_ContinuousPolicy):
             rng = rng if rng is not None else np.random.default_rng()
             out = np.clip(out + self.noise_std * rng.standard_normal(out.shape), -1.0, 1.0)
         actions = self._scale(out.astype(np.float32))
-        return actions.reshape(*out.shape[:-1], *self.action_space.shape).astype(np.float32)
+        shape = (*out.shape[:-1], *env_action_shape(self.action_space))  # () for one scalar action
+        return actions.reshape(shape).astype(np.float32)
 
     __call__ = predict
 
@@ -129,7 +132,8 @@ class SquashedGaussianPolicy(_ContinuousPolicy):
             std = np.exp(np.clip(log_std, -20.0, 2.0))
             unit = np.tanh(mean + std * rng.standard_normal(mean.shape).astype(np.float32))
         actions = self._scale(unit.astype(np.float32))
-        return actions.reshape(*out.shape[:-1], *self.action_space.shape).astype(np.float32)
+        shape = (*out.shape[:-1], *env_action_shape(self.action_space))  # () for one scalar action
+        return actions.reshape(shape).astype(np.float32)
 
     __call__ = predict
 
