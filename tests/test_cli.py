@@ -247,6 +247,32 @@ def test_train_sarsa_on_discrete_observations_then_evaluate_with_a_step_cap(tmp_
     assert json.loads(runs[0][1])["deterministic"] is False
 
 
+def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
+    """--env-kwarg is_slippery=False: FrozenLake without slips (RL Zoo's --env-kwargs), kept in
+    the run's config.json: evaluate reports prob 1.0 at the episodes' ends (a move goes where it
+    is taken; on a slippery lake 1/3), and --resume makes the same env. A keyword the env does not
+    take is refused before a run folder is made."""
+    run = tmp_path / "lake"
+    code, out, err = run_main(capsys, "train", "dqn", "FrozenLake-v1", "--env-kwarg", "is_slippery=False",
+                              "--steps", 200, "--checkpoint-every", 100, "--out", run, "--no-progress",
+                              "--eval-episodes", 2)
+    assert code == 0, err
+    assert "Training DQN on FrozenLake-v1(is_slippery=False)" in out
+    config = json.loads((run / "config.json").read_text())
+    assert config["env_kwargs"] == {"is_slippery": False} == config["eval_env_kwargs"]
+    code, out, err = run_main(capsys, "evaluate", run, "--episodes", 2, "--max-episode-steps", 20)
+    assert code == 0, err
+    assert json.loads(out)["mean_prob"] == 1.0
+    code, out, err = run_main(capsys, "train", "--resume", run, "--steps", 300, "--no-progress",
+                              "--eval-episodes", 1)
+    assert code == 0, err
+    assert "Resuming DQN on FrozenLake-v1(is_slippery=False)" in out
+    code, out, err = run_main(capsys, "train", "dqn", "CartPole-v1", "--env-kwarg", "foo=1",
+                              "--out", tmp_path / "bad")
+    assert code == 2 and "--env-kwarg foo=1: CartPole-v1 does not take it" in err, err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_env_beside_the_algorithm_steps_as_python_writes_them_and_one_line_warnings(tmp_path):
     """`kerasrl train dqn CartPole-v1 --steps 3e2`, as users write it (RL Zoo's `--env` works
     too); a TrainingWarning reads as one line, without the source line of kerasrl's code."""

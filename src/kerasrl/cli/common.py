@@ -14,7 +14,7 @@ from kerasrl import registry
 def parse_assignment(text: str) -> tuple[str, object]:
     """`name=value` with value read as a Python literal (numbers, tuples, None, True) or a string."""
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set expects name=value, got {text!r}.")
+        raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}.")
     name, raw = text.split("=", 1)
     try:
         value = ast.literal_eval(raw)
@@ -107,17 +107,28 @@ def import_factory(text: str):
         raise ValueError(f"--model-factory {text!r} could not be imported: {error}") from None
 
 
-def saved_env(path: Path) -> tuple[str | None, dict]:
-    """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
-    (e.g. Snake's step limit without a fruit), from a run folder's config.json or a manifest (then
-    the env's evaluation form, kerasrl.registry.EVALUATION_KWARGS)."""
-    from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
+def run_config(path: Path) -> dict:
+    """The config.json that `kerasrl train` wrote for the run holding `path` (the run folder, one
+    of its checkpoints or best/), or {} for a checkpoint or policy saved from Python."""
+    from kerasrl.files import read_json
 
     path = Path(path)
-    for folder in (path, path.parent, path.parent.parent):  # a run, its checkpoint or best/
+    for folder in (path, path.parent, path.parent.parent):
         config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
         if "eval_env_kwargs" in config and isinstance(config.get("env"), str):  # `train` wrote it
-            return config["env"], dict(config["eval_env_kwargs"] or {})
+            return config
+    return {}
+
+
+def saved_env(path: Path) -> tuple[str | None, dict]:
+    """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
+    (its --env-kwarg keywords, and e.g. Snake's step limit without a fruit), from a run folder's
+    config.json or a manifest (then the env's evaluation form, kerasrl.registry.EVALUATION_KWARGS)."""
+    from kerasrl.files import CheckpointError, find_checkpoint, read_manifest
+
+    config = run_config(path)
+    if config:
+        return config["env"], dict(config["eval_env_kwargs"] or {})
     try:  # a checkpoint or policy saved from Python: the env's own evaluation form, if any
         env_id = read_manifest(find_checkpoint(path)).get("env")
     except CheckpointError:

@@ -13,8 +13,8 @@ import numpy as np
 
 from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
-                                saved_env, show_info_lines)
-from kerasrl.envs import evaluation_env
+                                run_config, saved_env, show_info_lines)
+from kerasrl.envs import env_with_kwargs, evaluation_env
 from kerasrl.logger import env_figures, episodes
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
@@ -56,6 +56,11 @@ def add_commands(commands) -> None:
     p.add_argument("--out", help="run folder (default runs/ALGO-ENV-TIME)")
     p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
                    help="any config field, e.g. --set learning_rate=1e-3 (repeatable)")
+    p.add_argument("--env-kwarg", type=parse_assignment, action="append", metavar="NAME=VALUE",
+                   dest="env_kwargs",
+                   help="a keyword of the env, gymnasium.make(ENV, NAME=VALUE), e.g. --env-kwarg "
+                        "is_slippery=False (repeatable; kept with the run, so that evaluate, play, "
+                        "watch and --resume make the same env)")
     p.add_argument("--eval-episodes", type=int, default=20,
                    help="episodes of the evaluation at the end, and of each --eval-every one (default 20)")
     p.add_argument("--eval-every", type=count, metavar="N",
@@ -114,6 +119,8 @@ def cmd_train(args) -> int:
         hyperparameters = {}
         model_name, eval_kwargs = None, {}
     eval_kwargs = eval_kwargs or registry.evaluation_kwargs(env_id)
+    env_kwargs = _checked_env_kwargs(env_id, dict(args.env_kwargs or []))
+    eval_kwargs = {**env_kwargs, **eval_kwargs}  # the evaluation form of the same env
     if steps < 1:
         raise ValueError(f"--steps must be a positive number of env steps, got {steps}.")
     _check_counts(args)  # before the run folder is made
@@ -131,14 +138,16 @@ def cmd_train(args) -> int:
         from kerasrl.networks import model_builder
 
         model = model_builder(model_name)
-    run = dict(algorithm=algorithm, env_id=env_id, steps=steps, model_name=model_name, eval_kwargs=eval_kwargs)
+    run = dict(algorithm=algorithm, env_id=env_id, env_kwargs=env_kwargs, steps=steps,
+               model_name=model_name, eval_kwargs=eval_kwargs)
     if args.seeds is not None:
         return _train_seeds(args, out, model, hyperparameters, **run)
-    agent = registry.agent_class(algorithm)(env_id, model=model, device=args.device, **hyperparameters)
+    agent = registry.agent_class(algorithm)(env_with_kwargs(env_id, env_kwargs), model=model,
+                                            device=args.device, **hyperparameters)
     _write_run_config(out, agent, **run)
     callback, save_best, stopper = _train_callbacks(args, out)
     eval_env = evaluation_env(env_id, eval_kwargs)
-    print(f"Training {type(agent).__name__} on {env_id} for {steps} steps, backend {backend.NAME}, "
+    print(f"Training {type(agent).__name__} on {agent.env_name} for {steps} steps, backend {backend.NAME}, "
           f"writing to {out}", flush=True)
     start = time.perf_counter()
     agent.fit(total_steps=steps, progress=not args.no_progress, log_dir=out, callback=callback,
@@ -171,13 +180,31 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _write_run_config(out: Path, agent, *, algorithm, env_id, steps, model_name, eval_kwargs) -> None:
+def _checked_env_kwargs(env_id: str, env_kwargs: dict) -> dict:
+    """--env-kwarg's keywords, refused here when the env does not take them (gymnasium.make raises
+    a TypeError naming the keyword), before the run folder is made."""
+    if env_kwargs:
+        import gymnasium as gym
+
+        from kerasrl.envs.vector import check_env_id
+
+        check_env_id(env_id)
+        try:
+            gym.make(env_id, **env_kwargs).close()
+        except TypeError as error:
+            raise ValueError(f"--env-kwarg {' '.join(f'{k}={v!r}' for k, v in env_kwargs.items())}: "
+                             f"{env_id} does not take it ({error}).") from None
+    return env_kwargs
+
+
+def _write_run_config(out: Path, agent, *, algorithm, env_id, env_kwargs, steps, model_name,
+                      eval_kwargs) -> None:
     """RUN/config.json: what `evaluate`, `plot` (which groups seeds by it) and `--resume` read."""
     with writing("run's config", out / "config.json", checkpoints=out / "checkpoints", run=out):
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(
-            {"algorithm": algorithm, "env": env_id, "total_steps": steps, "backend": backend.NAME,
-             "model": model_name, "eval_env_kwargs": eval_kwargs,
+            {"algorithm": algorithm, "env": env_id, "env_kwargs": env_kwargs, "total_steps": steps,
+             "backend": backend.NAME, "model": model_name, "eval_env_kwargs": eval_kwargs,
              "config": agent.config.to_dict()}, indent=2))
 
 
@@ -209,7 +236,8 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
     except ValueError as error:
         raise SystemExit(f"--seeds: {error}") from None
     agent_class = registry.agent_class(run["algorithm"])
-    agents = [agent_class(run["env_id"], model=model, device=args.device, **{**hyperparameters, "seed": seed})
+    env = env_with_kwargs(run["env_id"], run["env_kwargs"])
+    agents = [agent_class(env, model=model, device=args.device, **{**hyperparameters, "seed": seed})
               for seed in seeds]
     folders = [out / f"seed-{seed}" for seed in seeds]
     for agent, folder in zip(agents, folders):
@@ -288,7 +316,9 @@ def _resume_training(args) -> int:
         args.hold.enter_context(RunLock(run))
     path = find_checkpoint(run)
     factory = import_factory(args.model_factory) if args.model_factory else None
-    agent = kerasrl.Agent.load(path, model_factory=factory, device=args.device)
+    config = run_config(run)  # --env-kwarg's keywords make the env again (a function, not an id)
+    env = env_with_kwargs(config["env"], config["env_kwargs"]) if config.get("env_kwargs") else None
+    agent = kerasrl.Agent.load(path, env=env, model_factory=factory, device=args.device)
     steps = args.steps or agent.loop.total_steps
     if not steps and (run / "config.json").is_file():
         steps = read_json(run / "config.json").get("total_steps")

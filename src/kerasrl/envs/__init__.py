@@ -2,8 +2,9 @@
 
 from kerasrl.envs.snake import Snake, register_envs
 from kerasrl.envs.snake_vector import SnakeVectorEnv
-from kerasrl.envs.vector import (EVALUATION_STEP_CAP, describe, env_action, env_factory, episode_extras,
-                                 evaluation_env, final_observations, make_vec_env, numeric_figures)
+from kerasrl.envs.vector import (EVALUATION_STEP_CAP, describe, env_action, env_factory, env_with_kwargs,
+                                 episode_extras, evaluation_env, final_observations, make_vec_env,
+                                 numeric_figures)
 from kerasrl.envs.wrappers import ActionRepeat, ApiCheck, NumpyBoundary, RandomStartSteps, as_numpy
 from kerasrl.envs.ops.gym import register_ops_envs
 from kerasrl.envs.partial import register_partial_envs
@@ -28,6 +29,7 @@ __all__ = [
     "describe",
     "env_action",
     "env_factory",
+    "env_with_kwargs",
     "episode_extras",
     "evaluation_env",
     "final_observations",

@@ -70,12 +70,11 @@ def check_env_id(env_id: str) -> None:
                      f"kerasrl/OpsCartPole-v1, kerasrl/Pong-v5), a gymnasium.Env, or a function that returns one.") from None
 
 
-def evaluation_env(env_id: str | None, kwargs: dict):
-    """`env_id`'s evaluation form as `evaluate` and `fit(eval_env=...)` take it: None (the training
-    env itself) without keywords, else a function making `gymnasium.make(env_id, **kwargs)`, named
-    for messages (Atari's `training=False`: whole games, raw scores)."""
-    if not kwargs or env_id is None:
-        return None
+def env_with_kwargs(env_id: str, kwargs: dict):
+    """`env_id` as `gymnasium.make(env_id, **kwargs)` makes it: the id itself without keywords,
+    else a function that makes it, named for messages ("FrozenLake-v1(is_slippery=False)")."""
+    if not kwargs:
+        return env_id
 
     def make():
         check_env_id(env_id)
@@ -83,6 +82,15 @@ def evaluation_env(env_id: str | None, kwargs: dict):
 
     make.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
     return make
+
+
+def evaluation_env(env_id: str | None, kwargs: dict):
+    """`env_id`'s evaluation form as `evaluate` and `fit(eval_env=...)` take it: None (the training
+    env itself) without keywords, else a function making `gymnasium.make(env_id, **kwargs)`, named
+    for messages (Atari's `training=False`: whole games, raw scores)."""
+    if not kwargs or env_id is None:
+        return None
+    return env_with_kwargs(env_id, kwargs)
 
 
 EVALUATION_STEP_CAP = 100_000
