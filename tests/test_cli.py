@@ -250,8 +250,8 @@ def test_train_sarsa_on_discrete_observations_then_evaluate_with_a_step_cap(tmp_
 def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
     """--env-kwarg is_slippery=False: FrozenLake without slips (RL Zoo's --env-kwargs), kept in
     the run's config.json: evaluate reports prob 1.0 at the episodes' ends (a move goes where it
-    is taken; on a slippery lake 1/3), and --resume makes the same env. A keyword the env does not
-    take is refused before a run folder is made."""
+    is taken; on a slippery lake 1/3, which evaluate's own --env-kwarg asks for), and --resume
+    makes the same env. A keyword the env does not take is refused before a run folder is made."""
     run = tmp_path / "lake"
     code, out, err = run_main(capsys, "train", "dqn", "FrozenLake-v1", "--env-kwarg", "is_slippery=False",
                               "--steps", 200, "--checkpoint-every", 100, "--out", run, "--no-progress",
@@ -263,6 +263,10 @@ def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
     code, out, err = run_main(capsys, "evaluate", run, "--episodes", 2, "--max-episode-steps", 20)
     assert code == 0, err
     assert json.loads(out)["mean_prob"] == 1.0
+    code, out, err = run_main(capsys, "evaluate", run, "--episodes", 2, "--max-episode-steps", 20,
+                              "--env-kwarg", "is_slippery=True")  # over the run's own
+    assert code == 0, err
+    assert json.loads(out)["mean_prob"] == pytest.approx(1 / 3)
     code, out, err = run_main(capsys, "train", "--resume", run, "--steps", 300, "--no-progress",
                               "--eval-episodes", 1)
     assert code == 0, err

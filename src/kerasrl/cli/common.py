@@ -46,6 +46,21 @@ def add_env_arguments(p, help: str, required: bool = False) -> None:
     p.set_defaults(env_required=required)
 
 
+def add_env_kwargs_argument(p, kept: str) -> None:
+    """--env-kwarg NAME=VALUE (repeatable): a keyword of the env, `gymnasium.make(ENV, NAME=VALUE)`
+    (RL Zoo's --env-kwargs); `kept` says where it goes."""
+    p.add_argument("--env-kwarg", type=parse_assignment, action="append", metavar="NAME=VALUE",
+                   dest="env_kwargs",
+                   help=f"a keyword of the env, gymnasium.make(ENV, NAME=VALUE), e.g. --env-kwarg "
+                        f"is_slippery=False (repeatable; {kept})")
+
+
+def env_keywords(args, saved: dict) -> dict:
+    """The keywords `evaluate`, `play` and `watch` make the env with: `saved` (the run's, or those
+    of the env --env names), and --env-kwarg's over them."""
+    return {**saved, **dict(args.env_kwargs or [])}
+
+
 def settle_env(args) -> None:
     """`args.env` from ENV or --env (after parsing; a ValueError where they disagree)."""
     if not hasattr(args, "env_required"):

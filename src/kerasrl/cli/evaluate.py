@@ -7,7 +7,8 @@ import json
 import sys
 
 from kerasrl import backend, registry
-from kerasrl.cli.common import MODEL_FACTORY_HELP, count, load_policy_source, saved_env
+from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_kwargs_argument, count, env_keywords,
+                                load_policy_source, saved_env)
 from kerasrl.envs import EVALUATION_STEP_CAP
 
 
@@ -17,6 +18,7 @@ def add_commands(commands) -> None:
     p.add_argument("source", metavar="RUN_OR_POLICY", help="a run folder, a checkpoint or a policy folder")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--env", help="Gymnasium id (default: the one saved with the run)")
+    add_env_kwargs_argument(p, "over the run's own")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
     p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
@@ -57,6 +59,7 @@ def cmd_evaluate(args) -> int:
     if policy is None:
         raise ValueError(f"{path} is a model file: evaluate a run, checkpoint or policy folder.")
     env_id, env_kwargs = (args.env, registry.evaluation_kwargs(args.env)) if args.env else saved_env(path)
+    env_kwargs = env_keywords(args, env_kwargs)
     if env_id is None:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
     if args.video:

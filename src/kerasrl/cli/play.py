@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from kerasrl import backend
-from kerasrl.cli.common import MODEL_FACTORY_HELP, import_factory, load_policy_source, saved_env
+from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_kwargs_argument, env_keywords, import_factory,
+                                load_policy_source, saved_env)
 
 
 def add_commands(commands) -> None:
@@ -19,6 +20,7 @@ def add_commands(commands) -> None:
                         "checkpoint, a policy folder, or a Q-network's .keras file (with --env)")
     p.add_argument("--env", help="Gymnasium id that renders as text or as images (default: the "
                                  "run's env)")
+    add_env_kwargs_argument(p, "over the run's own")
     p.add_argument("--model-factory", metavar="MODULE:FUNCTION", help=MODEL_FACTORY_HELP)
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.add_argument("--episodes", type=int, default=1)
@@ -38,6 +40,7 @@ def add_commands(commands) -> None:
                         "Q-network's .keras file (with --env)")
     p.add_argument("--env", help="Gymnasium id: kerasrl/Snake-v0 or any env that renders "
                                  "rgb_array (default: the run's env)")
+    add_env_kwargs_argument(p, "over the run's own")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: a free one)")
@@ -57,15 +60,13 @@ def cmd_play(args) -> int:
     if args.episodes < 1 or args.max_steps < 1 or args.fps < 0:
         raise ValueError("--episodes and --max-steps must be at least 1, --fps not negative.")
     policy, path = load_policy_source(args.run_or_model, args.model_factory, prefer_best=True)
-    env_id, env_kwargs = args.env, {}
-    if env_id is None:
-        env_id, env_kwargs = saved_env(path)
+    env_id, saved = (args.env, {}) if args.env else saved_env(path)
     if env_id is None:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
     from kerasrl.watch.stepping import make_render_env
 
     # Text where the env writes it (Snake), else its rgb_array frames drawn in the terminal.
-    env = make_render_env(env_id, env_kwargs if args.env is None else {}, ("ansi", "rgb_array"),
+    env = make_render_env(env_id, env_keywords(args, saved), ("ansi", "rgb_array"),
                           "`kerasrl play` shows games in the terminal")
     if policy is None:  # a .keras file: a Q-network for this env
         from kerasrl.policy_io import load_keras_model
@@ -122,10 +123,10 @@ def cmd_watch(args) -> int:
                          f"as it goes with `kerasrl train --checkpoint-every N` or --save-best. "
                          f"Watch it once it has one.")
     policy, path = load_policy_source(args.run_or_model, args.model_factory, prefer_best=True)
-    env_id, env_kwargs = (args.env, {}) if args.env else saved_env(path)
+    env_id, saved = (args.env, {}) if args.env else saved_env(path)
     if env_id is None:
         raise ValueError(f"No env id is saved with {path}: pass --env.")
-    env = watch.make_watch_env(env_id, env_kwargs)
+    env = watch.make_watch_env(env_id, env_keywords(args, saved))
     if policy is None:  # a .keras file: a Q-network for this env
         from kerasrl.policy_io import load_keras_model
         from kerasrl.policies import QPolicy

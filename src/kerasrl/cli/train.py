@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kerasrl import backend, registry
-from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, count, import_factory, parse_assignment,
+from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, add_env_kwargs_argument, count, import_factory, parse_assignment,
                                 run_config, saved_env, show_info_lines)
 from kerasrl.envs import env_with_kwargs, evaluation_env
 from kerasrl.logger import env_figures, episodes
@@ -56,11 +56,8 @@ def add_commands(commands) -> None:
     p.add_argument("--out", help="run folder (default runs/ALGO-ENV-TIME)")
     p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
                    help="any config field, e.g. --set learning_rate=1e-3 (repeatable)")
-    p.add_argument("--env-kwarg", type=parse_assignment, action="append", metavar="NAME=VALUE",
-                   dest="env_kwargs",
-                   help="a keyword of the env, gymnasium.make(ENV, NAME=VALUE), e.g. --env-kwarg "
-                        "is_slippery=False (repeatable; kept with the run, so that evaluate, play, "
-                        "watch and --resume make the same env)")
+    add_env_kwargs_argument(p, "kept with the run, so that evaluate, play, watch and --resume "
+                               "make the same env")
     p.add_argument("--eval-episodes", type=int, default=20,
                    help="episodes of the evaluation at the end, and of each --eval-every one (default 20)")
     p.add_argument("--eval-every", type=count, metavar="N",
