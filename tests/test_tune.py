@@ -92,6 +92,24 @@ def test_tune_writes_the_table_and_a_preset_that_train_accepts_and_resumes(tmp_p
              **{**TINY, "steps": 400})
 
 
+def test_env_kwargs_reach_every_trial_and_the_preset_file(tmp_path, capsys):
+    """tune(env_kwargs=) (`kerasrl tune --env-kwarg`): the trials train on FrozenLake without slips,
+    the preset file keeps the keywords, and `train --preset FILE` makes that env (its run's
+    config.json says so); a study run with other keywords is not continued."""
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    result = tune("dqn", "FrozenLake-v1", 1, storage=storage, out=tmp_path / "out", verbose=False,
+                  env_kwargs={"is_slippery": False}, **TINY)
+    assert json.loads(result.preset_path.read_text())["env_kwargs"] == {"is_slippery": False}
+    assert get_preset(str(result.preset_path)).env_kwargs == {"is_slippery": False}
+    run = tmp_path / "run"
+    assert cli.main(["train", "--preset", str(result.preset_path), "--steps", "100", "--out",
+                     str(run), "--no-progress", "--eval-episodes", "1"]) == 0
+    assert "on FrozenLake-v1(is_slippery=False)" in capsys.readouterr().out
+    assert json.loads((run / "config.json").read_text())["env_kwargs"] == {"is_slippery": False}
+    with pytest.raises(ValueError, match="was run with other settings"):
+        tune("dqn", "FrozenLake-v1", 2, storage=storage, out=tmp_path / "out", verbose=False, **TINY)
+
+
 def test_bad_tune_arguments_raise_clearly(tmp_path):
     with pytest.raises(ValueError, match="No search space for 'sarsa'"):
         tune("sarsa", "CartPole-v1", 2, 100, out=tmp_path)

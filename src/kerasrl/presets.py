@@ -37,6 +37,9 @@ class Preset:
     """A builder in `MODEL_BUILDERS` (e.g. "snake_reference"); None: the default."""
     eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of `gymnasium.make(env, ...)` for evaluation (e.g. a step limit)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of `gymnasium.make(env, ...)` for training and evaluation (the env's own
+    settings: `is_slippery=False`), as `kerasrl train --env-kwarg` gives them."""
 
 
 PRESETS: dict[str, Preset] = {

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from kerasrl import registry
 from kerasrl.callbacks import OnEvaluation
+from kerasrl.envs import env_with_kwargs
 
 NET_ARCH = {"tiny": (64,), "small": (64, 64), "medium": (256, 256)}
 
@@ -126,14 +127,14 @@ def steps_to_target(evaluations: list[tuple[int, float]], target: float | None) 
 
 
 def run_trial(algorithm: str, env_id: str, config: dict, steps: int, eval_every: int,
-              eval_episodes: int, report: Callable[[int, float], bool] | None = None
-              ) -> list[tuple[int, float]]:
+              eval_episodes: int, report: Callable[[int, float], bool] | None = None,
+              env_kwargs: dict | None = None) -> list[tuple[int, float]]:
     """Train one agent, evaluating every `eval_every` steps (`fit(eval_every=...)`): the (step,
     mean return) pairs.
 
     `report(step, mean_return)` is called after each evaluation; returning True stops the trial
-    (the pruner's verdict)."""
-    agent = registry.agent_class(algorithm)(env_id, **config)
+    (the pruner's verdict). `env_kwargs`: the env's own keywords, gymnasium.make(env_id, ...)."""
+    agent = registry.agent_class(algorithm)(env_with_kwargs(env_id, env_kwargs or {}), **config)
     seen = []
 
     def record(evaluation):
@@ -164,7 +165,7 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
          storage: str | None = None, study_name: str | None = None, eval_every: int | None = None,
          eval_episodes: int = 10, seed: int = 0, fixed: dict | None = None,
          target: float | None = None, baseline: bool = False, n_startup_trials: int = 5,
-         verbose: bool = True) -> TuneResult:
+         verbose: bool = True, env_kwargs: dict | None = None) -> TuneResult:
     """Search `algorithm`'s hyperparameters on `env_id` with Optuna; see the module docstring.
 
     Args:
@@ -182,7 +183,10 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
         target: a mean return whose first evaluated step the table shows.
         baseline: make the first trial the library's default configuration (DQN), to compare.
         n_startup_trials: trials sampled at random before TPE, and before the pruner prunes.
+        env_kwargs: keywords of the env, `gymnasium.make(env_id, **env_kwargs)`, in every trial
+            and in the preset file written.
     """
+    env_kwargs = dict(env_kwargs or {})
     eval_every = eval_every or max(1, steps // 10)
     _check(algorithm, env_id, n_trials, steps, eval_every, eval_episodes)
     if baseline and algorithm not in DEFAULT_PARAMS:
@@ -197,14 +201,13 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
         # near a random policy's return and the median would prune on noise.
         pruner=optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials,
                                            n_warmup_steps=steps // 3))
-    if study.user_attrs.get("setup", None) not in (None, _setup(algorithm, env_id, steps, eval_every,
-                                                                  eval_episodes, seed, fixed)):
+    setup = _setup(algorithm, env_id, steps, eval_every, eval_episodes, seed, fixed, env_kwargs)
+    if study.user_attrs.get("setup", None) not in (None, setup):
         raise ValueError(
             f"The study {study_name!r} in {storage} was run with other settings "
             f"({study.user_attrs['setup']}): its trials would not compare. Pass another "
             f"study_name (--study-name) or storage.")
-    study.set_user_attr("setup", _setup(algorithm, env_id, steps, eval_every, eval_episodes,
-                                        seed, fixed))
+    study.set_user_attr("setup", setup)
     if study.trials:
         # A resumed study: a sampler seeded as before would draw the first run's random
         # start-up points again; seeded by the trial count, it continues the sequence instead.
@@ -227,7 +230,8 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
             trial.report(mean, step)
             return trial.should_prune()
 
-        evaluations = run_trial(algorithm, env_id, config, steps, eval_every, eval_episodes, report)
+        evaluations = run_trial(algorithm, env_id, config, steps, eval_every, eval_episodes, report,
+                                env_kwargs)
         trial.set_user_attr("config", {k: list(v) if isinstance(v, tuple) else v
                                        for k, v in config.items()})
         trial.set_user_attr("evaluations", evaluations)
@@ -244,16 +248,18 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     if n_trials > finished:
         study.optimize(objective, n_trials=n_trials - finished, gc_after_trial=True)
-    return _results(study, algorithm, env_id, steps, Path(out), storage, target)
+    return _results(study, algorithm, env_id, steps, Path(out), storage, target, env_kwargs)
 
 
-def _setup(algorithm, env_id, steps, eval_every, eval_episodes, seed, fixed) -> dict:
+def _setup(algorithm, env_id, steps, eval_every, eval_episodes, seed, fixed, env_kwargs) -> dict:
     setup = {"algorithm": algorithm, "env": env_id, "steps": steps, "eval_every": eval_every,
              "eval_episodes": eval_episodes, "seed": seed, "fixed": dict(fixed or {})}
+    if env_kwargs:  # only where given: a study stored before env_kwargs existed still continues
+        setup["env_kwargs"] = dict(env_kwargs)
     return json.loads(json.dumps(setup))  # as the storage gives it back (tuples as lists)
 
 
-def _results(study, algorithm, env_id, steps, out: Path, storage, target) -> TuneResult:
+def _results(study, algorithm, env_id, steps, out: Path, storage, target, env_kwargs) -> TuneResult:
     optuna = _optuna()
     rows = []
     for trial in study.get_trials(deepcopy=False):
@@ -289,6 +295,7 @@ def _results(study, algorithm, env_id, steps, out: Path, storage, target) -> Tun
     preset = {
         "algorithm": algorithm, "env": env_id, "total_steps": steps,
         "config": {k: v for k, v in best["config"].items()},
+        **({"env_kwargs": env_kwargs} if env_kwargs else {}),
         "description": (f"Found by kerasrl tune: trial {best['trial']} of study "
                         f"{study.study_name!r}, mean evaluation return {best['value']:.1f} over "
                         f"{steps} steps" + (f", reached {target:g} at step "

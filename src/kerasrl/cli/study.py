@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from kerasrl import backend, registry
-from kerasrl.cli.common import add_env_arguments, count, parse_assignment
+from kerasrl.cli.common import add_env_arguments, add_env_kwargs_argument, count, parse_assignment
 
 
 def add_commands(commands) -> None:
@@ -70,6 +70,7 @@ def add_commands(commands) -> None:
                    help="run the default configuration as the first trial, to compare")
     p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
                    help="a config field fixed in every trial, outside the search (repeatable)")
+    add_env_kwargs_argument(p, "in every trial, and in the preset file written")
     p.add_argument("--backend", choices=backend.SUPPORTED, help="Keras backend")
     p.set_defaults(run=cmd_tune)
 
@@ -123,7 +124,7 @@ def cmd_tune(args) -> int:
     result = tune(args.algorithm, args.env, args.trials, args.steps, out=args.out,
                   storage=args.storage, study_name=args.study_name, eval_every=args.eval_every,
                   eval_episodes=args.eval_episodes, seed=args.seed, fixed=dict(args.set or []),
-                  target=args.target, baseline=args.baseline)
+                  target=args.target, baseline=args.baseline, env_kwargs=dict(args.env_kwargs or []))
     print(result.table())
     best = result.best
     print(f"Best: trial {best['trial']}, mean evaluation return {best['value']:.2f}"

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from kerasrl import backend, registry
-from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, add_env_kwargs_argument, count, import_factory, parse_assignment,
-                                run_config, saved_env, show_info_lines)
+from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, add_env_kwargs_argument, count,
+                                import_factory, parse_assignment, run_config, saved_env, show_info_lines)
 from kerasrl.envs import env_with_kwargs, evaluation_env
 from kerasrl.logger import env_figures, episodes
 from kerasrl.presets import PRESETS, get_preset
@@ -108,15 +108,16 @@ def cmd_train(args) -> int:
         hyperparameters = dict(preset.config)
         model_name = preset.model
         eval_kwargs = dict(preset.eval_env_kwargs) if env_id == preset.env else {}
+        preset_env_kwargs = dict(preset.env_kwargs) if env_id == preset.env else {}
     else:
         if not args.algorithm:
             raise SystemExit("Name an algorithm (kerasrl train dqn ...) or a --preset.")
         algorithm, env_id = args.algorithm, args.env or "CartPole-v1"
         steps = args.steps if args.steps is not None else 50_000
         hyperparameters = {}
-        model_name, eval_kwargs = None, {}
+        model_name, eval_kwargs, preset_env_kwargs = None, {}, {}
     eval_kwargs = eval_kwargs or registry.evaluation_kwargs(env_id)
-    env_kwargs = _checked_env_kwargs(env_id, dict(args.env_kwargs or []))
+    env_kwargs = _checked_env_kwargs(env_id, {**preset_env_kwargs, **dict(args.env_kwargs or [])})
     eval_kwargs = {**env_kwargs, **eval_kwargs}  # the evaluation form of the same env
     if steps < 1:
         raise ValueError(f"--steps must be a positive number of env steps, got {steps}.")
