@@ -250,8 +250,9 @@ def test_train_sarsa_on_discrete_observations_then_evaluate_with_a_step_cap(tmp_
 def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
     """--env-kwarg is_slippery=False: FrozenLake without slips (RL Zoo's --env-kwargs), kept in
     the run's config.json: evaluate reports prob 1.0 at the episodes' ends (a move goes where it
-    is taken; on a slippery lake 1/3, which evaluate's own --env-kwarg asks for), and --resume
-    makes the same env. A keyword the env does not take is refused before a run folder is made."""
+    is taken; on a slippery lake 1/3, which evaluate's own --env-kwarg asks for), and --resume and
+    Agent.load make the same env (the checkpoint keeps the id and keywords). A keyword the env does
+    not take is refused before a run folder is made."""
     run = tmp_path / "lake"
     code, out, err = run_main(capsys, "train", "dqn", "FrozenLake-v1", "--env-kwarg", "is_slippery=False",
                               "--steps", 200, "--checkpoint-every", 100, "--out", run, "--no-progress",
@@ -271,6 +272,9 @@ def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
                               "--eval-episodes", 1)
     assert code == 0, err
     assert "Resuming DQN on FrozenLake-v1(is_slippery=False)" in out
+    import kerasrl
+
+    assert kerasrl.Agent.load(run).env_name == "FrozenLake-v1(is_slippery=False)"  # no env= needed
     code, out, err = run_main(capsys, "train", "dqn", "CartPole-v1", "--env-kwarg", "foo=1",
                               "--out", tmp_path / "bad")
     assert code == 2 and "--env-kwarg foo=1: CartPole-v1 does not take it" in err, err

@@ -31,6 +31,7 @@ import numpy as np
 
 from kerasrl import backend, devices, registry
 from kerasrl.envs.state import capture_env_state, restore_env_state
+from kerasrl.envs.vector import env_with_kwargs
 from kerasrl.files import (CHECKPOINT_FORMAT, CheckpointError, atomic_folder, read_json,
                            read_manifest, read_npz, verify_files, write_json, write_manifest)
 from kerasrl.policy_io import load_models, policy_header, save_models
@@ -54,8 +55,7 @@ def save_checkpoint(agent, path) -> Path:
         write_json(tmp / "config.json", {
             "algorithm": agent.algorithm,
             "config": agent.config.to_dict(),
-            "env": agent.env_name,
-            "env_is_id": isinstance(agent.env_spec, str),
+            **_env_record(agent.env_spec, agent.env_name),
         })
         write_json(tmp / "policy.json", policy_header(policy, formats))
         np.savez(tmp / "training_state.npz", **arrays, **env_arrays)
@@ -69,6 +69,17 @@ def save_checkpoint(agent, path) -> Path:
                              "backend": backend.NAME, "env": agent.env_name,
                              "num_timesteps": agent.num_timesteps})
     return path
+
+
+def _env_record(spec, name: str) -> dict:
+    """How config.json names the agent's env: an id (`env_is_id`), with the keywords it was made
+    with where it was made by `env_with_kwargs` (`kerasrl train --env-kwarg`), so that a load
+    makes it again; else its name alone (an env object or a function is not stored)."""
+    if isinstance(spec, str):
+        return {"env": spec, "env_is_id": True}
+    if isinstance(getattr(spec, "env_id", None), str) and isinstance(getattr(spec, "env_kwargs", None), dict):
+        return {"env": spec.env_id, "env_is_id": True, "env_kwargs": spec.env_kwargs}
+    return {"env": name, "env_is_id": False}
 
 
 CHECKPOINT_FILES = ("config.json", "policy.json", "training_state.npz", "state.json")
@@ -103,7 +114,7 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device
             raise CheckpointError(
                 f"{path} was saved from an agent made with an env object or function "
                 f"({config.get('env')!r}), which is not stored: pass env= to load it.")
-        env = config["env"]
+        env = env_with_kwargs(config["env"], config.get("env_kwargs") or {})
     header = read_json(path / "policy.json")
     state = read_json(path / "state.json")
     arrays = read_npz(path / "training_state.npz")

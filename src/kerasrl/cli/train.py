@@ -13,7 +13,7 @@ import numpy as np
 
 from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, add_env_kwargs_argument, count,
-                                import_factory, parse_assignment, run_config, saved_env, show_info_lines)
+                                import_factory, parse_assignment, saved_env, show_info_lines)
 from kerasrl.envs import env_with_kwargs, evaluation_env
 from kerasrl.logger import env_figures, episodes
 from kerasrl.presets import PRESETS, get_preset
@@ -314,9 +314,7 @@ def _resume_training(args) -> int:
         args.hold.enter_context(RunLock(run))
     path = find_checkpoint(run)
     factory = import_factory(args.model_factory) if args.model_factory else None
-    config = run_config(run)  # --env-kwarg's keywords make the env again (a function, not an id)
-    env = env_with_kwargs(config["env"], config["env_kwargs"]) if config.get("env_kwargs") else None
-    agent = kerasrl.Agent.load(path, env=env, model_factory=factory, device=args.device)
+    agent = kerasrl.Agent.load(path, model_factory=factory, device=args.device)  # --env-kwarg's env too
     steps = args.steps or agent.loop.total_steps
     if not steps and (run / "config.json").is_file():
         steps = read_json(run / "config.json").get("total_steps")

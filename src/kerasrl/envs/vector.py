@@ -81,6 +81,7 @@ def env_with_kwargs(env_id: str, kwargs: dict):
         return gym.make(env_id, **kwargs)
 
     make.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    make.env_id, make.env_kwargs = env_id, dict(kwargs)  # what a checkpoint keeps to make it again
     return make
 
 
