@@ -277,7 +277,7 @@ def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
     assert kerasrl.Agent.load(run).env_name == "FrozenLake-v1(is_slippery=False)"  # no env= needed
     code, out, err = run_main(capsys, "train", "dqn", "CartPole-v1", "--env-kwarg", "foo=1",
                               "--out", tmp_path / "bad")
-    assert code == 2 and "--env-kwarg foo=1: CartPole-v1 does not take it" in err, err
+    assert code == 2 and "CartPole-v1 does not take the keyword(s) foo=1" in err, err
     assert not (tmp_path / "bad").exists()
 
 

@@ -37,15 +37,18 @@ def test_divergence_names_the_first_round_action_and_the_weight_differences():
 @pytest.mark.slow  # three backends' runs: the fast tier runs docs/guides/classic-failures.md's
 # compare (JAX and PyTorch); docs/reproducibility.md's, on all three, is in the slow tier
 def test_compare_command_on_every_backend(tmp_path, capsys):
+    """--env-kwarg reaches every backend's env: Sutton and Barto's CartPole rewards (0 a step, -1
+    at the fall) make every episode's return -1."""
     out = tmp_path / "compare.json"
     code = cli.main(["compare", "dqn", "--env", "CartPole-v1", "--steps", "400", "--seed", "3",
                      "--set", "learning_starts=100", "--set", "learning_rate=1e-3",
-                     "--json", str(out)])
+                     "--env-kwarg", "sutton_barto_reward=True", "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 0, text
     result = json.loads(out.read_text())
     assert set(result["runs"]) == {"jax", "tensorflow", "torch"}
     assert all(r["rounds"] == 75 for r in result["runs"].values()), result["runs"]
+    assert all(r["mean_return"] == -1.0 for r in result["runs"].values()), result["runs"]
     for d in result["divergences"]:
         assert d["reference"] == "jax"
         assert d["initial_weight_difference"] == 0.0
@@ -62,6 +65,8 @@ def test_compare_command_on_every_backend(tmp_path, capsys):
     (["compare", "dqn", "--env", "CartPole-v1", "--set", "learning_rat=1"], "no field 'learning_rat'"),
     (["compare", "dqn", "--env", "CartPole-v1", "--backends", "jax"], "two backends or more"),
     (["compare", "dqn", "--env", "CartPole-v1", "--steps", "0"], "--steps must be at least 1"),
+    (["compare", "dqn", "--env", "CartPole-v1", "--env-kwarg", "foo=1"],
+     "CartPole-v1 does not take the keyword(s) foo=1"),
 ])
 def test_compare_refuses_bad_input_before_starting_any_backend(argv, message, capsys):
     assert cli.main(argv) == 2

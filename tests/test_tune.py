@@ -108,6 +108,8 @@ def test_env_kwargs_reach_every_trial_and_the_preset_file(tmp_path, capsys):
     assert json.loads((run / "config.json").read_text())["env_kwargs"] == {"is_slippery": False}
     with pytest.raises(ValueError, match="was run with other settings"):
         tune("dqn", "FrozenLake-v1", 2, storage=storage, out=tmp_path / "out", verbose=False, **TINY)
+    with pytest.raises(ValueError, match=r"FrozenLake-v1 does not take the keyword\(s\) slippery=False"):
+        tune("dqn", "FrozenLake-v1", 1, out=tmp_path / "out", env_kwargs={"slippery": False}, **TINY)
 
 
 def test_bad_tune_arguments_raise_clearly(tmp_path):

@@ -99,8 +99,9 @@ class Comparison:
 
 def compare(algorithm: str, env_id: str, steps: int, *, seed: int = 0, settings: dict | None = None,
             backends: list[str] | None = None, tolerance: float = DEFAULT_TOLERANCE,
-            timeout: float | None = None) -> Comparison:
-    """Train `algorithm` on `env_id` for `steps` on each backend; compare against the first."""
+            timeout: float | None = None, env_kwargs: dict | None = None) -> Comparison:
+    """Train `algorithm` on `env_id` for `steps` on each backend; compare against the first.
+    `env_kwargs`: keywords of the env, gymnasium.make(env_id, **env_kwargs)."""
     from kerasrl import backend
 
     installed = backend.installed_backends()
@@ -113,13 +114,13 @@ def compare(algorithm: str, env_id: str, steps: int, *, seed: int = 0, settings:
         raise ValueError(f"compare needs two backends or more; installed: {', '.join(installed)}. "
                          f"pip install 'kerasrl[all]' for JAX, TensorFlow and PyTorch.")
     import kerasrl.envs  # noqa: F401  (registers kerasrl/Snake-v0)
-    from kerasrl.envs.vector import check_env_id
+    from kerasrl.envs.vector import check_env_kwargs
 
     # Mistakes fail here, once, not in a worker process per backend.
     agent_class(algorithm).config_class.from_dict({**(settings or {}), "seed": seed})
-    check_env_id(env_id)
-    job = {"algorithm": algorithm, "env": env_id, "steps": int(steps), "seed": int(seed),
-           "settings": dict(settings or {})}
+    check_env_kwargs(env_id, dict(env_kwargs or {}))
+    job = {"algorithm": algorithm, "env": env_id, "env_kwargs": dict(env_kwargs or {}),
+           "steps": int(steps), "seed": int(seed), "settings": dict(settings or {})}
     runs = {}
     with tempfile.TemporaryDirectory(prefix="kerasrl-compare-") as folder:
         # The backends' processes run side by side (each starts its framework and compiles: on
@@ -226,7 +227,7 @@ def run_worker(job: dict, out: str) -> None:
             return super().step(action)
 
     settings = {**job["settings"], "vectorization": "sync"}  # one process: actions in order
-    agent = agent_class(job["algorithm"])(lambda: RecordActions(gym.make(job["env"])),
+    agent = agent_class(job["algorithm"])(lambda: RecordActions(gym.make(job["env"], **job["env_kwargs"])),
                                            seed=job["seed"], **settings)
     initial = _model_weights(agent)
     sent.clear()  # the training run's actions only (not those of the env check at creation)

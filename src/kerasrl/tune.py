@@ -32,6 +32,7 @@ from typing import Any, Callable
 from kerasrl import registry
 from kerasrl.callbacks import OnEvaluation
 from kerasrl.envs import env_with_kwargs
+from kerasrl.envs.vector import check_env_kwargs
 
 NET_ARCH = {"tiny": (64,), "small": (64, 64), "medium": (256, 256)}
 
@@ -189,6 +190,7 @@ def tune(algorithm: str, env_id: str, n_trials: int, steps: int, *, out="tune",
     env_kwargs = dict(env_kwargs or {})
     eval_every = eval_every or max(1, steps // 10)
     _check(algorithm, env_id, n_trials, steps, eval_every, eval_episodes)
+    check_env_kwargs(env_id, env_kwargs)
     if baseline and algorithm not in DEFAULT_PARAMS:
         raise ValueError(f"baseline=True has no default configuration for {algorithm!r} in the "
                          f"search space's terms; tune without it.")

@@ -22,6 +22,7 @@ def add_commands(commands) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", type=parse_assignment, action="append", default=[],
                    metavar="NAME=VALUE", help="a config field (repeatable)")
+    add_env_kwargs_argument(p, "on every backend")
     p.add_argument("--backends", nargs="+", choices=backend.SUPPORTED,
                    help="the backends to compare (default: every installed one; the first is "
                         "the reference)")
@@ -84,7 +85,7 @@ def cmd_compare(args) -> int:
     try:
         comparison = compare(args.algorithm, args.env, args.steps, seed=args.seed,
                              settings=dict(args.set), backends=args.backends,
-                             tolerance=args.tolerance)
+                             tolerance=args.tolerance, env_kwargs=dict(args.env_kwargs or []))
     except (ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

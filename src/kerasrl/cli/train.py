@@ -15,6 +15,7 @@ from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, add_env_kwargs_argument, count,
                                 import_factory, parse_assignment, saved_env, show_info_lines)
 from kerasrl.envs import env_with_kwargs, evaluation_env
+from kerasrl.envs.vector import check_env_kwargs
 from kerasrl.logger import env_figures, episodes
 from kerasrl.presets import PRESETS, get_preset
 from kerasrl.runfiles import RunLock, writing
@@ -117,7 +118,8 @@ def cmd_train(args) -> int:
         hyperparameters = {}
         model_name, eval_kwargs, preset_env_kwargs = None, {}, {}
     eval_kwargs = eval_kwargs or registry.evaluation_kwargs(env_id)
-    env_kwargs = _checked_env_kwargs(env_id, {**preset_env_kwargs, **dict(args.env_kwargs or [])})
+    env_kwargs = {**preset_env_kwargs, **dict(args.env_kwargs or [])}
+    check_env_kwargs(env_id, env_kwargs)  # before the run folder is made
     eval_kwargs = {**env_kwargs, **eval_kwargs}  # the evaluation form of the same env
     if steps < 1:
         raise ValueError(f"--steps must be a positive number of env steps, got {steps}.")
@@ -176,23 +178,6 @@ def cmd_train(args) -> int:
     print(f"Trained in {train_time:.1f} s ({steps / train_time:.0f} steps/s). Files in {out}; "
           f"final checkpoint {final}")
     return 0
-
-
-def _checked_env_kwargs(env_id: str, env_kwargs: dict) -> dict:
-    """--env-kwarg's keywords, refused here when the env does not take them (gymnasium.make raises
-    a TypeError naming the keyword), before the run folder is made."""
-    if env_kwargs:
-        import gymnasium as gym
-
-        from kerasrl.envs.vector import check_env_id
-
-        check_env_id(env_id)
-        try:
-            gym.make(env_id, **env_kwargs).close()
-        except TypeError as error:
-            raise ValueError(f"--env-kwarg {' '.join(f'{k}={v!r}' for k, v in env_kwargs.items())}: "
-                             f"{env_id} does not take it ({error}).") from None
-    return env_kwargs
 
 
 def _write_run_config(out: Path, agent, *, algorithm, env_id, env_kwargs, steps, model_name,

@@ -85,6 +85,19 @@ def env_with_kwargs(env_id: str, kwargs: dict):
     return make
 
 
+def check_env_kwargs(env_id: str, kwargs: dict) -> None:
+    """Refuse keywords that `env_id` does not take, where they are given (gymnasium.make raises a
+    TypeError naming the keyword; one env is made and closed to find out)."""
+    check_env_id(env_id)
+    if not kwargs:
+        return
+    try:
+        gym.make(env_id, **kwargs).close()
+    except TypeError as error:
+        said = " ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise ValueError(f"{env_id} does not take the keyword(s) {said} ({error}).") from None
+
+
 def evaluation_env(env_id: str | None, kwargs: dict):
     """`env_id`'s evaluation form as `evaluate` and `fit(eval_env=...)` take it: None (the training
     env itself) without keywords, else a function making `gymnasium.make(env_id, **kwargs)`, named
