@@ -281,6 +281,25 @@ def test_env_kwargs_make_the_runs_env_for_evaluate_and_resume(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()
 
 
+def test_an_env_made_with_keywords_keeps_its_vector_env_evaluation_form_and_checkpoint(tmp_path):
+    """kerasrl.envs.env_with_kwargs (what --env-kwarg makes): kerasrl/Snake-v0 with n_fruits=2 is
+    still its native vector env; evaluate plays its evaluation form (a game cut after 100 steps
+    without a fruit) with the same keywords; a checkpoint keeps both, for Agent.load and for
+    `kerasrl evaluate` of a checkpoint saved from Python."""
+    import kerasrl
+    from kerasrl.cli.common import saved_env
+    from kerasrl.envs import SnakeVectorEnv, env_with_kwargs
+
+    agent = kerasrl.DQN(env_with_kwargs("kerasrl/Snake-v0", {"n_fruits": 2}), n_envs=2, seed=0)
+    assert isinstance(agent.env.unwrapped, SnakeVectorEnv) and agent.env.unwrapped.n_fruits == 2
+    assert agent.evaluation_form().__name__ == \
+        "kerasrl/Snake-v0(n_fruits=2, max_steps_without_fruit=100)"
+    agent.save(tmp_path / "checkpoint")
+    assert saved_env(tmp_path / "checkpoint") == \
+        ("kerasrl/Snake-v0", {"n_fruits": 2, "max_steps_without_fruit": 100})
+    assert kerasrl.DQN.load(tmp_path / "checkpoint").env.unwrapped.n_fruits == 2
+
+
 def test_env_beside_the_algorithm_steps_as_python_writes_them_and_one_line_warnings(tmp_path):
     """`kerasrl train dqn CartPole-v1 --steps 3e2`, as users write it (RL Zoo's `--env` works
     too); a TrainingWarning reads as one line, without the source line of kerasrl's code."""

@@ -31,7 +31,7 @@ import numpy as np
 
 from kerasrl import backend, devices, registry
 from kerasrl.envs.state import capture_env_state, restore_env_state
-from kerasrl.envs.vector import env_with_kwargs
+from kerasrl.envs.vector import env_with_kwargs, id_and_kwargs
 from kerasrl.files import (CHECKPOINT_FORMAT, CheckpointError, atomic_folder, read_json,
                            read_manifest, read_npz, verify_files, write_json, write_manifest)
 from kerasrl.policy_io import load_models, policy_header, save_models
@@ -75,11 +75,10 @@ def _env_record(spec, name: str) -> dict:
     """How config.json names the agent's env: an id (`env_is_id`), with the keywords it was made
     with where it was made by `env_with_kwargs` (`kerasrl train --env-kwarg`), so that a load
     makes it again; else its name alone (an env object or a function is not stored)."""
-    if isinstance(spec, str):
-        return {"env": spec, "env_is_id": True}
-    if isinstance(getattr(spec, "env_id", None), str) and isinstance(getattr(spec, "env_kwargs", None), dict):
-        return {"env": spec.env_id, "env_is_id": True, "env_kwargs": spec.env_kwargs}
-    return {"env": name, "env_is_id": False}
+    env_id, kwargs = id_and_kwargs(spec)
+    if env_id is None:
+        return {"env": name, "env_is_id": False}
+    return {"env": env_id, "env_is_id": True, **({"env_kwargs": kwargs} if kwargs else {})}
 
 
 CHECKPOINT_FILES = ("config.json", "policy.json", "training_state.npz", "state.json")

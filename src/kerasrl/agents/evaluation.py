@@ -15,6 +15,7 @@ import numpy as np
 from kerasrl import registry
 from kerasrl.config.common import positive_count
 from kerasrl.envs import EVALUATION_STEP_CAP, describe, env_factory, episode_extras, evaluation_env, make_vec_env
+from kerasrl.envs.vector import id_and_kwargs
 
 
 def episode_summary(returns, lengths, extras: list[dict[str, float]]) -> dict[str, float]:
@@ -68,7 +69,7 @@ class Evaluating:
         n = min(episodes, 10 if n_envs is None else positive_count("n_envs", n_envs, "envs", 10))
         cap = positive_count("max_episode_steps", max_episode_steps, "env steps", 10_000)
         if env is None:  # the training env's evaluation form where it has one (Atari: whole games)
-            env = evaluation_env(self.env_spec, registry.evaluation_kwargs(self.env_spec))
+            env = self.evaluation_form()
         spec = self.env_spec if env is None else env
         factory = self._make_env if env is None else env_factory(env)
         envs = make_vec_env(spec, n, factory=lambda: gym.wrappers.TimeLimit(factory(), cap))
@@ -113,6 +114,14 @@ class Evaluating:
                 f"the env a gymnasium.wrappers.TimeLimit, or pass max_episode_steps=.",
                 stacklevel=2)
         return episode_summary([r for r, _ in results], [length for _, length in results], extras)
+
+    def evaluation_form(self):
+        """The env `evaluate` plays by default: the training env's evaluation form where its id
+        has one (`kerasrl.registry.EVALUATION_KWARGS`), made with the keywords the training env
+        was made with (`kerasrl train --env-kwarg`); None: the training env itself."""
+        env_id, kwargs = id_and_kwargs(self.env_spec)
+        form = registry.evaluation_kwargs(env_id)
+        return evaluation_env(env_id, {**kwargs, **form}) if form else None
 
     def _episodes_start(self, starts: np.ndarray) -> None:
         """Evaluation tells which envs (starts (n,) bool) begin an episode at the next

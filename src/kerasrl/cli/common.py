@@ -139,13 +139,17 @@ def saved_env(path: Path) -> tuple[str | None, dict]:
     """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
     (its --env-kwarg keywords, and e.g. Snake's step limit without a fruit), from a run folder's
     config.json or a manifest (then the env's evaluation form, kerasrl.registry.EVALUATION_KWARGS)."""
-    from kerasrl.files import CheckpointError, find_checkpoint, read_manifest
+    from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
 
     config = run_config(path)
     if config:
         return config["env"], dict(config["eval_env_kwargs"] or {})
     try:  # a checkpoint or policy saved from Python: the env's own evaluation form, if any
-        env_id = read_manifest(find_checkpoint(path)).get("env")
+        checkpoint = find_checkpoint(path)
+        env_id, kwargs = read_manifest(checkpoint).get("env"), {}
     except CheckpointError:
         return None, {}
-    return env_id, registry.evaluation_kwargs(env_id)
+    saved = read_json(checkpoint / "config.json") if (checkpoint / "config.json").is_file() else {}
+    if saved.get("env_is_id") and isinstance(saved.get("env"), str):  # the id, and its keywords
+        env_id, kwargs = saved["env"], dict(saved.get("env_kwargs") or {})
+    return env_id, {**kwargs, **registry.evaluation_kwargs(env_id)}

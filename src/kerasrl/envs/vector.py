@@ -85,6 +85,17 @@ def env_with_kwargs(env_id: str, kwargs: dict):
     return make
 
 
+def id_and_kwargs(env: EnvSpec) -> tuple[str | None, dict]:
+    """The Gymnasium id and keywords `env` is made from: an id's with none, an `env_with_kwargs`
+    function's, else (None, {}) (an env object, another function: nothing to make again)."""
+    if isinstance(env, str):
+        return env, {}
+    env_id, kwargs = getattr(env, "env_id", None), getattr(env, "env_kwargs", None)
+    if isinstance(env_id, str) and isinstance(kwargs, dict):
+        return env_id, dict(kwargs)
+    return None, {}
+
+
 def check_env_kwargs(env_id: str, kwargs: dict) -> None:
     """Refuse keywords that `env_id` does not take, where they are given (gymnasium.make raises a
     TypeError naming the keyword; one env is made and closed to find out)."""
@@ -213,10 +224,11 @@ def make_vec_env(env: EnvSpec, n_envs: int, *, vectorization: str = "sync",
         raise ValueError(f"n_envs must be at least 1, got {n_envs}.")
     if vectorization not in ("sync", "subprocess"):
         raise ValueError(f"vectorization must be 'sync' or 'subprocess', got {vectorization!r}.")
-    if has_vector_entry_point(env) and vectorization == "sync":
+    env_id, kwargs = id_and_kwargs(env)  # kerasrl/Snake-v0 with keywords is still its vector env
+    if has_vector_entry_point(env_id) and vectorization == "sync":
         return gym.make_vec(
-            env, num_envs=n_envs, vectorization_mode="vector_entry_point",
-            autoreset_mode=AutoresetMode.SAME_STEP,
+            env_id, num_envs=n_envs, vectorization_mode="vector_entry_point",
+            autoreset_mode=AutoresetMode.SAME_STEP, **kwargs,
         )
     factory = factory if factory is not None else env_factory(env)
     thunks = [factory for _ in range(n_envs)]
