@@ -136,9 +136,10 @@ def run_config(path: Path) -> dict:
 
 
 def saved_env(path: Path) -> tuple[str | None, dict]:
-    """The env id saved with a run, checkpoint or policy, and the run's evaluation env kwargs
-    (its --env-kwarg keywords, and e.g. Snake's step limit without a fruit), from a run folder's
-    config.json or a manifest (then the env's evaluation form, kerasrl.registry.EVALUATION_KWARGS)."""
+    """The env id saved with a run, checkpoint or policy, and the keywords to evaluate it with: a
+    run folder's config.json's (its --env-kwarg keywords, and e.g. Snake's step limit without a
+    fruit), else a checkpoint's id and keywords with the id's evaluation form
+    (kerasrl.registry.EVALUATION_KWARGS), else the manifest's env."""
     from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
 
     config = run_config(path)
