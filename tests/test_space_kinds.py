@@ -274,6 +274,57 @@ def test_box_actions_of_any_shape_export_in_the_envs_shape(agent_class, tmp_path
     np.testing.assert_allclose(exported, agent.predict(observations), atol=1e-5)
 
 
+class GridMatch(gym.Env):
+    """Discrete actions of several dimensions (a MultiDiscrete of nvec [[3, 3], [2, 2]], a
+    MultiBinary of (2, 3)): the observation is a random action, raveled, and the reward the number
+    of entries matched. `step` refuses an action its space does not contain (shape included)."""
+
+    def __init__(self, action_space):
+        self.action_space = action_space
+        self.observation_space = spaces.Box(0.0, 3.0, (int(np.prod(action_space.shape)),), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.action_space.seed(seed)
+        self.t = 0
+        self.target = self.action_space.sample()
+        return self.target.ravel().astype(np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, self.action_space.dtype)), action
+        reward = float(np.sum(np.asarray(action) == self.target))
+        self.t += 1
+        self.target = self.action_space.sample()
+        return self.target.ravel().astype(np.float32), reward, False, self.t >= 10, {}
+
+
+@pytest.mark.parametrize("agent_class, action_space", [
+    (kerasrl.PPO, spaces.MultiDiscrete([[3, 3], [2, 2]])),
+    (kerasrl.A2C, spaces.MultiBinary((2, 3))),
+], ids=["PPO-MultiDiscrete", "A2C-MultiBinary"])
+def test_discrete_actions_of_several_dimensions_reach_the_env_in_its_shape(agent_class, action_space,
+                                                                          tmp_path):
+    """One categorical per component in the raveled order; predict, a saved policy and its ONNX
+    export give actions in the env's shape."""
+    import onnxruntime
+
+    make = lambda: GridMatch(action_space)  # noqa: E731
+    agent = agent_class(make, seed=0, **SMALL[agent_class])
+    assert agent.action_space.shape == (int(np.prod(action_space.shape)),)
+    agent.fit(48, progress=False)  # GridMatch checks every action
+    observations = np.random.default_rng(0).uniform(0, 3, (3, agent.action_space.shape[0]))
+    actions = agent.predict(observations.astype(np.float32))
+    assert actions.shape == (3, *action_space.shape)
+    assert all(action_space.contains(a.astype(action_space.dtype)) for a in actions)
+    agent.policy.save(tmp_path / "policy")
+    loaded = kerasrl.load_policy(tmp_path / "policy")
+    np.testing.assert_array_equal(loaded.predict(observations.astype(np.float32)), actions)
+    agent.policy.export(tmp_path / "policy.onnx")  # checked against the policy
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"))
+    exported = session.run(None, {session.get_inputs()[0].name: observations.astype(np.float32)})[0]
+    np.testing.assert_array_equal(exported, actions)
+
+
 def test_td3_learns_matrix_actions_and_its_predictions_step_the_env_as_they_are():
     """TD3 on a (2, 2) Box: the best action is 1.5x the observation in that shape, so a policy
     whose entries reached the env in another order would score like a fixed action. Measured

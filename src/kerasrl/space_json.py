@@ -15,14 +15,14 @@ import gymnasium as gym
 import numpy as np
 
 from kerasrl.files import CheckpointError
-from kerasrl.spaces import FlatActions, FlatObservations
+from kerasrl.spaces import FlatActionSpace, FlatObservations, flat_actions
 
 def space_to_json(space: gym.Space) -> dict[str, Any]:
     """A Gymnasium space as JSON (Box, Discrete, MultiDiscrete, MultiBinary; Dict and Tuple of
     those, nested too, and the flat form kerasrl carries them in)."""
     if isinstance(space, FlatObservations):
         return {"type": "FlatObservations", "structure": space_to_json(space.structure)}
-    if isinstance(space, FlatActions):
+    if isinstance(space, FlatActionSpace):  # an action space the agents act in flat
         return {"type": "FlatActions", "structure": space_to_json(space.structure)}
     if isinstance(space, gym.spaces.Dict):  # a list of pairs: the key order is the leaves' order
         return {"type": "Dict", "spaces": [[str(k), space_to_json(v)]
@@ -49,7 +49,7 @@ def space_from_json(value: dict[str, Any]) -> gym.Space:
     if kind == "FlatObservations":
         return FlatObservations(space_from_json(value["structure"]))
     if kind == "FlatActions":
-        return FlatActions(space_from_json(value["structure"]))
+        return flat_actions(space_from_json(value["structure"]))
     if kind == "Dict":
         return gym.spaces.Dict([(key, space_from_json(v)) for key, v in value["spaces"]])
     if kind == "Tuple":

@@ -275,7 +275,17 @@ class FlattenLeaves(gym.ObservationWrapper):
         return flatten(self.observation_space, observation)
 
 
-class FlatActions(gym.spaces.Box):
+class FlatActionSpace:
+    """What the flat action spaces share (a base of `FlatActions`, `FlatMultiDiscrete` and
+    `FlatMultiBinary`): `structure`, the env's own space."""
+
+    structure: gym.Space
+
+    def __repr__(self) -> str:
+        return f"FlatActions({self.structure})"
+
+
+class FlatActions(FlatActionSpace, gym.spaces.Box):
     """A Box action space of another shape than one dimension (a (2, 3) Box, or a scalar one of
     shape ()), as the agents act in it: a vector of its size, its bounds raveled (as
     Stable-Baselines3 flattens one). `structure` is the env's own Box: `FlattenActions` gives the
@@ -286,36 +296,62 @@ class FlatActions(gym.spaces.Box):
         super().__init__(np.asarray(structure.low).ravel(), np.asarray(structure.high).ravel(),
                          dtype=structure.dtype)
 
-    def __repr__(self) -> str:
-        return f"FlatActions({self.structure})"
+
+class FlatMultiDiscrete(FlatActionSpace, gym.spaces.MultiDiscrete):
+    """A MultiDiscrete action space of several dimensions (nvec [[3, 3], [2, 2]]) as the agents act
+    in it: one categorical per component, in the raveled order (an env's action masks too)."""
+
+    def __init__(self, structure: gym.spaces.MultiDiscrete):
+        self.structure = structure
+        super().__init__(structure.nvec.ravel(), dtype=structure.dtype, start=structure.start.ravel())
+
+
+class FlatMultiBinary(FlatActionSpace, gym.spaces.MultiBinary):
+    """A MultiBinary action space of several dimensions ((2, 3)) as the agents act in it: its bits
+    in the raveled order."""
+
+    def __init__(self, structure: gym.spaces.MultiBinary):
+        self.structure = structure
+        super().__init__(int(np.prod(structure.shape)))
+
+
+def flat_actions(space: gym.Space) -> FlatActionSpace:
+    """The flat form the agents act in of an action space `actions_flattened_at_boundary`."""
+    if isinstance(space, gym.spaces.Box):
+        return FlatActions(space)
+    return (FlatMultiDiscrete if isinstance(space, gym.spaces.MultiDiscrete) else FlatMultiBinary)(space)
 
 
 def actions_flattened_at_boundary(space: gym.Space) -> bool:
-    """A Box action space that is not one-dimensional: the agents act in `FlatActions` of it."""
-    return (isinstance(space, gym.spaces.Box) and not isinstance(space, FlatActions)
-            and len(space.shape) != 1)
+    """An action space the agents act in flat (`flat_actions`): a Box that is not one-dimensional,
+    a MultiDiscrete or MultiBinary of several dimensions."""
+    if isinstance(space, FlatActionSpace):
+        return False
+    if isinstance(space, gym.spaces.Box):
+        return len(space.shape) != 1
+    return isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)) and len(space.shape) > 1
 
 
 def env_action_shape(space: gym.Space) -> tuple[int, ...]:
-    """The shape of one of the env's actions: a `FlatActions`' structure's, else the space's."""
-    return tuple((space.structure if isinstance(space, FlatActions) else space).shape)
+    """The shape of one of the env's actions: a flat form's structure's, else the space's."""
+    return tuple((space.structure if isinstance(space, FlatActionSpace) else space).shape)
 
 
 def env_shaped_actions(actions, space: gym.Space, ops=np):
-    """A batch of actions (B, D) of a `FlatActions` space in the env's shape (B, *shape), with
+    """A batch of actions (B, D) of a flat action space in the env's shape (B, *shape), with
     numpy or `ops` (keras.ops in an exported graph); the actions of any other space as they are."""
-    if not isinstance(space, FlatActions):
+    if not isinstance(space, FlatActionSpace):
         return actions
     return ops.reshape(actions, (-1, *space.structure.shape))
 
 
 class FlattenActions(gym.ActionWrapper):
-    """The agents' flat actions (`FlatActions`) reshaped for an env whose Box actions have
-    another shape than one dimension."""
+    """The agents' flat actions (`flat_actions`) reshaped for an env whose actions have another
+    shape."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.action_space = FlatActions(env.action_space)
+        self.action_space = flat_actions(env.action_space)
 
     def action(self, action):
         return np.asarray(action, self.action_space.dtype).reshape(self.action_space.structure.shape)

@@ -100,11 +100,9 @@ class ActorCriticNetworks:
             return
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ValueError(
-                f"{type(self).__name__} handles Discrete, one-dimensional MultiDiscrete and "
-                f"MultiBinary, and Box action spaces; {self.env_name} has {space}. Give the agent "
-                f"one-dimensional actions with a gymnasium.wrappers.TransformAction that maps "
-                f"them to the env's (for a MultiDiscrete of shape (2, 2): a MultiDiscrete of 4, "
-                f"reshaped).")
+                f"{type(self).__name__} handles Discrete, MultiDiscrete, MultiBinary and Box "
+                f"action spaces; {self.env_name} has {space}. Give the agent one of those with a "
+                f"gymnasium.ActionWrapper that maps it to the env's actions.")
         self.discrete = False
         self.n_outputs = int(space.shape[0])
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):

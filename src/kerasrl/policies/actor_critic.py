@@ -124,8 +124,8 @@ class ActorCriticPolicy(Policy):
                 actions = params.astype(np.float32)
             else:
                 actions, _ = sample_gaussian(params, self.log_std, rng or np.random.default_rng())
-            actions = env_shaped_actions(
-                np.clip(actions, self.action_space.low, self.action_space.high), self.action_space)
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        actions = env_shaped_actions(actions, self.action_space)
         return actions[0] if single else actions
 
     __call__ = predict
@@ -181,8 +181,9 @@ class ActorCriticPolicy(Policy):
         if len(self.action_sizes) == 1:
             return exportable_argmax(logits)
         # MultiDiscrete: one argmax per component, (B, components)
-        return keras.ops.stack([exportable_argmax(segment) for segment
-                                in categorical_segments(logits, self.action_sizes)], axis=-1)
+        return env_shaped_actions(keras.ops.stack([exportable_argmax(segment) for segment
+                                                   in categorical_segments(logits, self.action_sizes)], axis=-1),
+                                  self.action_space, keras.ops)
 
     def inference_model(self, include_values: bool = False, action_mask: bool = False
                         ) -> keras.Model:
