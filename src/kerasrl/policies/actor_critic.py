@@ -180,10 +180,9 @@ class ActorCriticPolicy(Policy):
         logits = out if mask is None else exportable_mask(out, mask)
         if len(self.action_sizes) == 1:
             return exportable_argmax(logits)
-        # MultiDiscrete: one argmax per component, (B, components)
-        return env_shaped_actions(keras.ops.stack([exportable_argmax(segment) for segment
-                                                   in categorical_segments(logits, self.action_sizes)], axis=-1),
-                                  self.action_space, keras.ops)
+        # MultiDiscrete: one argmax per component, (B, components), in the env's shape
+        modes = [exportable_argmax(segment) for segment in categorical_segments(logits, self.action_sizes)]
+        return env_shaped_actions(keras.ops.stack(modes, axis=-1), self.action_space, keras.ops)
 
     def inference_model(self, include_values: bool = False, action_mask: bool = False
                         ) -> keras.Model:
