@@ -23,9 +23,10 @@ CONFIG_KEYWORDS = {
     "total_timesteps": ("Stable-Baselines3", "the run's length is fit(total_steps=...)"),
     "env": ("Stable-Baselines3", "the env is the agent's first argument"),
     "env_kwargs": ("Stable-Baselines3", "pass a function that makes the env: "
-                                        "kerasrl.DQN(lambda: gymnasium.make('FrozenLake-v1', is_slippery=False)) "
-                                        "(on the command line, as RL Zoo's --env-kwargs: kerasrl train dqn "
-                                        "FrozenLake-v1 --env-kwarg is_slippery=False)"),
+                                        "kerasrl.DQN(lambda: gymnasium.make('FrozenLake-v1', is_slippery=False)), "
+                                        "or kerasrl.envs.env_with_kwargs('FrozenLake-v1', {'is_slippery': False}), "
+                                        "whose checkpoints load without env= (on the command line, as RL Zoo's "
+                                        "--env-kwargs: kerasrl train dqn FrozenLake-v1 --env-kwarg is_slippery=False)"),
     "replay_buffer_class": ("Stable-Baselines3", "the replay buffer follows the config: hindsight_goals=4 "
                                                  "replays goals as HerReplayBuffer does, prioritized_replay=True "
                                                  "prioritizes (DQN)"),
