@@ -81,6 +81,14 @@ def _env_record(spec, name: str) -> dict:
     return {"env": env_id, "env_is_id": True, **({"env_kwargs": kwargs} if kwargs else {})}
 
 
+def recorded_env(config: dict) -> tuple[str | None, dict]:
+    """The env id and keywords a checkpoint's config.json names (`_env_record`); (None, {}) for
+    an agent made from an env object or a function."""
+    if not config.get("env_is_id") or not isinstance(config.get("env"), str):
+        return None, {}
+    return config["env"], dict(config.get("env_kwargs") or {})
+
+
 CHECKPOINT_FILES = ("config.json", "policy.json", "training_state.npz", "state.json")
 
 
@@ -109,11 +117,12 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device
                               f"not a {agent_class.__name__} one: load it with "
                               f"kerasrl.{saved_class.__name__}.load.")
     if env is None:
-        if not config.get("env_is_id"):
+        env_id, kwargs = recorded_env(config)
+        if env_id is None:
             raise CheckpointError(
                 f"{path} was saved from an agent made with an env object or function "
                 f"({config.get('env')!r}), which is not stored: pass env= to load it.")
-        env = env_with_kwargs(config["env"], config.get("env_kwargs") or {})
+        env = env_with_kwargs(env_id, kwargs)
     header = read_json(path / "policy.json")
     state = read_json(path / "state.json")
     arrays = read_npz(path / "training_state.npz")

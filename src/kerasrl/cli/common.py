@@ -140,6 +140,7 @@ def saved_env(path: Path) -> tuple[str | None, dict]:
     run folder's config.json's (its --env-kwarg keywords, and e.g. Snake's step limit without a
     fruit), else a checkpoint's id and keywords with the id's evaluation form
     (kerasrl.registry.EVALUATION_KWARGS), else the manifest's env."""
+    from kerasrl.checkpoint import recorded_env
     from kerasrl.files import CheckpointError, find_checkpoint, read_json, read_manifest
 
     config = run_config(path)
@@ -150,7 +151,7 @@ def saved_env(path: Path) -> tuple[str | None, dict]:
         env_id, kwargs = read_manifest(checkpoint).get("env"), {}
     except CheckpointError:
         return None, {}
-    saved = read_json(checkpoint / "config.json") if (checkpoint / "config.json").is_file() else {}
-    if saved.get("env_is_id") and isinstance(saved.get("env"), str):  # the id, and its keywords
-        env_id, kwargs = saved["env"], dict(saved.get("env_kwargs") or {})
+    if (checkpoint / "config.json").is_file():  # the id, and its keywords, where one was recorded
+        recorded, kwargs = recorded_env(read_json(checkpoint / "config.json"))
+        env_id = recorded or env_id
     return env_id, {**kwargs, **registry.evaluation_kwargs(env_id)}
