@@ -113,7 +113,7 @@ def test_a_loss_growing_without_bound_is_diverging_and_a_settling_one_is_not():
 def test_sarsa_with_huber_on_small_on_policy_batches_is_named():
     monitor = Monitor(SARSAConfig(loss="huber"), check_every=4)
     _, caught = caught_warnings(
-        lambda: feed(monitor, 4, 1.0, OBS[:4], ONES[:4], np.full(4, 500.0), on_policy=True))
+        lambda: feed(monitor, 4, 1.0, OBS[:4], ONES[:4], np.full(4, 5000.0), on_policy=True))
     assert len(caught) == 1
     assert re.search(r"This is SARSA with the Huber loss on on-policy batches of 4 transitions.*"
                      r"docs/agents\.md.*loss='mse', at least 32 transitions", caught[0])
@@ -121,7 +121,7 @@ def test_sarsa_with_huber_on_small_on_policy_batches_is_named():
     for config, on_policy in ((SARSAConfig(loss="mse"), True), (DQNConfig(loss="huber"), False)):
         monitor = Monitor(config, check_every=4)
         _, caught = caught_warnings(
-            lambda: feed(monitor, 4, 1.0, OBS[:4], ONES[:4], np.full(4, 500.0), on_policy=on_policy))
+            lambda: feed(monitor, 4, 1.0, OBS[:4], ONES[:4], np.full(4, 5000.0), on_policy=on_policy))
         assert len(caught) == 1 and "SARSA with the Huber" not in caught[0]
 
 
@@ -131,8 +131,8 @@ def test_sarsa_with_huber_on_small_on_policy_batches_is_named():
     (OBS * 1e5, ONES, None, r"observations reach \d\.\d+e\+05.*normalize_observations=True"),
     (np.tile(OBS[:1], (32, 1)), ONES, None, r"All 32 observations of a training batch are identical"),
     (OBS, np.full(32, np.nan), None, r"rewards hold NaN or inf"),
-    (OBS, np.full(32, -500.0), None, r"Rewards reach 500, far from the network's output scale.*"
-                                     r"divide by 100\)"),
+    (OBS, np.full(32, -5000.0), None, r"Rewards reach 5e\+03, far from the network's output scale.*"
+                                      r"divide by 1000\)"),
 ])
 def test_batch_problems_are_reported_once_with_the_fix(observations, rewards, values, message):
     monitor = Monitor(PPOConfig(), check_every=2)
@@ -333,6 +333,10 @@ HEALTHY = {
     "sarsa-documented": lambda: kerasrl.SARSA(
         "CartPole-v1", seed=0, n_envs=8, n_steps=4, learning_rate=1e-3, loss="mse",
         exploration_fraction=0.2, hidden_sizes=(128, 128), gradient_steps=2),
+    # LunarLander's rewards reach +-100 to 140 (landing, crash): healthy unscaled.
+    "lunarlander-dqn": lambda: kerasrl.DQN("LunarLander-v3", seed=0, **PRESETS["lunarlander-dqn"].config),
+    "lunarlander-ppo": lambda: kerasrl.PPO("LunarLander-v3", seed=0, **{**PRESETS["lunarlander-ppo"].config,
+                                                                        "n_steps": 64}),
     "identity-dqn": lambda: kerasrl.DQN(lambda: IdentityEnv(4, 20), seed=0, learning_starts=200,
                                         train_freq=1, target_update_interval=100, gamma=0.9),
     "identity-sarsa": lambda: kerasrl.ExpectedSARSA(lambda: IdentityEnv(4, 20), seed=0, n_envs=4,

@@ -29,7 +29,9 @@ import numpy as np
 from kerasrl.training_warnings import TrainingWarning, user_stacklevel  # noqa: F401  (TrainingWarning: its public name is here)
 
 HUGE_OBSERVATION = 1e4  # beyond this (in absolute value) a first layer saturates (as check_env)
-REWARD_SCALE = 100.0  # rewards beyond this many times the network's initial outputs
+# Rewards beyond this many times the network's initial outputs (check_env's bar too). LunarLander's
+# landings and crashes (about +-100 to 140) train well unscaled with the RL Zoo's settings.
+REWARD_SCALE = 1000.0
 VALUE_BOUND_FACTOR = 2.0  # values beyond this multiple of max|r| / (1 - gamma) are diverging
 GROWTH_CHECKS = 6  # a loss that grew at every one of this many checks in a row ...
 GROWTH_RATE = 1.5  # ... by at least this factor each time ...

@@ -24,6 +24,14 @@ SNAKE_DQN_FAST = dict(buffer_size=100_000, learning_starts=10_000, batch_size=64
                       exploration_fraction=0.05, n_envs=16)
 
 
+# dqn.yml's settings for Acrobot-v1 and LunarLander-v3, the same for both (QR-DQN's qrdqn.yml for
+# Acrobot adds its quantiles); the zoo's gradient_steps -1 is one gradient step per env step.
+ZOO_DQN_ACROBOT_LUNARLANDER = dict(
+    learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
+    target_update_interval=250, train_freq=4, gradient_steps=4, exploration_fraction=0.12,
+    exploration_final_eps=0.1, hidden_sizes=(256, 256))
+
+
 @dataclass(frozen=True)
 class Preset:
     """A ready-made training run."""
@@ -61,12 +69,28 @@ PRESETS: dict[str, Preset] = {
     ),
     "acrobot-qrdqn": Preset(
         "qrdqn", "Acrobot-v1", 100_000,
-        dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
-             gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=4,
-             exploration_fraction=0.12, exploration_final_eps=0.1, hidden_sizes=(256, 256),
-             n_quantiles=25, adam_epsilon=0.01 / 128),
+        dict(ZOO_DQN_ACROBOT_LUNARLANDER, n_quantiles=25, adam_epsilon=0.01 / 128),
         "QR-DQN on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (qrdqn.yml: 25 "
         "quantiles, 256-256 MLP, gradient_steps -1 = 4 per round of 4 steps).",
+    ),
+    "acrobot-dqn": Preset(
+        "dqn", "Acrobot-v1", 100_000, dict(ZOO_DQN_ACROBOT_LUNARLANDER),
+        "DQN on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (dqn.yml: 256-256 MLP, "
+        "gradient_steps -1 = 4 per round of 4 steps).",
+    ),
+    "lunarlander-dqn": Preset(
+        "dqn", "LunarLander-v3", 100_000, dict(ZOO_DQN_ACROBOT_LUNARLANDER),
+        "DQN on LunarLander-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 Zoo "
+        "hyperparameters (dqn.yml, the same as Acrobot's: 256-256 MLP, 4 gradient steps per "
+        "round of 4 steps, 100k steps).",
+    ),
+    "mountaincar-dqn": Preset(
+        "dqn", "MountainCar-v0", 120_000,
+        dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000,
+             gamma=0.98, target_update_interval=600, train_freq=16, gradient_steps=8,
+             exploration_fraction=0.2, exploration_final_eps=0.07, hidden_sizes=(256, 256)),
+        "DQN on MountainCar-v0 with the RL Baselines3 Zoo hyperparameters (dqn.yml: lr 4e-3, "
+        "8 gradient steps every 16 env steps, 256-256 MLP, 120k steps).",
     ),
     "cartpole-c51": Preset(
         "c51", "CartPole-v1", 50_000,
@@ -94,6 +118,21 @@ PRESETS: dict[str, Preset] = {
              normalize_reward=True),
         "PPO on Pendulum-v1: the RL Baselines3 Zoo settings (normalized observations and "
         "rewards) without gSDE, so with a longer budget.",
+    ),
+    "acrobot-ppo": Preset(
+        "ppo", "Acrobot-v1", 1_000_000,
+        dict(n_envs=16, n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0,
+             normalize_observations=True, normalize_reward=True),
+        "PPO on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (ppo.yml: 16 envs, "
+        "256-step rollouts, normalized observations and rewards, 1M steps).",
+    ),
+    "lunarlander-ppo": Preset(
+        "ppo", "LunarLander-v3", 1_000_000,
+        dict(n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
+             ent_coef=0.01),
+        "PPO on LunarLander-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 Zoo "
+        "hyperparameters (ppo.yml: 16 envs, 1024-step rollouts, gamma 0.999, entropy 0.01, "
+        "1M steps).",
     ),
     "cartpole-novel-recurrent-ppo": Preset(
         "recurrent_ppo", "kerasrl/CartPoleNoVel-v1", 100_000,

@@ -114,7 +114,8 @@ def check_bad_input_is_refused_at_creation(cls) -> None:
     with pytest.raises(ValueError, match=f"{name} needs a continuous \\(Box\\) action space.*DQN"):
         cls(lambda: IdentityEnv(3), **FAST)
     unbounded = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
-    with pytest.raises(ValueError, match="unbounded.*RescaleAction"):
+    with pytest.raises(ValueError, match=r"unbounded.*Declare the range.*TransformAction\(env, lambda a: a, "
+                                         r"gymnasium\.spaces\.Box\(LOW, HIGH, \(1,\)\)\).*ClipAction declares"):
         cls(lambda: Box3(unbounded), **FAST)
     box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
 

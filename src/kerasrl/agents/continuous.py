@@ -72,8 +72,11 @@ class ContinuousAgent(Agent):
             raise ValueError(
                 f"{name} squashes its actions into the Box bounds, but the action space of "
                 f"{self.env_name} ({space}) is unbounded (low {low.tolist()}, high "
-                f"{high.tolist()}). Give it finite bounds, e.g. with gymnasium.wrappers."
-                f"RescaleAction or ClipAction around an env whose actions have a known range.")
+                f"{high.tolist()}). Declare the range its actions take: a Box with finite low "
+                f"and high as the env's action_space, or around it gymnasium.wrappers."
+                f"TransformAction(env, lambda a: a, gymnasium.spaces.Box(LOW, HIGH, "
+                f"{space.shape})). (gymnasium.wrappers.ClipAction declares an unbounded space: "
+                f"put it inside that wrapper, not around it.)")
         self.action_dim = int(space.shape[0])
 
     def _actor_outputs(self) -> int:

@@ -70,6 +70,27 @@ def check_env_id(env_id: str) -> None:
                      f"kerasrl/OpsCartPole-v1, kerasrl/Pong-v5), a gymnasium.Env, or a function that returns one.") from None
 
 
+# The kerasrl extra that brings what Gymnasium's own env families need (Gymnasium's message names
+# its own extras, whose box2d one swaps the video extra's pygame for pygame-ce).
+_FAMILY_EXTRAS = {"gymnasium.envs.box2d": ("Box2D", "box2d"),
+                  "gymnasium.envs.mujoco": ("MuJoCo", "mujoco")}
+
+
+def make_registered(env_id: str, **kwargs) -> gym.Env:
+    """`gymnasium.make(env_id, **kwargs)`, where a Box2D or MuJoCo env whose engine is not
+    installed names the kerasrl extra that installs it."""
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.DependencyNotInstalled as error:
+        entry_point = str(gym.spec(env_id.rpartition(":")[2]).entry_point)
+        engine, extra = next((found for family, found in _FAMILY_EXTRAS.items()
+                              if entry_point.startswith(family)), (None, None))
+        if extra is None:
+            raise
+        raise gym.error.DependencyNotInstalled(
+            f"{env_id} needs {engine}, which is not installed: pip install 'kerasrl[{extra}]'") from error
+
+
 def env_with_kwargs(env_id: str, kwargs: dict):
     """`env_id` as `gymnasium.make(env_id, **kwargs)` makes it: the id itself without keywords,
     else a function that makes it, named for messages ("FrozenLake-v1(is_slippery=False)")."""
@@ -78,7 +99,7 @@ def env_with_kwargs(env_id: str, kwargs: dict):
 
     def make():
         check_env_id(env_id)
-        return gym.make(env_id, **kwargs)
+        return make_registered(env_id, **kwargs)
 
     make.__name__ = f"{env_id}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
     make.env_id, make.env_kwargs = env_id, dict(kwargs)  # what a checkpoint keeps to make it again
@@ -103,7 +124,7 @@ def check_env_kwargs(env_id: str, kwargs: dict) -> None:
     if not kwargs:
         return
     try:
-        gym.make(env_id, **kwargs).close()
+        make_registered(env_id, **kwargs).close()
     except TypeError as error:
         said = " ".join(f"{k}={v!r}" for k, v in kwargs.items())
         raise ValueError(f"{env_id} does not take the keyword(s) {said} ({error}).") from None
@@ -132,7 +153,7 @@ def env_factory(env: EnvSpec) -> Callable[[], gym.Env]:
 
         def make():  # registers ALE's ids in a worker process too (vectorization="subprocess")
             check_env_id(env)
-            return gym.make(env)
+            return make_registered(env)
     elif isinstance(env, gym.Env):
         instances = [env]
 
