@@ -25,16 +25,23 @@ ZOO = {
         learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
         target_update_interval=250, train_freq=4, gradient_steps=4, exploration_fraction=0.12,
         exploration_final_eps=0.1, hidden_sizes=(256, 256))),
-    "mountaincar-dqn": ("dqn", "MountainCar-v0", 120_000, dict(
-        learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000, gamma=0.98,
-        target_update_interval=600, train_freq=16, gradient_steps=8, exploration_fraction=0.2,
-        exploration_final_eps=0.07, hidden_sizes=(256, 256))),
     "acrobot-ppo": ("ppo", "Acrobot-v1", 1_000_000, dict(
         n_envs=16, n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0,
         normalize_observations=True, normalize_reward=True)),
     "lunarlander-ppo": ("ppo", "LunarLander-v3", 1_000_000, dict(
         n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
         ent_coef=0.01)),
+    "lunarlander-continuous-ppo": ("ppo", "LunarLanderContinuous-v3", 1_000_000, dict(
+        n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
+        ent_coef=0.01)),
+    "mountaincar-ppo": ("ppo", "MountainCar-v0", 1_000_000, dict(
+        n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0,
+        normalize_observations=True, normalize_reward=True)),
+    "acrobot-a2c": ("a2c", "Acrobot-v1", 500_000, dict(
+        n_envs=16, ent_coef=0.0, normalize_observations=True, normalize_reward=True)),
+    "lunarlander-a2c": ("a2c", "LunarLander-v3", 200_000, dict(  # lin_0.00083
+        n_envs=8, gamma=0.995, n_steps=5, learning_rate=8.3e-4, lr_schedule="linear",
+        ent_coef=1e-5)),
 }
 
 
@@ -72,10 +79,54 @@ def test_the_lunarlander_presets_train_and_evaluate_on_box2d(tmp_path, capsys, n
     assert result["env"] == "LunarLander-v3" and result["episodes"] == 1
 
 
-def test_a_box2d_env_without_box2d_names_the_extra_to_install():
-    # In a fresh process: this one has imported Box2D already.
-    missing = subprocess.run([sys.executable, "-c", "import sys\nsys.modules['Box2D'] = None\nimport kerasrl\n"
-                              "kerasrl.DQN('LunarLander-v3')"], capture_output=True, text=True, timeout=300)
-    assert missing.returncode == 1
-    assert ("gymnasium.error.DependencyNotInstalled: LunarLander-v3 needs Box2D, which is not installed: "
-            "pip install 'kerasrl[box2d]'") in missing.stderr, missing.stderr
+def test_a_box2d_env_without_box2d_names_the_extra_to_install(tmp_path):
+    # In a fresh process: this one has imported Box2D already. From Python, Gymnasium's error with
+    # kerasrl's extra; from the command line, that one line, exit status 2 and no run folder.
+    script = ("import sys\nsys.modules['Box2D'] = None\nimport kerasrl\nfrom kerasrl.cli import main\n"
+              "try:\n    kerasrl.DQN('LunarLander-v3')\nexcept Exception as error:\n"
+              "    print(type(error).__module__, type(error).__name__, error, flush=True)\n"
+              f"sys.exit(main(['train', '--preset', 'lunarlander-dqn', '--out', {str(tmp_path / 'run')!r}]))")
+    missing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    said = "LunarLander-v3 needs Box2D, which is not installed: pip install 'kerasrl[box2d]'"
+    assert missing.stdout.strip().splitlines()[-1] == f"gymnasium.error DependencyNotInstalled {said}"
+    assert missing.returncode == 2 and f"kerasrl: error: {said}" in missing.stderr, missing.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_preset_makes_its_agent_in_python_with_overrides():
+    preset = PRESETS["lunarlander-dqn"]
+    agent = preset.make_agent(seed=3, buffer_size=2_000)
+    try:
+        assert type(agent).__name__ == "DQN" and agent.env_name == "LunarLander-v3"
+        fields = agent.config.to_dict()
+        assert fields["seed"] == 3 and fields["buffer_size"] == 2_000
+        assert fields["learning_rate"] == 6.3e-4 and tuple(fields["hidden_sizes"]) == (256, 256)
+    finally:
+        agent.close()
+    # a preset with its own network: the agent is made with it
+    snake = PRESETS["snake-dqn"]
+    agent = snake.make_agent(buffer_size=1_000)
+    try:
+        assert (snake.model, agent.env_name, agent.model.name) == ("snake_reference", snake.env,
+                                                                     "snake_reference")
+    finally:
+        agent.close()
+
+
+def test_a_preset_files_env_keywords_reach_the_env_it_makes():
+    from kerasrl.presets import Preset
+
+    preset = Preset("dqn", "FrozenLake-v1", 1_000, env_kwargs={"is_slippery": False})
+    agent = preset.make_agent(learning_starts=10)
+    try:
+        assert agent.env_name == "FrozenLake-v1(is_slippery=False)"
+        assert agent.env.envs[0].unwrapped.spec.kwargs["is_slippery"] is False
+    finally:
+        agent.close()
+
+
+def test_every_preset_is_listed_on_the_presets_page():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "presets.md").read_text()
+    assert [name for name in PRESETS if f"`{name}`" not in page] == []

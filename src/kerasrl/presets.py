@@ -49,6 +49,22 @@ class Preset:
     """Keyword arguments of `gymnasium.make(env, ...)` for training and evaluation (the env's own
     settings: `is_slippery=False`), as `kerasrl train --env-kwarg` gives them."""
 
+    def make_agent(self, **overrides):
+        """The preset's agent, as `kerasrl train --preset` makes it: its algorithm on its env (with
+        its env keywords), its model, its config with `overrides` over it (`seed=0`,
+        `n_envs=4`, `device="cpu"`, any config field). Train it with
+        `agent.fit(preset.total_steps)`."""
+        from kerasrl import registry
+        from kerasrl.envs.vector import env_with_kwargs
+
+        model = None
+        if self.model is not None:
+            from kerasrl.networks import model_builder
+
+            model = model_builder(self.model)
+        return registry.agent_class(self.algorithm)(env_with_kwargs(self.env, self.env_kwargs),
+                                                    model=model, **{**self.config, **overrides})
+
 
 PRESETS: dict[str, Preset] = {
     "cartpole-dqn": Preset(
@@ -83,14 +99,6 @@ PRESETS: dict[str, Preset] = {
         "DQN on LunarLander-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 Zoo "
         "hyperparameters (dqn.yml, the same as Acrobot's: 256-256 MLP, 4 gradient steps per "
         "round of 4 steps, 100k steps).",
-    ),
-    "mountaincar-dqn": Preset(
-        "dqn", "MountainCar-v0", 120_000,
-        dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000,
-             gamma=0.98, target_update_interval=600, train_freq=16, gradient_steps=8,
-             exploration_fraction=0.2, exploration_final_eps=0.07, hidden_sizes=(256, 256)),
-        "DQN on MountainCar-v0 with the RL Baselines3 Zoo hyperparameters (dqn.yml: lr 4e-3, "
-        "8 gradient steps every 16 env steps, 256-256 MLP, 120k steps).",
     ),
     "cartpole-c51": Preset(
         "c51", "CartPole-v1", 50_000,
@@ -134,6 +142,20 @@ PRESETS: dict[str, Preset] = {
         "hyperparameters (ppo.yml: 16 envs, 1024-step rollouts, gamma 0.999, entropy 0.01, "
         "1M steps).",
     ),
+    "lunarlander-continuous-ppo": Preset(
+        "ppo", "LunarLanderContinuous-v3", 1_000_000,
+        dict(n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
+             ent_coef=0.01),
+        "PPO on LunarLanderContinuous-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 "
+        "Zoo hyperparameters (ppo.yml: those of LunarLander-v3).",
+    ),
+    "mountaincar-ppo": Preset(
+        "ppo", "MountainCar-v0", 1_000_000,
+        dict(n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0,
+             normalize_observations=True, normalize_reward=True),
+        "PPO on MountainCar-v0 with the RL Baselines3 Zoo hyperparameters (ppo.yml: 16 envs, "
+        "16-step rollouts, normalized observations and rewards, 1M steps).",
+    ),
     "cartpole-novel-recurrent-ppo": Preset(
         "recurrent_ppo", "kerasrl/CartPoleNoVel-v1", 100_000,
         dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
@@ -150,6 +172,19 @@ PRESETS: dict[str, Preset] = {
         "a2c", "CartPole-v1", 500_000, dict(n_envs=8, ent_coef=0.0),
         "A2C on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (8 envs, 500k steps; the "
         "rest A2CConfig's defaults, Stable-Baselines3's: 5-step rollouts, RMSprop at 7e-4).",
+    ),
+    "acrobot-a2c": Preset(
+        "a2c", "Acrobot-v1", 500_000,
+        dict(n_envs=16, ent_coef=0.0, normalize_observations=True, normalize_reward=True),
+        "A2C on Acrobot-v1 with the RL Baselines3 Zoo hyperparameters (a2c.yml: 16 envs, "
+        "normalized observations and rewards, 500k steps; the rest SB3's defaults).",
+    ),
+    "lunarlander-a2c": Preset(
+        "a2c", "LunarLander-v3", 200_000,
+        dict(n_envs=8, gamma=0.995, n_steps=5, learning_rate=8.3e-4, lr_schedule="linear",
+             ent_coef=1e-5),
+        "A2C on LunarLander-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 Zoo "
+        "hyperparameters (a2c.yml: 8 envs, gamma 0.995, lin_0.00083, 200k steps).",
     ),
     "pendulum-a2c": Preset(
         "a2c", "Pendulum-v1", 1_000_000,

@@ -31,6 +31,8 @@ import os
 import sys
 import warnings
 
+import gymnasium as gym
+
 from kerasrl import backend
 from kerasrl.cli import evaluate, play, study, train
 from kerasrl.cli.common import settle_env
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
         print(f"kerasrl: error: {error}", file=sys.stderr)
         return 1
     except (backend.BackendError, ValueError, TypeError, KeyError, FloatingPointError,
-            ImportError) as error:
+            ImportError, gym.error.DependencyNotInstalled) as error:
         message = str(error)
         if "model_factory=" in message:
             message += " On the command line: --model-factory module:function."
