@@ -96,7 +96,9 @@ def test_values_beyond_any_return_are_diverging():
     _, caught = caught_warnings(lambda: feed(monitor, 30, 0.5, OBS, ONES, lambda: np.full(3, 250.0)))
     assert len(caught) == 1, caught  # reported once, though three checks saw it
     assert re.search(r"values are diverging: they reach 250, but with rewards of at most 1 and "
-                     r"gamma=0\.99 no return exceeds 100\. Lower learning_rate", caught[0])
+                     r"gamma=0\.99 no return exceeds 100\. Lower learning_rate \(now 0\.0001\), clip the "
+                     r"gradients harder \(max_grad_norm, now 10\), sync the target less often "
+                     r"\(target_update_interval, now 10000\), or scale the rewards\.$", caught[0])
     assert monitor.reported["diverging"] == caught[0]
 
 
@@ -126,7 +128,9 @@ def test_sarsa_with_huber_on_small_on_policy_batches_is_named():
 
 
 @pytest.mark.parametrize("observations, rewards, values, message", [
-    (OBS, ONES, np.array([np.nan]), r"values \(Q or V\) became NaN or inf"),
+    (OBS, ONES, np.array([np.nan]), r"values \(Q or V\) became NaN or inf\. Lower learning_rate "
+                                    r"\(now 0\.0003\), clip the gradients harder \(max_grad_norm, now "
+                                    r"0\.5\), and check the rewards"),
     (np.where(OBS > 1, np.inf, OBS), ONES, None, r"observations hold NaN or inf"),
     (OBS * 1e5, ONES, None, r"observations reach \d\.\d+e\+05.*normalize_observations=True"),
     (np.tile(OBS[:1], (32, 1)), ONES, None, r"All 32 observations of a training batch are identical"),

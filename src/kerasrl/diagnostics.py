@@ -242,6 +242,26 @@ def _beneath_kerasrl_wrappers(env):
     return env
 
 
+def _settings_fix(cfg) -> str:
+    """What to change against diverging values, with the settings the run has now (advice to set
+    max_grad_norm=10 to a run that has it already sends the user nowhere)."""
+    fixes = []
+    if hasattr(cfg, "learning_rate"):
+        fixes.append(f"lower learning_rate (now {cfg.learning_rate:g})")
+    clip = getattr(cfg, "max_grad_norm", "absent")
+    if clip is None:
+        fixes.append("set max_grad_norm (e.g. 10)")
+    elif clip != "absent":
+        fixes.append(f"clip the gradients harder (max_grad_norm, now {clip:g})")
+    interval, tau = getattr(cfg, "target_update_interval", None), getattr(cfg, "tau", None)
+    if interval is not None and (tau is None or tau >= 1.0):
+        fixes.append(f"sync the target less often (target_update_interval, now {interval})")
+    elif tau is not None:
+        fixes.append(f"move the target more slowly (tau, now {tau:g})")
+    text = ", ".join(fixes) or "lower the learning rate"
+    return text[0].upper() + text[1:]
+
+
 # -- reporting ----------------------------------------------------------------------------------
 class Monitor:
     """One agent's diagnostics: the checks run when it is made and at the start of each fit, and
@@ -360,8 +380,8 @@ class Monitor:
             values = np.asarray(values() if callable(values) else values)
             if not np.all(np.isfinite(values)):
                 self.report("values-nonfinite", (
-                    "The network's values (Q or V) became NaN or inf: lower learning_rate, set "
-                    "max_grad_norm, and check the rewards and observations for huge values."))
+                    f"The network's values (Q or V) became NaN or inf. {_settings_fix(self.config)}, "
+                    f"and check the rewards and observations for huge values."))
             elif values.size and diverging_values(float(np.abs(values).max()), self._max_reward,
                                                   gamma):
                 bound = value_bound(self._max_reward, gamma)
@@ -384,5 +404,4 @@ class Monitor:
                     f"the rare terminal ones, so the values drift upward (docs/agents.md). Use "
                     f"loss='mse', at least {SMALL_ON_POLICY_BATCH} transitions per batch "
                     f"(n_envs * n_steps) and learning_rate near 1e-3.")
-        return ("Lower learning_rate, set max_grad_norm (e.g. 10), sync the target less often, "
-                "or scale the rewards.")
+        return _settings_fix(cfg) + ", or scale the rewards."

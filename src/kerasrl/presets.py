@@ -31,6 +31,10 @@ ZOO_DQN_ACROBOT_LUNARLANDER = dict(
     target_update_interval=250, train_freq=4, gradient_steps=4, exploration_fraction=0.12,
     exploration_final_eps=0.1, hidden_sizes=(256, 256))
 
+# ppo.yml's settings for LunarLander-v3, which it gives LunarLanderContinuous-v3 too.
+ZOO_PPO_LUNARLANDER = dict(n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999,
+                           n_epochs=4, ent_coef=0.01)
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -135,17 +139,13 @@ PRESETS: dict[str, Preset] = {
         "256-step rollouts, normalized observations and rewards, 1M steps).",
     ),
     "lunarlander-ppo": Preset(
-        "ppo", "LunarLander-v3", 1_000_000,
-        dict(n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
-             ent_coef=0.01),
+        "ppo", "LunarLander-v3", 1_000_000, dict(ZOO_PPO_LUNARLANDER),
         "PPO on LunarLander-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 Zoo "
         "hyperparameters (ppo.yml: 16 envs, 1024-step rollouts, gamma 0.999, entropy 0.01, "
         "1M steps).",
     ),
     "lunarlander-continuous-ppo": Preset(
-        "ppo", "LunarLanderContinuous-v3", 1_000_000,
-        dict(n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
-             ent_coef=0.01),
+        "ppo", "LunarLanderContinuous-v3", 1_000_000, dict(ZOO_PPO_LUNARLANDER),
         "PPO on LunarLanderContinuous-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 "
         "Zoo hyperparameters (ppo.yml: those of LunarLander-v3).",
     ),
@@ -155,6 +155,15 @@ PRESETS: dict[str, Preset] = {
              normalize_observations=True, normalize_reward=True),
         "PPO on MountainCar-v0 with the RL Baselines3 Zoo hyperparameters (ppo.yml: 16 envs, "
         "16-step rollouts, normalized observations and rewards, 1M steps).",
+    ),
+    "bipedalwalker-ppo": Preset(
+        "ppo", "BipedalWalker-v3", 5_000_000,
+        dict(n_envs=32, n_steps=2048, batch_size=64, gae_lambda=0.95, gamma=0.999, n_epochs=10,
+             ent_coef=0.0, learning_rate=3e-4, clip_range=0.18, normalize_observations=True,
+             normalize_reward=True),
+        "PPO on BipedalWalker-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 Zoo "
+        "hyperparameters (ppo.yml: 32 envs, 2048-step rollouts, 10 epochs, clip 0.18, "
+        "normalized observations and rewards, 5M steps).",
     ),
     "cartpole-novel-recurrent-ppo": Preset(
         "recurrent_ppo", "kerasrl/CartPoleNoVel-v1", 100_000,
