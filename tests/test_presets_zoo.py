@@ -37,6 +37,10 @@ ZOO = {
     "mountaincar-ppo": ("ppo", "MountainCar-v0", 1_000_000, dict(
         n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0,
         normalize_observations=True, normalize_reward=True)),
+    "bipedalwalker-ppo": ("ppo", "BipedalWalker-v3", 5_000_000, dict(
+        n_envs=32, n_steps=2048, batch_size=64, gae_lambda=0.95, gamma=0.999, n_epochs=10,
+        ent_coef=0.0, learning_rate=3e-4, clip_range=0.18, normalize_observations=True,
+        normalize_reward=True)),
     "acrobot-a2c": ("a2c", "Acrobot-v1", 500_000, dict(
         n_envs=16, ent_coef=0.0, normalize_observations=True, normalize_reward=True)),
     "lunarlander-a2c": ("a2c", "LunarLander-v3", 200_000, dict(  # lin_0.00083
