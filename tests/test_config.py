@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from kerasrl.config import DDPGConfig, DQNConfig, PPOConfig, SACConfig, SARSAConfig, TD3Config
+from kerasrl.config import (C51Config, DDPGConfig, DQNConfig, NAFConfig, PPOConfig, QRDQNConfig,
+                            SACConfig, SARSAConfig, TD3Config)
 
 
 @pytest.mark.parametrize("name, value", [
@@ -54,6 +55,22 @@ def test_defaults():
     config = DQNConfig()
     assert config.tau == 1.0 and config.gamma == 0.99 and config.loss == "huber"
     assert config.hidden_sizes == (64, 64)
+
+
+@pytest.mark.parametrize("config_class", [DQNConfig, QRDQNConfig, C51Config, DDPGConfig, TD3Config,
+                                          SACConfig, NAFConfig])
+def test_gradient_steps_minus_one_is_sb3s_one_per_env_step_of_a_round(config_class):
+    # The RL Zoo's dqn.yml, td3.yml and sac.yml write gradient_steps: -1.
+    assert config_class(gradient_steps=-1, train_freq=4, n_envs=3).gradient_steps == 12
+    assert config_class(gradient_steps=-1, train_freq=1).to_dict()["gradient_steps"] == 1
+    with pytest.raises(ValueError, match=r"^gradient_steps must be at least 1, or -1 \(one per env step "
+                                         r"of a round: train_freq \* n_envs\), got -2\.$"):
+        config_class(gradient_steps=-2)
+
+
+def test_gradient_steps_minus_one_is_refused_where_there_is_no_train_freq():
+    with pytest.raises(ValueError, match=r"^gradient_steps must be at least 1, got -1\.$"):
+        SARSAConfig(gradient_steps=-1)
 
 
 def test_config_is_frozen_and_keyword_only():

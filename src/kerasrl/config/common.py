@@ -261,6 +261,20 @@ class HindsightConfig(CommonConfig):
               self.hindsight_strategy, "'future', 'final' or 'episode'")
 
 
+# gradient_steps=-1 as Stable-Baselines3 reads it, for the agents that take a train_freq.
+GRADIENT_STEPS_HELP = ("Gradient steps per training round (fused into one compiled call); -1: one per "
+                       "env step of the round, train_freq * n_envs (Stable-Baselines3's -1).")
+GRADIENT_STEPS_EXPECTED = "at least 1, or -1 (one per env step of a round: train_freq * n_envs)"
+
+
+def resolve_gradient_steps(config) -> None:
+    """Stable-Baselines3's `gradient_steps=-1` (as many gradient steps as the env steps a round
+    collected) as the number it stands for, train_freq * n_envs, where the config is made: the
+    config holds, saves and reports that number."""
+    if config.gradient_steps == -1 and config.train_freq >= 1 and config.n_envs >= 1:
+        object.__setattr__(config, "gradient_steps", config.train_freq * config.n_envs)
+
+
 def check(ok: bool, name: str, value, expected: str) -> None:
     """Raise a ValueError naming the field, its value and what it must be."""
     if not ok:

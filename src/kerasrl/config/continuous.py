@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kerasrl.config.common import HindsightConfig, check, hp
+from kerasrl.config.common import (GRADIENT_STEPS_EXPECTED, GRADIENT_STEPS_HELP, HindsightConfig, check,
+                                   hp, resolve_gradient_steps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,13 +27,14 @@ class ContinuousConfig(HindsightConfig):
     batch_size: int = hp(256, "Transitions per gradient step.")
     tau: float = hp(0.005, "Polyak step of the target networks at each target update.")
     train_freq: int = hp(1, "Env steps (per env) between training rounds.")
-    gradient_steps: int = hp(1, "Gradient steps per training round (fused into one compiled call).")
+    gradient_steps: int = hp(1, GRADIENT_STEPS_HELP)
     normalize_observations: bool = hp(False, "Normalize observations with running mean/var of the observations "
                                              "acted on (keras-rl's WhiteningNormalizerProcessor; kept in the "
                                              "policy); the replay buffer keeps raw ones.")
     clip_obs: float = hp(10.0, "With normalize_observations: clip normalized observations to +-clip_obs.")
 
     def __post_init__(self):
+        resolve_gradient_steps(self)
         super().__post_init__()
         check(self.clip_obs > 0, "clip_obs", self.clip_obs, "positive")
         check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
@@ -40,7 +42,7 @@ class ContinuousConfig(HindsightConfig):
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(0.0 < self.tau <= 1.0, "tau", self.tau, "in (0, 1]")
         check(self.train_freq >= 1, "train_freq", self.train_freq, "at least 1")
-        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, "at least 1")
+        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, GRADIENT_STEPS_EXPECTED)
 
 
 ACTION_NOISES = ("normal", "ornstein_uhlenbeck", "none")

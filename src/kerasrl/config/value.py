@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kerasrl.config.common import CommonConfig, HindsightConfig, check, hp
+from kerasrl.config.common import (GRADIENT_STEPS_EXPECTED, GRADIENT_STEPS_HELP, CommonConfig,
+                                   HindsightConfig, check, hp, resolve_gradient_steps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +34,8 @@ class QConfig(CommonConfig):
     def __post_init__(self):
         super().__post_init__()
         check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "non-negative")
-        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps, "at least 1")
+        check(self.gradient_steps >= 1, "gradient_steps", self.gradient_steps,
+              GRADIENT_STEPS_EXPECTED if hasattr(self, "train_freq") else "at least 1")
         check(self.target_update_interval >= 1, "target_update_interval",
               self.target_update_interval, "at least 1")
         check(0.0 < self.tau <= 1.0, "tau", self.tau, "in (0, 1] (1.0 is a hard copy)")
@@ -57,6 +59,7 @@ class DQNConfig(QConfig, HindsightConfig):
     buffer_size: int = hp(100_000, "Replay capacity in transitions (preallocated).")
     batch_size: int = hp(32, "Transitions per gradient step.")
     train_freq: int = hp(4, "Env steps (per env) between training rounds.")
+    gradient_steps: int = hp(1, GRADIENT_STEPS_HELP)
     double_q: bool = hp(False, "Double DQN: the online net picks the next action, the target values it.")
     dueling: bool = hp(False, "Dueling head (value + advantage streams) on the model, or the default MLP torso.")
     n_step_return: int = hp(1, "Rewards summed before bootstrapping: the n of an n-step return (stops "
@@ -70,6 +73,7 @@ class DQNConfig(QConfig, HindsightConfig):
                                    "epsilon-greedy from the untrained network (as the snake-dqn reference).")
 
     def __post_init__(self):
+        resolve_gradient_steps(self)
         super().__post_init__()
         check(self.buffer_size >= 1, "buffer_size", self.buffer_size, "at least 1")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
