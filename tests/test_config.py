@@ -297,6 +297,36 @@ def test_sb3_code_run_unchanged_says_what_to_write_instead():
         kerasrl.DQN("FrozenLake-v1", env_kwargs={"is_slippery": False})
 
 
+def test_sb3_continuous_control_settings_port_or_say_their_form_here():
+    """SB3's TD3/SAC keywords: train_freq=(4, "step") is taken as 4; an episode-counted
+    train_freq, an action-noise object, SAC's ent_coef and gSDE name kerasrl's form."""
+    import kerasrl
+
+    assert TD3Config(train_freq=(4, "step")).train_freq == 4
+    assert DQNConfig(train_freq=[8, "step"]).train_freq == 8
+    with pytest.raises(TypeError, match=r"train_freq must be an int, got \(1, 'episode'\) \(tuple\)\. "
+                                        r"'train_freq' \(Stable-Baselines3's\): .*\(1, 'episode'\), are "
+                                        r"not offered: train_freq=1 trains after every step\.$"):
+        TD3Config(train_freq=(1, "episode"))
+
+    class NormalActionNoise:  # stable_baselines3.common.noise's, as SB3 users pass it
+        def __repr__(self):
+            return "NormalActionNoise(mu=[0.], sigma=[0.1])"
+
+    with pytest.raises(TypeError, match=r"action_noise must be a string, got NormalActionNoise\(.*\)\. "
+                                        r"'action_noise' \(Stable-Baselines3's\): .*action_noise='normal', "
+                                        r"action_noise_std=0\.1 \(both add it to the action scaled to "
+                                        r"\[-1, 1\]\)"):
+        TD3Config(action_noise=NormalActionNoise())
+    with pytest.raises(TypeError, match=r"no field 'ent_coef'\. 'ent_coef' \(Stable-Baselines3 SAC's\): "
+                                        r"ent_coef='auto' is auto_entropy=True \(the default\), 'auto_0\.1' "
+                                        r"adds ent_coef_init=0\.1"):
+        kerasrl.SAC("Pendulum-v1", ent_coef="auto_0.1")
+    with pytest.raises(TypeError, match=r"no field 'use_sde'\. 'use_sde' \(Stable-Baselines3's\): gSDE is "
+                                        r"not offered"):
+        kerasrl.SAC("Pendulum-v1", use_sde=True)
+
+
 def test_keras_rl_code_run_unchanged_says_what_to_write_instead():
     """docs/guides/from-keras-rl.md: keras-rl's DQNAgent keywords, compile, fit(env, nb_steps=...),
     test and save_weights each stop where they are written, naming kerasrl's way."""

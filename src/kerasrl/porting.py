@@ -32,6 +32,13 @@ CONFIG_KEYWORDS = {
                                                  "prioritizes (DQN)"),
     "replay_buffer_kwargs": ("Stable-Baselines3", "HerReplayBuffer's n_sampled_goal and goal_selection_strategy "
                                                   "are hindsight_goals=4 and hindsight_strategy='future'"),
+    "ent_coef": ("Stable-Baselines3 SAC", "ent_coef='auto' is auto_entropy=True (the default), "
+                                            "'auto_0.1' adds ent_coef_init=0.1, and a number x is "
+                                            "auto_entropy=False, ent_coef_init=x"),
+    "use_sde": ("Stable-Baselines3", "gSDE is not offered: SAC and PPO explore with their Gaussian "
+                                     "policy, TD3 and DDPG with action_noise='normal' or "
+                                     "'ornstein_uhlenbeck'"),
+    "sde_sample_freq": ("Stable-Baselines3", "gSDE is not offered (use_sde)"),
     "n_sampled_goal": ("Stable-Baselines3", "hindsight_goals=4"),
     "goal_selection_strategy": ("Stable-Baselines3", "hindsight_strategy='future'"),
     # keras-rl
@@ -54,6 +61,20 @@ CONFIG_KEYWORDS = {
     "custom_model_objects": ("keras-rl", "not needed: checkpoints hold the model's own Keras serialization"),
 }
 """Constructor keywords that are not config fields here: (whose, where their job is done)."""
+
+VALUE_FORMS = {
+    "train_freq": ("Stable-Baselines3", "train_freq counts env steps per env between training rounds: "
+                                        "SB3's (4, 'step') is train_freq=4 (taken as it is); rounds at "
+                                        "episode ends, (1, 'episode'), are not offered: train_freq=1 "
+                                        "trains after every step"),
+    "action_noise": ("Stable-Baselines3", "the noise is named and scaled by keywords: "
+                                          "NormalActionNoise(mean, sigma=0.1 * ones) is "
+                                          "action_noise='normal', action_noise_std=0.1 (both add it to the "
+                                          "action scaled to [-1, 1]); OrnsteinUhlenbeckActionNoise is "
+                                          "action_noise='ornstein_uhlenbeck' with action_noise_std and "
+                                          "ou_theta"),
+}
+"""Config fields that other libraries fill with another kind of value: (whose, the form here)."""
 
 METHODS = {
     "learn": ("Stable-Baselines3", "train with agent.fit(total_steps=...)"),

@@ -139,12 +139,31 @@ def check_types(config) -> None:
     hints = _type_hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        ok, converted = _as_type(value, hints[f.name])
+        ok, converted = _as_type(_sb3_form(f.name, value), hints[f.name])
         if not ok:
             raise TypeError(f"{type(config).__name__}: {f.name} must be {_describe_type(hints[f.name])}, "
-                            f"got {value!r} ({type(value).__name__}).{_schedule_hint(config, f.name, value)}")
+                            f"got {value!r} ({type(value).__name__}).{_schedule_hint(config, f.name, value)}"
+                            f"{_value_form_hint(f.name, value)}")
         if converted is not value:
             object.__setattr__(config, f.name, converted)
+
+
+def _sb3_form(name: str, value):
+    """Stable-Baselines3's `train_freq=(4, "step")` as the number of steps it is; anything else
+    as it is."""
+    if (name == "train_freq" and isinstance(value, (tuple, list)) and len(value) == 2
+            and value[1] == "step"):
+        return value[0]
+    return value
+
+
+def _value_form_hint(name: str, value) -> str:
+    """For another library's kind of value in a field (SB3's NormalActionNoise object, a
+    train_freq counted in episodes): the form kerasrl takes."""
+    if isinstance(value, str):
+        return ""
+    said = porting.hint(porting.VALUE_FORMS, name)
+    return f" {said}." if said else ""
 
 
 def _schedule_hint(config, name: str, value) -> str:
