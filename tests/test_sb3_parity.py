@@ -31,6 +31,7 @@ def torch_one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.backend
 def test_dqn_updates_equal_stable_baselines3s(torch_one_thread):
     torch = torch_one_thread
     from stable_baselines3 import DQN as SB3DQN
