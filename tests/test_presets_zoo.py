@@ -134,3 +134,185 @@ def test_every_preset_is_listed_on_the_presets_page():
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "presets.md").read_text()
     assert [name for name in PRESETS if f"`{name}`" not in page] == []
+
+
+# The RL Zoo's entries as its hyperparams/*.yml files write them (the zoo's own text; QR-DQN's
+# Acrobot entry with its quantiles in policy_kwargs).
+ZOO_YML = {
+    "dqn.yml": """
+LunarLander-v3:
+  n_timesteps: !!float 1e5
+  policy: 'MlpPolicy'
+  learning_rate: !!float 6.3e-4
+  batch_size: 128
+  buffer_size: 50000
+  learning_starts: 0
+  gamma: 0.99
+  target_update_interval: 250
+  train_freq: 4
+  gradient_steps: -1
+  exploration_fraction: 0.12
+  exploration_final_eps: 0.1
+  policy_kwargs: "dict(net_arch=[256, 256])"
+""",
+    "ppo.yml": """
+Acrobot-v1:
+  normalize: true
+  n_envs: 16
+  n_timesteps: !!float 1e6
+  policy: 'MlpPolicy'
+  n_steps: 256
+  gae_lambda: 0.94
+  gamma: 0.99
+  n_epochs: 4
+  ent_coef: 0.0
+BipedalWalker-v3:
+  normalize: true
+  n_envs: 32
+  n_timesteps: !!float 5e6
+  policy: 'MlpPolicy'
+  n_steps: 2048
+  batch_size: 64
+  gae_lambda: 0.95
+  gamma: 0.999
+  n_epochs: 10
+  ent_coef: 0.0
+  learning_rate: !!float 3e-4
+  clip_range: 0.18
+LunarLander-v3:
+  n_envs: 16
+  n_timesteps: !!float 1e6
+  policy: 'MlpPolicy'
+  n_steps: 1024
+  batch_size: 64
+  gae_lambda: 0.98
+  gamma: 0.999
+  n_epochs: 4
+  ent_coef: 0.01
+MountainCarContinuous-v0:
+  normalize: true
+  n_envs: 1
+  n_timesteps: !!float 20000
+  policy: 'MlpPolicy'
+  batch_size: 256
+  n_steps: 8
+  gamma: 0.9999
+  learning_rate: !!float 7.77e-05
+  ent_coef: 0.00429
+  clip_range: 0.1
+  n_epochs: 10
+  gae_lambda: 0.9
+  max_grad_norm: 5
+  vf_coef: 0.19
+  use_sde: True
+  policy_kwargs: "dict(log_std_init=-3.29, ortho_init=False)"
+""",
+    "a2c.yml": """
+LunarLander-v3:
+  n_envs: 8
+  n_timesteps: !!float 2e5
+  policy: 'MlpPolicy'
+  gamma: 0.995
+  n_steps: 5
+  learning_rate: lin_0.00083
+  ent_coef: 0.00001
+""",
+    "sac.yml": """
+LunarLanderContinuous-v3:
+  n_timesteps: !!float 5e5
+  policy: 'MlpPolicy'
+  batch_size: 256
+  learning_rate: lin_7.3e-4
+  buffer_size: 1000000
+  ent_coef: 'auto'
+  gamma: 0.99
+  tau: 0.01
+  train_freq: 1
+  gradient_steps: 1
+  learning_starts: 10000
+  policy_kwargs: "dict(net_arch=[400, 300])"
+""",
+    "td3.yml": """
+MountainCarContinuous-v0:
+  n_timesteps: 300000
+  policy: 'MlpPolicy'
+  noise_type: 'ornstein-uhlenbeck'
+  noise_std: 0.5
+  gradient_steps: 1
+  train_freq: 1
+  learning_rate: !!float 1e-3
+  batch_size: 256
+  policy_kwargs: "dict(net_arch=[400, 300])"
+""",
+    "qrdqn.yml": """
+Acrobot-v1:
+  n_timesteps: !!float 1e5
+  policy: 'MlpPolicy'
+  learning_rate: !!float 6.3e-4
+  batch_size: 128
+  buffer_size: 50000
+  learning_starts: 0
+  gamma: 0.99
+  target_update_interval: 250
+  train_freq: 4
+  gradient_steps: -1
+  exploration_fraction: 0.12
+  exploration_final_eps: 0.1
+  policy_kwargs: "dict(net_arch=[256, 256], n_quantiles=25)"
+""",
+}
+
+
+@pytest.fixture
+def zoo_files(tmp_path):
+    for name, text in ZOO_YML.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("spec, preset", [
+    ("dqn.yml:LunarLander-v3", "lunarlander-dqn"),
+    ("ppo.yml:Acrobot-v1", "acrobot-ppo"),
+    ("ppo.yml:BipedalWalker-v3", "bipedalwalker-ppo"),
+    ("ppo.yml:LunarLander-v3", "lunarlander-ppo"),
+    ("a2c.yml:LunarLander-v3", "lunarlander-a2c"),
+])
+def test_an_rl_zoo_entry_reads_as_the_preset_written_from_it(zoo_files, spec, preset):
+    from kerasrl import registry
+    from kerasrl.presets import get_preset
+
+    read, written = get_preset(str(zoo_files / spec)), PRESETS[preset]
+    assert (read.algorithm, read.env, read.total_steps) == (written.algorithm, written.env,
+                                                            written.total_steps)
+    config = registry.config_class(read.algorithm)
+    assert config(**read.config) == config(**written.config)  # gradient_steps -1 is 4 here
+
+
+def test_rl_zoo_forms_translate_and_what_kerasrl_cannot_honour_is_refused(zoo_files):
+    from kerasrl.presets import get_preset
+
+    sac = get_preset(str(zoo_files / "sac.yml:LunarLanderContinuous-v3"))
+    assert sac.config == dict(batch_size=256, learning_rate=7.3e-4, lr_schedule="linear",
+                              buffer_size=1_000_000, auto_entropy=True, gamma=0.99, tau=0.01,
+                              train_freq=1, gradient_steps=1, learning_starts=10_000,
+                              hidden_sizes=(400, 300))
+    td3 = get_preset(str(zoo_files / "td3.yml:MountainCarContinuous-v0"))
+    assert (td3.config["action_noise"], td3.config["action_noise_std"]) == ("ornstein_uhlenbeck", 0.5)
+    qrdqn = get_preset(str(zoo_files / "qrdqn.yml:Acrobot-v1"))
+    assert qrdqn.config["n_quantiles"] == 25 and qrdqn.config["hidden_sizes"] == (256, 256)
+    with pytest.raises(ValueError, match=r"ppo\.yml:MountainCarContinuous-v0 sets what kerasrl's ppo "
+                                         r"does not take: use_sde \(gSDE is not offered"):
+        get_preset(str(zoo_files / "ppo.yml:MountainCarContinuous-v0"))
+    with pytest.raises(ValueError, match=r"has no entry 'CartPole-v9'; it has Acrobot-v1, BipedalWalker-v3"):
+        get_preset(str(zoo_files / "ppo.yml:CartPole-v9"))
+
+
+def test_kerasrl_train_runs_an_rl_zoo_entry(zoo_files, tmp_path, capsys):
+    run = tmp_path / "zoo-run"
+    code, out, err = run_main(capsys, "train", "--preset", zoo_files / "dqn.yml:LunarLander-v3",
+                              "--steps", 300, "--set", "buffer_size=1000", "--out", run,
+                              "--no-progress", "--eval-episodes", 1)
+    assert code == 0, err
+    config = json.loads((run / "config.json").read_text())
+    assert (config["algorithm"], config["env"]) == ("dqn", "LunarLander-v3")
+    assert config["config"]["gradient_steps"] == 4 and config["config"]["learning_rate"] == 6.3e-4

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kerasrl import rl_zoo
 from kerasrl.registry import SNAKE_TIME_LIMIT_ID
 
-__all__ = ["PRESETS", "Preset", "get_preset", "load_preset_file"]
+__all__ = ["PRESETS", "Preset", "get_preset", "load_preset_file", "preset_from_rl_zoo"]
 
 
 # -- presets: named, tested hyperparameter sets (`kerasrl train --preset NAME`) ------------------
@@ -365,14 +366,24 @@ del _game
 
 def get_preset(name: str) -> Preset:
     """The preset called `name`, or read from the preset file `name` (a path ending in .json, as
-    `kerasrl tune` writes), or a KeyError that lists the known ones."""
+    `kerasrl tune` writes), or an RL Baselines3 Zoo entry `FILE.yml:ENV` (kerasrl.rl_zoo), or a
+    KeyError that lists the known ones."""
     if name not in PRESETS and name.endswith(".json"):
         return load_preset_file(name)
+    if name not in PRESETS and (".yml:" in name or ".yaml:" in name):
+        return preset_from_rl_zoo(*rl_zoo.read_entry(name))
     try:
         return PRESETS[name]
     except KeyError:
         raise KeyError(f"Unknown preset {name!r}. Known presets: {', '.join(sorted(PRESETS))}; "
-                       f"or pass a preset file (.json).") from None
+                       f"or pass a preset file (.json), or an RL Zoo entry (hyperparams/ppo.yml:ENV).") from None
+
+
+def preset_from_rl_zoo(algorithm: str, env: str, entry: dict[str, Any]) -> Preset:
+    """The preset an RL Baselines3 Zoo entry describes: `algorithm` as the zoo names it (its
+    file's name: "ppo", "ppo_lstm"), `entry` one env's settings as `yaml.safe_load` gives them
+    (kerasrl.rl_zoo says what is translated and what is refused)."""
+    return Preset(**rl_zoo.preset_fields(algorithm, env, entry))
 
 
 def load_preset_file(path) -> Preset:
