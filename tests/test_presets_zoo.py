@@ -25,6 +25,10 @@ ZOO = {
         learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
         target_update_interval=250, train_freq=4, gradient_steps=4, exploration_fraction=0.12,
         exploration_final_eps=0.1, hidden_sizes=(256, 256))),
+    "mountaincar-dqn": ("dqn", "MountainCar-v0", 120_000, dict(
+        learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000, gamma=0.98,
+        target_update_interval=600, train_freq=16, gradient_steps=8, exploration_fraction=0.2,
+        exploration_final_eps=0.07, hidden_sizes=(256, 256))),
     "acrobot-ppo": ("ppo", "Acrobot-v1", 1_000_000, dict(
         n_envs=16, n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0,
         normalize_observations=True, normalize_reward=True)),

@@ -9,7 +9,7 @@ weights within 9.8e-7 (relative); leaving out SB3's sync at update 10 moves them
 3.2e-2. The two compute the same arithmetic in a different order, so the float rounding of one
 and the other part slowly; after about 90 updates of this data a ReLU unit sitting at zero for one
 sample tips one way in one and the other in the other, and they part faster (5e-2 at 200), as any
-two implementations do. Where the MountainCar DQN gap of docs/presets.md is not: in the update.
+two implementations do. (docs/presets.md: MountainCar's DQN runs, kerasrl's and SB3's.)
 """
 
 from __future__ import annotations

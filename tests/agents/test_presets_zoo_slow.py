@@ -32,8 +32,8 @@ def preset_returns_until(name: str, bar: float, needed: int, seeds=range(3)) -> 
     return returns
 
 
-# name: (bar, how many of seeds 0-2 reach it). What seeds 0, 1, 2 reached on JAX (docs/presets.md)
-# beside each; LunarLander: a random policy scores about -180, a lander that hovers about -100.
+# name: (bar, how many of seeds 0-2, or of the seeds given, reach it). What the seeds reached on
+# JAX (docs/presets.md) beside each; LunarLander: a random policy scores about -180, a lander that hovers about -100.
 BARS = {
     "lunarlander-ppo": (200.0, 2),  # 252.2, 239.3, 239.5
     "lunarlander-continuous-ppo": (200.0, 2),  # 269.6, 264.8, 266.0
@@ -43,11 +43,14 @@ BARS = {
     "acrobot-a2c": (-110.0, 2),  # -87.0, -79.3, -77.8
     "acrobot-dqn": (-100.0, 2),  # -113.7, -75.3, -69.6
     "mountaincar-ppo": (-150.0, 2),  # -120.8, -110.3, -113.4
+    # seeds 0-4: -118.2, -200.0, -171.2, -133.7, -165.3 (SB3 here: -106.5, -111.2, -119.2,
+    # -135.5, -200.0): one seed in five never finds the flag, so five seeds to find two
+    "mountaincar-dqn": (-190.0, 2, range(5)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(BARS))
 def test_the_zoo_presets_learn(name):
-    bar, needed = BARS[name]
-    returns = preset_returns_until(name, bar, needed)
+    bar, needed, *seeds = BARS[name]
+    returns = preset_returns_until(name, bar, needed, *seeds)
     assert sum(r >= bar for r in returns) >= needed, returns
