@@ -111,6 +111,15 @@ def test_a_preset_makes_its_agent_in_python_with_overrides():
         assert fields["learning_rate"] == 6.3e-4 and tuple(fields["hidden_sizes"]) == (256, 256)
     finally:
         agent.close()
+    # a model of the user's over the preset's default network
+    from kerasrl.networks import mlp
+
+    mine = mlp((8,), 4, (32,), name="mine")
+    agent = preset.make_agent(model=mine, buffer_size=2_000)
+    try:
+        assert agent.model is mine and agent.config.learning_rate == 6.3e-4
+    finally:
+        agent.close()
     # a preset with its own network: the agent is made with it
     snake = PRESETS["snake-dqn"]
     agent = snake.make_agent(buffer_size=1_000)

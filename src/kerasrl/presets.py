@@ -57,18 +57,17 @@ class Preset:
     def make_agent(self, **overrides):
         """The preset's agent, as `kerasrl train --preset` makes it: its algorithm on its env (with
         its env keywords), its model, its config with `overrides` over it (`seed=0`,
-        `n_envs=4`, `device="cpu"`, any config field). Train it with
-        `agent.fit(preset.total_steps)`."""
+        `n_envs=4`, `device="cpu"`, `model=` a Keras model of yours, any config field). Train it
+        with `agent.fit(preset.total_steps)`."""
         from kerasrl import registry
         from kerasrl.envs.vector import env_with_kwargs
 
-        model = None
-        if self.model is not None:
+        if "model" not in overrides and self.model is not None:
             from kerasrl.networks import model_builder
 
-            model = model_builder(self.model)
+            overrides = {**overrides, "model": model_builder(self.model)}
         return registry.agent_class(self.algorithm)(env_with_kwargs(self.env, self.env_kwargs),
-                                                    model=model, **{**self.config, **overrides})
+                                                    **{**self.config, **overrides})
 
 
 PRESETS: dict[str, Preset] = {
