@@ -63,6 +63,7 @@ def test_gradient_steps_minus_one_is_sb3s_one_per_env_step_of_a_round(config_cla
     # The RL Zoo's dqn.yml, td3.yml and sac.yml write gradient_steps: -1.
     assert config_class(gradient_steps=-1, train_freq=4, n_envs=3).gradient_steps == 12
     assert config_class(gradient_steps=-1, train_freq=1).to_dict()["gradient_steps"] == 1
+    assert config_class(gradient_steps=-1, train_freq=(2, "step"), n_envs=2).gradient_steps == 4
     with pytest.raises(ValueError, match=r"^gradient_steps must be at least 1, or -1 \(one per env step "
                                          r"of a round: train_freq \* n_envs\), got -2\.$"):
         config_class(gradient_steps=-2)

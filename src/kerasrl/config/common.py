@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import numbers
 import types
 import typing
 import warnings
@@ -290,8 +291,13 @@ def resolve_gradient_steps(config) -> None:
     """Stable-Baselines3's `gradient_steps=-1` (as many gradient steps as the env steps a round
     collected) as the number it stands for, train_freq * n_envs, where the config is made: the
     config holds, saves and reports that number."""
-    if config.gradient_steps == -1 and config.train_freq >= 1 and config.n_envs >= 1:
-        object.__setattr__(config, "gradient_steps", config.train_freq * config.n_envs)
+    if config.gradient_steps != -1:
+        return
+    train_freq = _sb3_form("train_freq", config.train_freq)  # SB3's (4, "step") too
+    counts = (train_freq, config.n_envs)
+    if all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1 for n in counts):
+        object.__setattr__(config, "gradient_steps", int(train_freq) * int(config.n_envs))
+    # else the type and range checks refuse train_freq or n_envs, naming them
 
 
 def check(ok: bool, name: str, value, expected: str) -> None:
