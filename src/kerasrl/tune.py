@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from kerasrl import registry
 from kerasrl.callbacks import OnEvaluation
-from kerasrl.envs import env_with_kwargs
+from kerasrl.presets import Preset
 from kerasrl.envs.vector import check_env_kwargs
 
 NET_ARCH = {"tiny": (64,), "small": (64, 64), "medium": (256, 256)}
@@ -135,7 +135,7 @@ def run_trial(algorithm: str, env_id: str, config: dict, steps: int, eval_every:
 
     `report(step, mean_return)` is called after each evaluation; returning True stops the trial
     (the pruner's verdict). `env_kwargs`: the env's own keywords, gymnasium.make(env_id, ...)."""
-    agent = registry.agent_class(algorithm)(env_with_kwargs(env_id, env_kwargs or {}), **config)
+    agent = Preset(algorithm, env_id, steps, config, env_kwargs=env_kwargs or {}).make_agent()
     seen = []
 
     def record(evaluation):

@@ -14,10 +14,10 @@ import numpy as np
 from kerasrl import backend, registry
 from kerasrl.cli.common import (MODEL_FACTORY_HELP, add_env_arguments, add_env_kwargs_argument, count,
                                 import_factory, parse_assignment, saved_env, show_info_lines)
-from kerasrl.envs import env_with_kwargs, evaluation_env
+from kerasrl.envs import evaluation_env
 from kerasrl.envs.vector import check_env_kwargs
 from kerasrl.logger import env_figures, episodes
-from kerasrl.presets import PRESETS, get_preset
+from kerasrl.presets import PRESETS, Preset, get_preset
 from kerasrl.runfiles import RunLock, writing
 
 
@@ -133,17 +133,13 @@ def cmd_train(args) -> int:
         hyperparameters["vectorization"] = args.vectorization
     out = Path(args.out or f"runs/{algorithm}-{env_id.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
     args.hold.enter_context(RunLock(out))  # until the command ends; refused if another trains there
-    model = None
-    if model_name is not None:
-        from kerasrl.networks import model_builder
-
-        model = model_builder(model_name)
+    # The run as a preset of its own: its agents are made as `Preset.make_agent` makes any preset's.
+    recipe = Preset(algorithm, env_id, steps, hyperparameters, model=model_name, env_kwargs=env_kwargs)
     run = dict(algorithm=algorithm, env_id=env_id, env_kwargs=env_kwargs, steps=steps,
                model_name=model_name, eval_kwargs=eval_kwargs)
     if args.seeds is not None:
-        return _train_seeds(args, out, model, hyperparameters, **run)
-    agent = registry.agent_class(algorithm)(env_with_kwargs(env_id, env_kwargs), model=model,
-                                            device=args.device, **hyperparameters)
+        return _train_seeds(args, out, recipe, **run)
+    agent = recipe.make_agent(device=args.device)
     _write_run_config(out, agent, **run)
     callback, save_best, stopper = _train_callbacks(args, out)
     eval_env = evaluation_env(env_id, eval_kwargs)
@@ -200,7 +196,7 @@ def _evaluate_run(agent, out: Path, eval_env, episodes: int, train_time: float) 
     return result
 
 
-def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
+def _train_seeds(args, out: Path, recipe: Preset, **run) -> int:
     """`kerasrl train ... --seeds 0-15`: one run folder per seed (RUN/seed-K), trained together
     (kerasrl.fit_seeds: one compiled call for every seed on a keras.ops env)."""
     import kerasrl
@@ -218,14 +214,11 @@ def _train_seeds(args, out: Path, model, hyperparameters: dict, **run) -> int:
         seeds = parse_seeds(args.seeds)
     except ValueError as error:
         raise SystemExit(f"--seeds: {error}") from None
-    agent_class = registry.agent_class(run["algorithm"])
-    env = env_with_kwargs(run["env_id"], run["env_kwargs"])
-    agents = [agent_class(env, model=model, device=args.device, **{**hyperparameters, "seed": seed})
-              for seed in seeds]
+    agents = [recipe.make_agent(device=args.device, seed=seed) for seed in seeds]
     folders = [out / f"seed-{seed}" for seed in seeds]
     for agent, folder in zip(agents, folders):
         _write_run_config(folder, agent, **run)
-    print(f"Training {agent_class.__name__} on {run['env_id']} for {run['steps']} steps, seeds "
+    print(f"Training {type(agents[0]).__name__} on {run['env_id']} for {run['steps']} steps, seeds "
           f"{args.seeds} ({len(seeds)} runs), backend {backend.NAME}, writing to {out}/seed-*", flush=True)
     start = time.perf_counter()
     kerasrl.fit_seeds(agents, run["steps"], progress=not args.no_progress, log_dirs=folders)
