@@ -1,6 +1,6 @@
 """Run in a subprocess with KERAS_BACKEND set: one backend's side of the continuous parity test.
 
-    python tests/continuous_parity_worker.py OUT_DIR CASE [CASE ...]     (CASE: td3, sac, ddpg, naf)
+    python tests/continuous_parity_worker.py OUT_DIR CASE [CASE ...]     (CASE: td3, sac, tqc, ddpg, naf)
 
 Initial weights, batches and every noise the losses read come from numpy with fixed seeds, so the
 three backends see the same numbers. 200 gradient steps: 100 rounds of one step, then 25 rounds
@@ -18,7 +18,7 @@ from kerasrl import backend
 
 from parity_worker import init_weights
 
-CLASSES = {"td3": "TD3", "sac": "SAC", "ddpg": "DDPG", "naf": "NAF"}
+CLASSES = {"td3": "TD3", "sac": "SAC", "tqc": "TQC", "ddpg": "DDPG", "naf": "NAF"}
 ROUNDS = [1] * 100 + [4] * 25  # gradient steps per round: 200 in all
 BATCH = 32
 

@@ -397,10 +397,11 @@ SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidd
 @pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("agent_name", [pytest.param("TD3", marks=pytest.mark.slow),
                                         pytest.param("SAC", marks=pytest.mark.slow),
+                                        "TQC",  # SAC's step with its three differences: 8 s
                                         pytest.param("DDPG", marks=pytest.mark.slow),
                                         pytest.param("NAF", marks=pytest.mark.slow)])
 def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_update(agent_name):
-    """`fit` on an ops env runs DDPG, TD3, SAC and NAF in the compiled loop (their registration names
+    """`fit` on an ops env runs DDPG, TD3, SAC, TQC and NAF in the compiled loop (their registration names
     it, tests/test_compiled_fit.py runs it); its gradient steps on a batch it samples (with the
     noise it draws) are the agent's own `update` on that batch, and its exploring actions are the
     Python loop's for the same noise."""

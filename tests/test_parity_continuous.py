@@ -1,4 +1,4 @@
-"""TD3, SAC, DDPG and NAF agree across backends: the same weights and batches (noise included)
+"""TD3, SAC, TQC, DDPG and NAF agree across backends: the same weights and batches (noise included)
 give the same 200 gradient steps within 1e-5 (relative), losses and every weight of the actor, the
 critics (NAF's V and L), their targets and SAC's entropy coefficient, and the same actions after
 them.
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cross_backend
 
 WORKER = Path(__file__).with_name("continuous_parity_worker.py")
 TOLERANCE = 1e-5
-CASES = ("td3", "sac", "ddpg", "naf")
+CASES = ("td3", "sac", "tqc", "ddpg", "naf")
 
 
 PARITY = ParityRun(WORKER, CASES)
@@ -31,10 +31,10 @@ def results(request, tmp_path_factory):
 
 
 # DDPG's update is TD3's with one critic and no delay or target smoothing; NAF's math is checked
-# against numpy on every backend in the fast tier (tests/agents/test_naf.py): the slow tier runs
-# both here (CI time).
+# against numpy on every backend in the fast tier (tests/agents/test_naf.py), TQC's against SB3-
+# contrib's on every backend (tests/agents/test_tqc.py): the slow tier runs the three here (CI time).
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow)
-                                  if case in ("ddpg", "naf") else case for case in CASES])
+                                  if case in ("ddpg", "naf", "tqc") else case for case in CASES])
 def test_200_updates_agree_within_1e_5(results, case):
     runs = results(case)
     reference = runs["jax"]

@@ -373,6 +373,38 @@ def sac_actor_loss(q_values, log_probs, alpha):
     return ops.mean(alpha * log_probs - ops.reshape(q, (-1,)))
 
 
+# -- TQC: truncated quantile critics ---------------------------------------------------------------
+# Shapes: B the batch, N each critic's quantiles (at the midpoints (i + 1/2) / N), C the critics.
+
+def truncated_quantile_target(next_quantiles, rewards, discounts, drop_per_critic, next_log_probs,
+                              alpha):
+    """TQC's target (Kuznetsov et al., 2020): the C target critics' quantiles at (s', a') pooled and
+    sorted, the largest `drop_per_critic * C` dropped (the overestimation control), less SAC's
+    entropy term, discounted onto r. `next_quantiles`: a list of C (B, N); returns
+    (B, C * N - drop_per_critic * C), not differentiated."""
+    pooled = ops.sort(ops.concatenate(list(next_quantiles), axis=-1), axis=-1)
+    kept = pooled.shape[-1] - drop_per_critic * len(next_quantiles)
+    pooled = pooled[:, :kept] - alpha * next_log_probs[:, None]
+    return ops.stop_gradient(rewards[:, None] + discounts[:, None] * pooled)
+
+
+def truncated_quantile_critic_loss(quantiles, target_quantiles):
+    """The quantile Huber loss of each critic's (B, N) quantiles against the pooled targets (B, M),
+    averaged over the batch, both quantile axes and the critics (Stable-Baselines3-contrib's TQC:
+    `quantile_huber_loss(..., sum_over_quantiles=False)`): QR-DQN's loss, which sums over N, / N."""
+    weights = ops.ones_like(target_quantiles[:, 0])
+    total = sum(quantile_huber_loss(q, target_quantiles, weights)[0] for q in quantiles)
+    return total / (len(quantiles) * quantiles[0].shape[-1])
+
+
+def truncated_quantile_actor_loss(quantiles, log_probs, alpha):
+    """TQC's actor loss: `mean(alpha * log pi(a|s) - Q(s, a))`, Q the mean of every critic's
+    quantiles at a ~ pi (the mean, not SAC's minimum: the targets' truncation already keeps the
+    estimate low). `quantiles`: a list of (B, N); `log_probs` (B,)."""
+    q = sum(ops.mean(z, axis=-1) for z in quantiles) / len(quantiles)
+    return ops.mean(alpha * log_probs - q)
+
+
 def entropy_coefficient_loss(log_alpha, log_probs, target_entropy):
     """SAC's automatic entropy tuning (Haarnoja et al., 2018b):
     `-mean(log_alpha * (log pi(a|s) + target_entropy))`, the log-probabilities not differentiated."""

@@ -301,10 +301,10 @@ def build_model(
 def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, *,
                  default: Callable[[], keras.Model], role: str = "critic",
                  seed: int | None = None, stream: str | None = None,
-                 warn_output: bool = True) -> keras.Model:
+                 warn_output: bool = True, outputs: int = 1) -> keras.Model:
     """A built critic that maps [observations (B, *obs_shape), actions (B, action_dim)] float32 to
-    (B, 1): `critic` is a Keras model, a callable `(observation_space, action_space) ->
-    keras.Model`, or None for `default()`. Checked here, when the agent is made; with a `seed`,
+    (B, outputs) (a Q-value; TQC's quantiles): `critic` is a Keras model, a callable
+    `(observation_space, action_space) -> keras.Model`, or None for `default()`. Checked here, when the agent is made; with a `seed`,
     its initial weights drawn from it with numpy as `build_model`'s. `warn_output=False` for the
     second critic of one user's spec (TD3's, SAC's): its last activation was warned of once."""
     user_critic = critic is not None
@@ -325,6 +325,7 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
         critic = _adapt_critic(critic, observation_space, action_dim)
     observations = dummy_observation(observation_space, batch_size=2)
     actions = np.zeros((2, action_dim), dtype=np.float32)
+    what = "Q-values" if outputs == 1 else f"{outputs} quantiles of the return"
     expected = (f"[observations (batch, {', '.join(map(str, observation_space.shape))}), "
                 f"actions (batch, {action_dim})]")
     try:
@@ -332,13 +333,13 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
     except Exception as error:  # the user's model, any error: say where it came from
         raise ValueError(
             f"The {role} ({type(critic).__name__}) must take two inputs, {expected}, and return "
-            f"Q-values (batch, 1); calling it on them failed: {_error_text(error, 400)}. Build it "
-            f"with two keras.Input layers, e.g. kerasrl.networks.critic_network."
+            f"{what} (batch, {outputs}); calling it on them failed: {_error_text(error, 400)}. "
+            f"Build it with two keras.Input layers, e.g. kerasrl.networks.critic_network."
         ) from error
-    if tuple(out.shape) != (2, 1):
-        raise ValueError(f"The {role} must output Q-values of shape (batch, 1) for {expected}, "
+    if tuple(out.shape) != (2, outputs):
+        raise ValueError(f"The {role} must output {what} of shape (batch, {outputs}) for {expected}, "
                          f"but it outputs {tuple(out.shape)} for a batch of 2. Make its last "
-                         f"layer Dense(1).")
+                         f"layer Dense({outputs}).")
     if not critic.trainable_variables:
         raise ValueError(f"The {role} ({type(critic).__name__}) has no trainable weights.")
     if user_critic and warn_output:

@@ -352,9 +352,10 @@ def actor_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(40
 
 
 def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(400, 300),
-                   name: str = "critic") -> keras.Model:
-    """An MLP Q-function: [observations (B, *obs_shape), actions (B, action_dim)] -> (B, 1); the
-    two are concatenated at the input, as SB3's ContinuousCritic, weights drawn as `linear`'s."""
+                   name: str = "critic", n_outputs: int = 1) -> keras.Model:
+    """An MLP Q-function: [observations (B, *obs_shape), actions (B, action_dim)] -> (B, 1) (TQC's
+    quantiles: (B, n_outputs)); the two are concatenated at the input, as SB3's ContinuousCritic,
+    weights drawn as `linear`'s."""
     shape = tuple(observation_space.shape)
     observations = keras.Input(shape=shape, name="observation")
     actions = keras.Input(shape=(int(action_dim),), name="action")
@@ -364,7 +365,7 @@ def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(
     x = layers.Concatenate(name="observation_action")([flat, actions])
     for i, size in enumerate(hidden_sizes):
         x = linear(size, x.shape[-1], activation="relu", name=f"hidden_{i}")(x)
-    outputs = linear(1, x.shape[-1], name="q_value")(x)
+    outputs = linear(n_outputs, x.shape[-1], name="q_value")(x)
     return keras.Model([observations, actions], outputs, name=name)
 
 

@@ -109,7 +109,8 @@ class Box3(gym.Env):
         return np.zeros(3, np.float32), 0.0, False, False, {}
 
 
-def check_bad_input_is_refused_at_creation(cls) -> None:
+def check_bad_input_is_refused_at_creation(cls, critic_outputs: int = 1) -> None:
+    """`critic_outputs`: what each critic outputs per (s, a) (TQC: its quantiles)."""
     name = cls.__name__
     with pytest.raises(ValueError, match=f"{name} needs a continuous \\(Box\\) action space.*DQN"):
         cls(lambda: IdentityEnv(3), **FAST)
@@ -131,18 +132,20 @@ def check_bad_input_is_refused_at_creation(cls) -> None:
         obs, act = keras.Input((3,)), keras.Input((1,))
         return keras.Model([obs, act], keras.layers.Dense(2)(keras.layers.Concatenate()([obs, act])))
 
-    with pytest.raises(ValueError, match=r"Q-values of shape \(batch, 1\).*outputs \(2, 2\)"):
+    what = "Q-values" if critic_outputs == 1 else f"{critic_outputs} quantiles of the return"
+    with pytest.raises(ValueError, match=fr"{what} of shape \(batch, {critic_outputs}\).*outputs "
+                                         fr"\(2, 2\).*Dense\({critic_outputs}\)"):
         cls(lambda: Box3(box), critic=wide_critic, **FAST)
 
 
-def check_user_models_are_used(cls, actor_outputs: int) -> None:
+def check_user_models_are_used(cls, actor_outputs: int, critic_outputs: int = 1) -> None:
     """A user's actor and critic (models, the critic cloned per extra critic) drive the agent."""
     from kerasrl.networks import actor_network, critic_network
 
     env = lambda: TargetEnv()  # noqa: E731
     space = TargetEnv().observation_space
     actor = actor_network(space, actor_outputs, (8,), None if actor_outputs == 2 else "tanh")
-    critic = critic_network(space, 1, (8,))
+    critic = critic_network(space, 1, (8,), n_outputs=critic_outputs)
     agent = cls(env, model=actor, critic=critic, **FAST)
     assert agent.actor is actor and agent.critics[0] is critic
     assert all(c is not critic for c in agent.critics[1:])

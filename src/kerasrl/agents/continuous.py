@@ -82,6 +82,10 @@ class ContinuousAgent(Agent):
     def _actor_outputs(self) -> int:
         return self.action_dim
 
+    def _critic_outputs(self) -> int:
+        """Each critic's outputs per (s, a): its Q-value (TQC: its quantiles)."""
+        return 1
+
     def _build(self, model) -> None:
         cfg = self.config
         self._check_action_space()
@@ -128,8 +132,10 @@ class ContinuousAgent(Agent):
         return build_critic(
             spec, self.observation_space, self.action_space, role=f"critic {i}",
             default=lambda: critic_network(self.observation_space, self.action_dim,
-                                           self.config.hidden_sizes, name=f"critic_{i}"),
-            seed=self.weights_seed, stream=f"critic_{i}", warn_output=i == 0)
+                                           self.config.hidden_sizes, name=f"critic_{i}",
+                                           n_outputs=self._critic_outputs()),
+            seed=self.weights_seed, stream=f"critic_{i}", warn_output=i == 0,
+            outputs=self._critic_outputs())
 
     def _adam(self) -> Adam:
         return Adam.from_config(self.config)

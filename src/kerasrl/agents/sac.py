@@ -87,19 +87,18 @@ class SAC(ContinuousAgent):
                                                            batch["next_noise"])
         next_q = [learner.apply(c, None, state, [next_obs, next_actions], target=True)
                   for c in critics]
-        targets = clipped_double_q_target(next_q, batch["rewards"], batch["discounts"],
-                                          next_log_probs, ent_coef)
+        targets = self.soft_target(next_q, batch, next_log_probs, ent_coef)
 
         def critic_objective(params):
             q = [learner.apply(c, params, state, [obs, actions], training=True) for c in critics]
-            return 0.5 * critic_loss(q, targets), ()
+            return self.critics_loss(q, targets), ()
 
         state, c_loss, _ = learner.descend(state, "critic", critic_objective, learning_rate)
 
         def actor_objective(params):
             pi, log_pi = self._policy_sample(params, state, obs, batch["noise"])
             q = [learner.apply(c, params, state, [obs, pi], training=True) for c in critics]
-            return sac_actor_loss(q, log_pi, ent_coef), ()
+            return self.actor_loss(q, log_pi, ent_coef), ()
 
         state, a_loss, _ = learner.descend(state, "actor", actor_objective, learning_rate)
         due = ops.equal(ops.mod(state["step"] + 1, cfg.target_update_interval), 0)
@@ -107,6 +106,22 @@ class SAC(ContinuousAgent):
         losses = {"critic_loss": c_loss, "actor_loss": a_loss, "ent_coef_loss": ent_coef_loss,
                   "ent_coef": ent_coef}
         return {**state, "step": state["step"] + 1}, losses
+
+    # The three places where TQC (agents/tqc.py) differs from SAC: what the critics' outputs make
+    # of the target, the critics' loss and the actor's.
+    def soft_target(self, next_q, batch, next_log_probs, ent_coef):
+        """The critics' target from the target critics' outputs at (s', a'), a' ~ pi(s'): the
+        minimum over critics less the entropy term, discounted onto r (B,)."""
+        return clipped_double_q_target(next_q, batch["rewards"], batch["discounts"],
+                                       next_log_probs, ent_coef)
+
+    def critics_loss(self, q_values, targets):
+        """Half the sum over critics of each one's mean squared TD error (SB3's SAC)."""
+        return 0.5 * critic_loss(q_values, targets)
+
+    def actor_loss(self, q_values, log_probs, ent_coef):
+        """`mean(alpha * log pi(a|s) - min_i Q_i(s, a))`, a ~ pi reparameterized."""
+        return sac_actor_loss(q_values, log_probs, ent_coef)
 
     outputs_are_unit_actions = False  # Gaussian means and log stds, squashed by tanh after
 

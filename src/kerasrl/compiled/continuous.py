@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-from kerasrl import backend, devices
+from kerasrl import backend, devices, registry
 from kerasrl.compiled.common import (
     CompiledLoop,
     check_ops_env,
@@ -49,11 +49,13 @@ from kerasrl.exploration import ornstein_uhlenbeck_step
 from kerasrl.policies import scale_to_bounds, unit_from_bounds
 from kerasrl.schedules import linear_schedule
 
-ALGORITHMS = ("ddpg", "td3", "sac", "naf")
+# The algorithms registered to this loop (kerasrl.registry): DDPG, TD3, SAC, TQC, NAF.
+ALGORITHMS = tuple(name for name, entry in registry.ALGORITHMS.items()
+                   if entry.compiled == f"{__name__}:CompiledOffPolicy")
 
 
 def unsupported(config) -> str | None:
-    """The first setting of `config` (a DDPG, TD3, SAC or NAF config) the compiled loop does not
+    """The first setting of `config` (a DDPG, TD3, SAC, TQC or NAF config) the compiled loop does not
     run (as `name=value`), or None."""
     if config.normalize_observations:
         return "normalize_observations=True (only normalize_observations=False)"
@@ -67,12 +69,13 @@ def _box_reason(space, name: str) -> str | None:
 
 
 class CompiledOffPolicy(CompiledLoop):
-    """DDPG, TD3, SAC or NAF on an ops env with env, acting, storage and learning in one compiled call.
+    """DDPG, TD3, SAC, TQC or NAF on an ops env with env, acting, storage and learning in one compiled call.
 
     Args:
         env: an ops env name ("Pendulum") or `OpsEnv` with one-dimensional Box actions.
-        algorithm: "ddpg", "td3", "sac" or "naf" (default: the one `config` is for, else "td3").
-        config: a `DDPGConfig`, `TD3Config` or `SACConfig` (or its fields as keywords).
+        algorithm: "ddpg", "td3", "sac", "tqc" or "naf" (default: the one `config` is for, else
+            "td3").
+        config: that algorithm's config (`TD3Config`, ...), or its fields as keywords.
         seeds: an int, a list of ints or "0-15": independent runs trained together.
         env_params: keyword changes to the env's params (e.g. `max_steps=100`).
         device: as `CompiledDQN`'s.
@@ -80,7 +83,6 @@ class CompiledOffPolicy(CompiledLoop):
 
     def __init__(self, env="Pendulum", algorithm: str | None = None, config=None, *, seeds=0,
                  env_params: dict | None = None, device: str = "auto", **fields):
-        from kerasrl import registry
         from kerasrl.envs.ops.gym import OpsGymEnv
         from kerasrl.initializers import WeightDraws
 

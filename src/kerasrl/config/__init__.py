@@ -3,7 +3,7 @@
 Names follow Stable-Baselines3 where it has one. Each field carries its help text in its metadata;
 the CLI's `--set name=value` and presets are made from these classes. What they share is in
 `common`; each family's configs are in the module named for it: `value` (DQN, QR-DQN, C51, SARSA),
-`on_policy` (PPO, A2C, recurrent PPO), `continuous` (DDPG, TD3, SAC, NAF) and `cem`. Every one is
+`on_policy` (PPO, A2C, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, NAF) and `cem`. Every one is
 imported from here (`from kerasrl.config import PPOConfig`).
 """
 
@@ -16,6 +16,7 @@ from kerasrl.config.continuous import (
     NAFConfig,
     SACConfig,
     TD3Config,
+    TQCConfig,
 )
 from kerasrl.config.on_policy import (
     A2CConfig,
@@ -28,6 +29,7 @@ from kerasrl.config.value import C51Config, DQNConfig, QConfig, QRDQNConfig, SAR
 __all__ = [
     "ACTION_NOISES", "A2CConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
     "DDPGConfig", "DQNConfig", "HindsightConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
-    "QRDQNConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "check",
+    "QRDQNConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "TQCConfig",
+    "check",
     "check_types", "hp",
 ]

@@ -114,6 +114,24 @@ class SACConfig(ContinuousConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TQCConfig(SACConfig):
+    """Truncated Quantile Critics (Kuznetsov et al., 2020): SAC with distributional critics; the
+    defaults are SACConfig's (RL-Zoo Pendulum-v1) and Stable-Baselines3-contrib's TQC's."""
+
+    n_quantiles: int = hp(25, "Quantiles of the return each critic outputs per (s, a).")
+    top_quantiles_to_drop_per_net: int = hp(2, "The largest target quantiles dropped per critic "
+                                               "(of n_critics * n_quantiles pooled): the control "
+                                               "of overestimation.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n_quantiles >= 1, "n_quantiles", self.n_quantiles, "at least 1")
+        check(0 <= self.top_quantiles_to_drop_per_net < self.n_quantiles,
+              "top_quantiles_to_drop_per_net", self.top_quantiles_to_drop_per_net,
+              f"from 0 to n_quantiles - 1 = {self.n_quantiles - 1} (some target quantiles must stay)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class NAFConfig(DDPGConfig):
     """Normalized Advantage Functions (Gu et al., 2016); the defaults are keras-rl's
     examples/naf_pendulum.py where kerasrl has the knob (see the pendulum-naf preset)."""
