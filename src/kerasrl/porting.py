@@ -14,7 +14,8 @@ CONFIG_KEYWORDS = {
     # Stable-Baselines3
     "verbose": ("Stable-Baselines3", "fit(progress=True) shows a progress bar, and fit(log_dir=...) writes the logs"),
     "tensorboard_log": ("Stable-Baselines3", "fit(log_dir=...) writes TensorBoard event files there"),
-    "policy_kwargs": ("Stable-Baselines3", "hidden_sizes=(64, 64) sizes the default networks; model= takes your "
+    "policy_kwargs": ("Stable-Baselines3", "hidden_sizes=(64, 64) sizes the default networks (n_quantiles "
+                                           "and n_critics are fields of their own); model= takes your "
                                            "own Keras model"),
     "policy": ("Stable-Baselines3's and keras-rl", "the default network follows the observation space and "
                                                    "model= takes your own Keras model; exploration is "

@@ -224,6 +224,12 @@ PRESETS: dict[str, Preset] = {
         "SAC on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (SACConfig's defaults: "
         "lr 1e-3, automatic entropy tuning, 256-256 MLPs).",
     ),
+    "pendulum-tqc": Preset(
+        "tqc", "Pendulum-v1", 20_000, {},
+        "TQC on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (tqc.yml; TQCConfig's "
+        "defaults: lr 1e-3, automatic entropy tuning, 256-256 MLPs, 2 critics of 25 quantiles, "
+        "2 dropped per critic).",
+    ),
     "pendulum-ddpg": Preset(
         "ddpg", "Pendulum-v1", 50_000, {},
         "DDPG on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (DDPGConfig's defaults: "

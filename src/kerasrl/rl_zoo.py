@@ -24,7 +24,7 @@ __all__ = ["preset_fields", "read_entry"]
 
 # The zoo's file names (its algorithm names) and kerasrl's algorithms.
 ALGORITHMS = {"dqn": "dqn", "qrdqn": "qrdqn", "ppo": "ppo", "a2c": "a2c", "sac": "sac",
-              "td3": "td3", "ddpg": "ddpg", "ppo_lstm": "recurrent_ppo"}
+              "tqc": "tqc", "td3": "td3", "ddpg": "ddpg", "ppo_lstm": "recurrent_ppo"}
 
 # policy_kwargs' activation_fn, as the zoo writes it.
 ACTIVATIONS = {"nn.ReLU": "relu", "nn.Tanh": "tanh", "nn.ELU": "elu", "nn.GELU": "gelu",
@@ -133,7 +133,7 @@ def _policy_kwargs(text) -> dict[str, Any]:
         value = ast.literal_eval(node)
         if name == "net_arch":
             found["hidden_sizes"] = _net_arch(value)
-        elif name in ("ortho_init", "log_std_init", "n_quantiles"):
+        elif name in ("ortho_init", "log_std_init", "n_quantiles", "n_critics"):
             found[name] = value
         elif name == "lstm_hidden_size":
             found["recurrent_units"] = value
@@ -142,7 +142,7 @@ def _policy_kwargs(text) -> dict[str, Any]:
         else:
             raise ValueError(f"policy_kwargs {name}={ast.unparse(node)}: kerasrl's default networks "
                              f"take net_arch, activation_fn, ortho_init, log_std_init, n_quantiles, "
-                             f"lstm_hidden_size and enable_critic_lstm; for more, pass model=.")
+                             f"n_critics, lstm_hidden_size and enable_critic_lstm; for more, pass model=.")
     return found
 
 

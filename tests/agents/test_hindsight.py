@@ -44,7 +44,7 @@ def test_dqn_learns_bit_flipping_with_hindsight_and_not_without():
     assert returns[0]["mean_return"] < -9.5, returns  # hardly ever reaches a goal
 
 
-@pytest.mark.parametrize("algorithm", ["DDPG", "TD3", "SAC"])
+@pytest.mark.parametrize("algorithm", ["DDPG", "TD3", "SAC", "TQC"])
 def test_continuous_agents_replay_goals_too(algorithm):
     agent = getattr(kerasrl, algorithm)(lambda: BitFlipping(n_bits=6, continuous=True), seed=0,
                                         hindsight_goals=2, hindsight_strategy="final",
@@ -172,7 +172,7 @@ def test_dqn_with_hindsight_nears_a_perfect_policy_on_15_bits():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["TD3", "SAC"])
+@pytest.mark.parametrize("algorithm", ["TD3", "SAC", "TQC"])
 def test_continuous_agents_with_hindsight_learn_bit_flipping(algorithm):
     agent = getattr(kerasrl, algorithm)(lambda: BitFlipping(n_bits=10, continuous=True), seed=0,
                                         hindsight_goals=4, learning_starts=1_000, batch_size=256,
