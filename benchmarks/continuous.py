@@ -1,11 +1,11 @@
-"""SAC and TD3 steps per second against Stable-Baselines3 and SBX, side by side in one run.
+"""SAC, TD3 and TQC steps per second against Stable-Baselines3 and SBX, side by side in one run.
 
-    python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--algorithms sac,td3]
+    python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--algorithms sac,td3,tqc]
                                     [--backends jax,tensorflow,torch] [--core 0]
                                     [--out benchmarks/results/continuous_pendulum.md]
 
-Each row trains one agent at the RL-Zoo settings (kerasrl's TD3Config / SACConfig defaults; the
-same hyperparameters given to SB3 and SBX) for `--steps` env steps after `learning_starts`, and
+Each row trains one agent at the RL-Zoo settings (kerasrl's TD3Config / SACConfig / TQCConfig
+defaults; the same hyperparameters given to SB3 and SBX; TQC's "SB3" row is SB3-contrib's TQC) for `--steps` env steps after `learning_starts`, and
 reports env steps per second over the training part only: the warm-up random steps and the first
 500 training steps (compilation) are not timed. Every row is its own process pinned to one core
 with `taskset -c CORE` (the thread variables alone do not hold JAX to one core), run one after the
@@ -43,11 +43,16 @@ ZOO = {
                 batch_size=256, tau=0.005, train_freq=1, gradient_steps=1, net=(400, 300)),
     "sac": dict(learning_rate=1e-3, gamma=0.99, buffer_size=1_000_000, learning_starts=100,
                 batch_size=256, tau=0.005, train_freq=1, gradient_steps=1, net=(256, 256)),
+    # tqc.yml's Pendulum-v1: SAC's settings; 2 critics of 25 quantiles, 2 dropped per critic
+    # (every library's default).
+    "tqc": dict(learning_rate=1e-3, gamma=0.99, buffer_size=1_000_000, learning_starts=100,
+                batch_size=256, tau=0.005, train_freq=1, gradient_steps=1, net=(256, 256)),
 }
 # RL-Zoo's MuJoCo settings differ in these fields only (HalfCheetah-v5: 10,000 random steps first;
 # SAC at SB3's default step size).
 MUJOCO = {"td3": dict(gamma=0.99, buffer_size=1_000_000, learning_starts=10_000),
-          "sac": dict(learning_rate=3e-4, learning_starts=10_000)}
+          "sac": dict(learning_rate=3e-4, learning_starts=10_000),
+          "tqc": dict(learning_rate=3e-4, learning_starts=10_000)}
 
 
 def settings(algorithm: str, env: str) -> dict:
@@ -84,6 +89,9 @@ def run_sb3(algorithm: str, env: str, steps: int, library: str) -> dict:
 
     if library == "sb3":
         import stable_baselines3 as lib
+
+        if algorithm == "tqc":
+            import sb3_contrib as lib
     else:
         import sbx as lib
     torch.set_num_threads(1)
@@ -133,7 +141,7 @@ def measure(library: str, algorithm: str, env: str, steps: int, backend: str | N
 def table(env: str, steps: int, core: int, rows: list[dict], gemm: float | None) -> str:
     ceiling = "" if gemm is None else (
         f" Matrix products (256x256 by 256x256, XLA, one core): {gemm:.1f} GFLOP/s.")
-    lines = [f"# SAC and TD3 on {env}: env steps/s while training ({steps} timed steps), "
+    lines = [f"# {', '.join(sorted({r['algorithm'].upper() for r in rows}))} on {env}: env steps/s while training ({steps} timed steps), "
              f"one core each (`taskset -c {core}`)", "",
              f"CPU: {cpu_model()}. RL-Zoo settings, the same for every library; warm-up and "
              f"compilation not timed. Ratios: kerasrl's steps/s over the peer's.{ceiling}", "",
