@@ -34,7 +34,7 @@ from kerasrl.envs.state import capture_env_state, restore_env_state
 from kerasrl.envs.vector import env_with_kwargs, id_and_kwargs
 from kerasrl.files import (CHECKPOINT_FORMAT, CheckpointError, atomic_folder, read_json,
                            read_manifest, read_npz, verify_files, write_json, write_manifest)
-from kerasrl.policy_io import load_models, policy_header, save_models
+from kerasrl.policy_io import load_models, models_beside_header, policy_header, save_models
 from kerasrl.space_json import space_from_json
 
 __all__ = ["CHECKPOINT_FILES", "CheckpointError", "load_checkpoint", "save_checkpoint"]
@@ -52,12 +52,17 @@ def save_checkpoint(agent, path) -> Path:
     policy = agent.policy
     with atomic_folder(path, "checkpoint") as tmp:
         formats = save_models(policy.models(), tmp, weights_only=False)
+        header = policy_header(policy, formats)
+        beside = agent.models_beside_policy()  # a user's critics: their architecture
+        if beside:
+            header.update(models_beside_header(header, beside,
+                                               save_models(beside, tmp, weights_only=False)))
         write_json(tmp / "config.json", {
             "algorithm": agent.algorithm,
             "config": agent.config.to_dict(),
             **_env_record(agent.env_spec, agent.env_name),
         })
-        write_json(tmp / "policy.json", policy_header(policy, formats))
+        write_json(tmp / "policy.json", header)
         np.savez(tmp / "training_state.npz", **arrays, **env_arrays)
         write_json(tmp / "state.json", {
             "agent": meta,
@@ -126,14 +131,20 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device
     header = read_json(path / "policy.json")
     state = read_json(path / "state.json")
     arrays = read_npz(path / "training_state.npz")
+    # The policy's models and those learned beside them (a user's critics), in one list to load.
+    every_model = {**header, "models": [*header.get("models", ["model"]),
+                                        *header.get("models_beside_policy", [])]}
+    observation_space = space_from_json(header["observation_space"])
+    action_space = space_from_json(header["action_space"])
     with placement.scope():  # the models' variables are made on the agent's device
-        models = load_models(path, header, manifest, space_from_json(header["observation_space"]),
-                              space_from_json(header["action_space"]), model_factory,
-                              f"{saved_class.__name__}.load")
+        models = load_models(path, every_model, manifest, observation_space, action_space,
+                             model_factory, f"{saved_class.__name__}.load",
+                             lambda name: saved_class.example_inputs(name, observation_space,
+                                                                     action_space))
     model = models.pop("model")
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")
-        agent = saved_class(env, model=model, **models, device=device,
+        agent = saved_class(env, model=model, **saved_class.models_as_keywords(models), device=device,
                             config=saved_class.config_class.from_dict(
                                 saved_class.config_class.upgrade(config["config"], warn=False)))
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}

@@ -87,13 +87,19 @@ def serialization_problem(model) -> str | None:
     return None
 
 
-def weights_only_note(model, problem: str) -> str:
-    """What a user reads when `model` is saved as weights only: why, and how to load it."""
+def weights_only_note(model, problem: str, names: list[str] | None = None) -> str:
+    """What a user reads when `model` is saved as weights only: why, and how to load it. `names`:
+    every model a checkpoint holds, where there are several (then f returns them by name)."""
     name = _model_class(model)
-    return (f"{name} will be saved as weights only ({problem}). "
+    note = (f"{name} will be saved as weights only ({problem}). "
             f"Loading needs the model: kerasrl.load_policy(path, model_factory=f) or "
             f"Agent.load(path, model_factory=f), with f(observation_space, action_space) -> a new "
             f"{name.rsplit('.', 1)[-1]}.")
+    if names and len(names) > 1:
+        listed = ", ".join(f'"{n}": ...' for n in names)
+        note += (f" A checkpoint holds {len(names)} models: for Agent.load, f returns them by "
+                 f"name, {{{listed}}}.")
+    return note
 
 
 def save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, str]:
@@ -127,9 +133,10 @@ def model_files(header: dict[str, Any]) -> dict[str, str]:
 
 
 def load_models(path: Path, header: dict[str, Any], manifest, observation_space, action_space,
-                 model_factory, what: str) -> dict:
+                 model_factory, what: str, example_inputs=None) -> dict:
     """The models of a policy or checkpoint folder: `.keras` files loaded safely, weights files
-    into the models that `model_factory` builds."""
+    into the models that `model_factory` builds (first called on `example_inputs(name)`, a batch
+    of one: by default observations; a critic takes [observations, actions])."""
     files = model_files(header)
     verify_files(path, manifest, files.values())
     models = {name: load_keras_model(path / file)
@@ -154,7 +161,8 @@ def load_models(path: Path, header: dict[str, Any], manifest, observation_space,
                 raise CheckpointError(f"model_factory returned no model named {name!r} (it "
                                       f"returned {', '.join(built) or 'none'}).")
             model = built[name]
-            model(dummy_observation(observation_space, batch_size=1), training=False)
+            model(dummy_observation(observation_space, batch_size=1) if example_inputs is None
+                  else example_inputs(name), training=False)
             try:
                 model.load_weights(path / files[name])
             except ValueError as error:
@@ -192,6 +200,17 @@ def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
             "weights_only": all(f == "weights" for f in formats.values()),
             "model_classes": {name: _model_class(m) for name, m in models.items()},
             "config": policy.get_config(), "backend": backend.NAME}
+
+
+def models_beside_header(header: dict[str, Any], models: dict, formats: dict[str, str]
+                         ) -> dict[str, Any]:
+    """A checkpoint's policy.json entries for the models an agent learns beside its policy's
+    (`Agent.models_beside_policy`): their names apart ("models" stays the policy's, which
+    `load_policy` reads), their formats and classes beside the policy's models'."""
+    return {"models_beside_policy": sorted(models),
+            "model_formats": {**header["model_formats"], **formats},
+            "model_classes": {**header["model_classes"],
+                              **{name: _model_class(m) for name, m in models.items()}}}
 
 
 def save_policy(policy, path, *, weights_only: bool = False) -> Path:

@@ -95,6 +95,57 @@ def check_exact_resume(cls, tmp_path, **overrides) -> None:
         assert straight.obs_rms.count > 100
 
 
+class SmallCritic(keras.Model):
+    """A user's subclassed critic, not registered with Keras: saved as weights only."""
+
+    def __init__(self, outputs=1):
+        super().__init__()
+        self.hidden = keras.layers.Dense(8, activation="relu")
+        self.out = keras.layers.Dense(outputs)
+
+    def call(self, inputs):
+        observations, actions = inputs
+        return self.out(self.hidden(keras.ops.concatenate([observations, actions], axis=-1)))
+
+
+def check_user_critics_resume(cls, tmp_path, critic_outputs: int = 1) -> None:
+    """A checkpoint keeps the user's critics' architecture beside the policy's (the default ones
+    are built again from the config): a load without help resumes exactly; subclassed critics
+    come back from model_factory, by name (it failed on the default critics' shapes before)."""
+    from kerasrl.files import CheckpointError
+    from kerasrl.networks import critic_network
+
+    config = dict(FAST, learning_starts=60, train_freq=4, gradient_steps=4, hidden_sizes=(16,),
+                  batch_size=16)
+    functional = lambda o, a: critic_network(o, 1, (8,), n_outputs=critic_outputs)  # noqa: E731
+    straight = cls("Pendulum-v1", critic=functional, seed=3, **config)
+    straight.fit(160, progress=False)
+    first = cls("Pendulum-v1", critic=functional, seed=3, **config)
+    first.fit(160, stop_at=100, progress=False)
+    resumed = cls.load(first.save(tmp_path / "functional"))
+    assert [c.count_params() for c in resumed.critics] == [c.count_params() for c in first.critics]
+    resumed.fit(160, progress=False)
+    a, b = straight.learner.arrays(), resumed.learner.arrays()
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+    with pytest.warns(UserWarning, match=r"SmallCritic will be saved as weights only.*"
+                                         r'\{"critic_0": \.\.\., "critic_1": \.\.\., "model": \.\.\.\}'):
+        subclassed = cls("Pendulum-v1", critic=lambda o, a: SmallCritic(critic_outputs), seed=3,
+                         **config)
+    subclassed.fit(100, progress=False)
+    path = subclassed.save(tmp_path / "subclassed")
+    with pytest.raises(CheckpointError, match=r"weights only of critic_0 \(.*SmallCritic\), "
+                                              r"critic_1 .*model_factory="):
+        cls.load(path)
+    loaded = cls.load(path, model_factory=lambda o, a: {
+        "critic_0": SmallCritic(critic_outputs), "critic_1": SmallCritic(critic_outputs)})
+    assert all(isinstance(critic, SmallCritic) for critic in loaded.critics)
+    for key, value in subclassed.learner.arrays().items():
+        np.testing.assert_array_equal(loaded.learner.arrays()[key], value, err_msg=key)
+
+
 class Box3(gym.Env):
     """Pendulum-like observations with a chosen action space."""
 

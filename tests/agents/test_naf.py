@@ -3,6 +3,7 @@ saving mu alone, exact resume, errors at creation; and Pendulum-v1 (slow tier)."
 
 from __future__ import annotations
 
+import gymnasium as gym
 import keras
 import numpy as np
 import pytest
@@ -113,3 +114,17 @@ def test_user_models_and_bad_input_at_creation():
         kerasrl.NAF(TargetEnv, critic=value, **FAST)
     with pytest.raises(ValueError, match="reward_scale"):
         kerasrl.NAFConfig(reward_scale=0.0)
+
+
+def test_a_users_v_model_comes_back_with_the_checkpoint(tmp_path):
+    """V of the user's (8 units where the default has 32-32-32) is saved beside mu, so that a load
+    builds it again; L, the default, is built from the config."""
+    value = kerasrl.networks.actor_network(gym.make("Pendulum-v1").observation_space, 1, (8,), None,
+                                           name="v")
+    agent = kerasrl.NAF("Pendulum-v1", value_model=value, **{**FAST, "learning_starts": 40})
+    agent.fit(60, progress=False)
+    assert sorted(agent.models_beside_policy()) == ["value_model"]
+    loaded = kerasrl.NAF.load(agent.save(tmp_path / "naf"))
+    assert loaded.value_model.count_params() == value.count_params()
+    for key, array in agent.learner.arrays().items():
+        np.testing.assert_array_equal(loaded.learner.arrays()[key], array, err_msg=key)

@@ -50,7 +50,10 @@ BARS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BARS))
+# bipedalwalker-ppo's 5M steps take 18 to 21 minutes of a free core: past the suite's 900 s limit
+# per test (pyproject.toml), which stopped it there (2026-11-29).
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.timeout(3600))
+                                  if name == "bipedalwalker-ppo" else name for name in sorted(BARS)])
 def test_the_zoo_presets_learn(name):
     bar, needed, *seeds = BARS[name]
     returns = preset_returns_until(name, bar, needed, *seeds)

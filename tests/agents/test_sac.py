@@ -12,6 +12,7 @@ import pytest
 import kerasrl
 from continuous_checks import (check_bad_input_is_refused_at_creation, check_exact_resume,
                                check_learns_the_target, check_policy_saves_loads_and_exports,
+                               check_user_critics_resume,
                                check_user_models_are_used, trained_agent)
 from kerasrl import losses
 from kerasrl.envs.testing import TargetEnv
@@ -111,3 +112,8 @@ def test_bad_input_is_refused_at_creation():
 @pytest.mark.slow_on_other_backends
 def test_user_models():
     check_user_models_are_used(kerasrl.SAC, 2)
+
+
+@pytest.mark.slow_on_other_backends
+def test_user_critics_resume(tmp_path):
+    check_user_critics_resume(kerasrl.SAC, tmp_path)

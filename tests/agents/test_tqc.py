@@ -12,6 +12,7 @@ import pytest
 import kerasrl
 from continuous_checks import (check_bad_input_is_refused_at_creation, check_exact_resume,
                                check_learns_the_target, check_policy_saves_loads_and_exports,
+                               check_user_critics_resume,
                                check_user_models_are_used, trained_agent)
 from kerasrl import losses
 
@@ -217,3 +218,8 @@ def test_bad_input_is_refused_at_creation():
 @pytest.mark.slow_on_other_backends
 def test_user_models():
     check_user_models_are_used(kerasrl.TQC, 2, critic_outputs=25)
+
+
+@pytest.mark.slow_on_other_backends
+def test_user_critics_resume(tmp_path):
+    check_user_critics_resume(kerasrl.TQC, tmp_path, critic_outputs=25)

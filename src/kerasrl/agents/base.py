@@ -38,6 +38,7 @@ from kerasrl.envs.checker import goal_reward
 from kerasrl.files import find_checkpoint
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
+from kerasrl.models import dummy_observation
 from kerasrl.policy_io import serialization_problem, weights_only_note
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import action_sizes
@@ -241,11 +242,15 @@ class Agent(Fitting, Evaluating):
         self.n_actions = int(self.action_space.n)
 
     def _warn_weights_only(self) -> None:
-        """Say now, not at the first checkpoint, when a model can be saved as weights only."""
-        for model in self.policy.models().values():
+        """Say now, not at the first checkpoint, when a model can be saved as weights only (once
+        per class: twin critics of one class are one warning)."""
+        models = {**self.policy.models(), **self.models_beside_policy()}
+        warned = set()
+        for model in models.values():
             problem = serialization_problem(model)
-            if problem is not None:
-                warnings.warn(weights_only_note(model, problem), stacklevel=3)
+            if problem is not None and type(model) not in warned:
+                warned.add(type(model))
+                warnings.warn(weights_only_note(model, problem, sorted(models)), stacklevel=3)
 
     # -- public API ---------------------------------------------------------------------------
     @property
@@ -258,6 +263,26 @@ class Agent(Fitting, Evaluating):
         self.loop.num_timesteps = value
 
     # `fit` (and `start_fit`, `compiled_engine`): inherited from kerasrl.agents.fitting.Fitting
+
+    def models_beside_policy(self) -> dict[str, Any]:
+        """A user's models that the agent learns beside its policy's (critics of yours), by name: a
+        checkpoint saves them, as it saves the policy's, so that a load builds them again (their
+        weights come back with the training state). kerasrl's default networks are not listed:
+        the config builds them again. None here."""
+        return {}
+
+    @classmethod
+    def example_inputs(cls, name: str, observation_space, action_space):
+        """A batch of one for the saved model `name` (a checkpoint's "model", "value_model", ...):
+        what a model built again from a user's factory is first called on. Observations."""
+        return dummy_observation(observation_space, batch_size=1)
+
+    @classmethod
+    def models_as_keywords(cls, models: dict[str, Any]) -> dict[str, Any]:
+        """The constructor keywords that hand a loaded agent the models its checkpoint saved
+        besides "model" (the policy's others, e.g. PPO's value_model, and
+        `models_beside_policy`'s): by their names here."""
+        return dict(models)
 
     def save(self, path) -> Path:
         """Write the full training state to the folder `path` (atomically); see `load`."""

@@ -119,9 +119,15 @@ class ContinuousAgent(Agent):
 
     def _build_critic(self, i: int) -> keras.Model:
         """Critic i: the user's (a model for the first, fresh clones of it for the others; a
-        builder called once per critic), or the default MLP."""
+        builder called once per critic; a list of one model per critic), or the default MLP."""
         spec = self._critic_spec
-        if isinstance(spec, keras.Model) and i > 0:
+        if isinstance(spec, (list, tuple)):
+            if len(spec) != self._n_critics():
+                raise ValueError(f"critic= lists {len(spec)} models; {type(self).__name__} has "
+                                 f"n_critics={self._n_critics()}: give one per critic, or one "
+                                 f"model or builder for all.")
+            spec = spec[i]
+        elif isinstance(spec, keras.Model) and i > 0:
             try:
                 spec = keras.models.clone_model(spec)  # same architecture, new weights
             except Exception as error:  # the user's model: say what to pass instead
@@ -136,6 +142,30 @@ class ContinuousAgent(Agent):
                                            n_outputs=self._critic_outputs()),
             seed=self.weights_seed, stream=f"critic_{i}", warn_output=i == 0,
             outputs=self._critic_outputs())
+
+    def models_beside_policy(self) -> dict[str, keras.Model]:
+        """The critics, when they are the user's (critic_0, critic_1, ...)."""
+        if self._critic_spec is None:
+            return {}
+        return {f"critic_{i}": critic for i, critic in enumerate(self.critics)}
+
+    @classmethod
+    def example_inputs(cls, name: str, observation_space, action_space):
+        """A critic's: [observations, actions] (a batch of one)."""
+        observations = super().example_inputs(name, observation_space, action_space)
+        if not name.startswith("critic_"):
+            return observations
+        return [observations, np.zeros((1, int(np.prod(action_space.shape))), np.float32)]
+
+    @classmethod
+    def models_as_keywords(cls, models: dict[str, keras.Model]) -> dict:
+        """critic_0, critic_1, ... as `critic=[...]`, one model per critic."""
+        models = dict(models)
+        names = sorted((name for name in models if name.startswith("critic_")),
+                       key=lambda name: int(name.rsplit("_", 1)[1]))
+        if names:
+            models["critic"] = [models.pop(name) for name in names]
+        return models
 
     def _adam(self) -> Adam:
         return Adam.from_config(self.config)
