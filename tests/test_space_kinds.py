@@ -381,7 +381,7 @@ class CellsAndBoxActions(gym.Env):
 
 
 @pytest.mark.parametrize("agent_class", [kerasrl.QRDQN, kerasrl.C51, kerasrl.SARSA,
-                                         kerasrl.A2C, kerasrl.CEM, kerasrl.RecurrentPPO,
+                                         kerasrl.A2C, kerasrl.CEM, kerasrl.ARS, kerasrl.RecurrentPPO,
                                          kerasrl.SAC, kerasrl.TD3, kerasrl.DDPG, kerasrl.NAF])
 def test_every_agent_takes_discrete_observations(agent_class):
     """The table of docs/agents.md: every agent reads a Discrete observation (one-hot); DQN and PPO

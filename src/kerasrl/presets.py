@@ -264,6 +264,12 @@ PRESETS: dict[str, Preset] = {
         "steps instead of 300k. Solved it (mean return >= 90) on seeds 0, 1 and 2 in about 2 "
         "minutes each on one CPU core with JAX (docs/continuous.md)",
     ),
+    "cartpole-ars": Preset(
+        "ars", "CartPole-v1", 50_000, dict(n_envs=1, n_delta=2),
+        "ARS on CartPole-v1 with the RL Baselines3 Zoo hyperparameters (ars.yml: a linear policy "
+        "from zero weights, 2 directions a step, delta_std 0.05, learning rate 0.02, one env, "
+        "50k steps).",
+    ),
     "cartpole-cem": Preset(
         "cem", "CartPole-v1", 100_000,
         dict(batch_size=50, elite_frac=0.2, hidden_sizes=(), n_envs=10, policy_weights="mean"),

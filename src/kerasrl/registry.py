@@ -66,6 +66,9 @@ ALGORITHMS: dict[str, Algorithm] = {
                       compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "naf": Algorithm("kerasrl.agents.naf:NAF", "kerasrl.config:NAFConfig",
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
+    "ars": Algorithm("kerasrl.agents.ars:ARS", "kerasrl.config:ARSConfig",
+                     not_compiled="it scores weight vectors, one per env, as CEM does: a "
+                                  "forward pass per candidate's weights in each step"),
     "cem": Algorithm("kerasrl.agents.cem:CEM", "kerasrl.config:CEMConfig",
                      not_compiled="it scores a population of weight vectors, one per env, which "
                                   "needs a forward pass per candidate's weights in each step "

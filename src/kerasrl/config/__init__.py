@@ -3,11 +3,12 @@
 Names follow Stable-Baselines3 where it has one. Each field carries its help text in its metadata;
 the CLI's `--set name=value` and presets are made from these classes. What they share is in
 `common`; each family's configs are in the module named for it: `value` (DQN, QR-DQN, C51, SARSA),
-`on_policy` (PPO, A2C, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, NAF) and `cem`. Every one is
+`on_policy` (PPO, A2C, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, NAF) and `cem` (CEM,
+ARS). Every one is
 imported from here (`from kerasrl.config import PPOConfig`).
 """
 
-from kerasrl.config.cem import CEMConfig
+from kerasrl.config.cem import ARSConfig, CEMConfig
 from kerasrl.config.common import CommonConfig, HindsightConfig, check, check_types, hp
 from kerasrl.config.continuous import (
     ACTION_NOISES,
@@ -27,7 +28,7 @@ from kerasrl.config.on_policy import (
 from kerasrl.config.value import C51Config, DQNConfig, QConfig, QRDQNConfig, SARSAConfig
 
 __all__ = [
-    "ACTION_NOISES", "A2CConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
+    "ACTION_NOISES", "A2CConfig", "ARSConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
     "DDPGConfig", "DQNConfig", "HindsightConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
     "QRDQNConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "TQCConfig",
     "check",

@@ -1,5 +1,5 @@
-"""The hyperparameters of the cross-entropy method (`CEMConfig`), which searches a policy
-network's weights instead of following a gradient.
+"""The hyperparameters of the searches over a policy network's weights, which follow no
+gradient: the cross-entropy method (`CEMConfig`) and augmented random search (`ARSConfig`).
 """
 
 from __future__ import annotations
@@ -70,3 +70,50 @@ class CEMConfig(CommonConfig):
     def n_elite(self) -> int:
         """Candidates kept per iteration: batch_size * elite_frac, rounded down (keras-rl's)."""
         return int(math.floor(self.batch_size * self.elite_frac + 1e-9))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ARSConfig(CommonConfig):
+    """Augmented random search (Mania et al., 2018) over a policy network's weights, as
+    Stable-Baselines3-contrib's ARS; the defaults are its (n_delta 8, learning_rate 0.02,
+    delta_std 0.05, a linear policy at zero). No gradients: `lr_schedule`, `max_grad_norm`,
+    `adam_epsilon`, `adam_epsilon_style` and `gamma` (returns are undiscounted) are not used.
+    """
+
+    n_envs: int = hp(1, "Environments stepped together, each running one candidate's episode "
+                        "(one forward pass acts for all of them).")
+    hidden_sizes: tuple[int, ...] = hp((), "Hidden layers of the default MLP; () is a linear "
+                                           "policy (SB3-contrib's LinearPolicy; ignored with "
+                                           "model=).")
+    learning_rate: float = hp(0.02, "Step size of the update, divided by n_top times the std of "
+                                    "the kept returns.")
+    n_delta: int = hp(8, "Random directions per iteration; each is tried both ways (2 * n_delta "
+                         "candidates).")
+    n_top: int | None = hp(None, "Directions kept for the update, those whose better side "
+                                 "scored highest; None: all n_delta.")
+    delta_std: float = hp(0.05, "Scale of the random directions added to the weights.")
+    zero_policy: bool = hp(True, "Start from zero weights (SB3-contrib's); False: from the "
+                                 "model's initial weights.")
+    alive_bonus_offset: float = hp(0.0, "Added to a candidate's return per step of its episode "
+                                        "(e.g. -1 cancels a locomotion env's reward for staying "
+                                        "alive).")
+    n_eval_episodes: int = hp(1, "Episodes each candidate is run for; its score is their mean "
+                                 "return.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n_delta >= 1, "n_delta", self.n_delta, "at least 1")
+        check(self.n_top is None or 1 <= self.n_top <= self.n_delta, "n_top", self.n_top,
+              f"None or from 1 to n_delta = {self.n_delta}")
+        check(self.learning_rate > 0 and math.isfinite(self.learning_rate), "learning_rate",
+              self.learning_rate, "a positive number")
+        check(self.delta_std > 0 and math.isfinite(self.delta_std), "delta_std", self.delta_std,
+              "a positive number")
+        check(math.isfinite(self.alive_bonus_offset), "alive_bonus_offset",
+              self.alive_bonus_offset, "a finite number")
+        check(self.n_eval_episodes >= 1, "n_eval_episodes", self.n_eval_episodes, "at least 1")
+
+    @property
+    def kept_directions(self) -> int:
+        """n_top, or n_delta where it is None."""
+        return self.n_delta if self.n_top is None else self.n_top
