@@ -12,6 +12,14 @@ import kerasrl
 from kerasrl import backend
 from kerasrl.envs.testing import IdentityEnv, TargetEnv
 
+def T(x):  # noqa: N802  (losses take backend tensors, as inside a compiled step)
+    return keras.ops.convert_to_tensor(x)
+
+
+def to_np(x):
+    return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
+
+
 # Tiny networks, a bandit (gamma 0: the best action is 1.5 x now), a round of 8 steps per 8 env
 # steps: a few seconds of CPU per agent.
 FAST = dict(learning_starts=200, hidden_sizes=(32, 32), batch_size=64, gamma=0.0,

@@ -4,25 +4,16 @@ saving mu alone, exact resume, errors at creation; and Pendulum-v1 (slow tier)."
 from __future__ import annotations
 
 import gymnasium as gym
-import keras
 import numpy as np
 import pytest
 
 import kerasrl
-from continuous_checks import (FAST, check_exact_resume, check_learns_the_target,
+from continuous_checks import (T, to_np, FAST, check_exact_resume, check_learns_the_target,
                                check_policy_saves_loads_and_exports, trained_agent)
 from kerasrl import losses
 from kerasrl.envs.testing import TargetEnv
 
 pytestmark = pytest.mark.backend
-
-
-def T(x):  # noqa: N802  (losses take backend tensors, as inside a compiled step)
-    return keras.ops.convert_to_tensor(x)
-
-
-def to_np(x):
-    return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
 
 
 def numpy_advantage(l_flat, mu, actions):

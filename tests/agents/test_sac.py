@@ -5,27 +5,18 @@ from __future__ import annotations
 
 import math
 
-import keras
 import numpy as np
 import pytest
 
 import kerasrl
-from continuous_checks import (check_bad_input_is_refused_at_creation, check_exact_resume,
-                               check_learns_the_target, check_policy_saves_loads_and_exports,
-                               check_user_critics_resume,
+from continuous_checks import (T, to_np, check_bad_input_is_refused_at_creation,
+                               check_exact_resume, check_learns_the_target,
+                               check_policy_saves_loads_and_exports, check_user_critics_resume,
                                check_user_models_are_used, trained_agent)
 from kerasrl import losses
 from kerasrl.envs.testing import TargetEnv
 
 pytestmark = pytest.mark.backend
-
-
-def T(x):  # noqa: N802  (losses take backend tensors, as inside a compiled step)
-    return keras.ops.convert_to_tensor(x)
-
-
-def to_np(x):
-    return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
 
 
 def np_squashed_gaussian(mean, log_std, noise):

@@ -3,25 +3,17 @@ exporting, exact resume and errors at creation."""
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
 import kerasrl
-from continuous_checks import (check_bad_input_is_refused_at_creation, check_exact_resume,
-                               check_learns_the_target, check_policy_saves_loads_and_exports,
-                               check_user_models_are_used, trained_agent)
+from continuous_checks import (T, to_np, check_bad_input_is_refused_at_creation,
+                               check_exact_resume, check_learns_the_target,
+                               check_policy_saves_loads_and_exports, check_user_models_are_used,
+                               trained_agent)
 from kerasrl import losses
 
 pytestmark = pytest.mark.backend
-
-
-def T(x):  # noqa: N802  (losses take backend tensors, as inside a compiled step)
-    return keras.ops.convert_to_tensor(x)
-
-
-def to_np(x):
-    return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
 
 
 def test_td3_target_matches_numpy():
