@@ -273,6 +273,36 @@ Acrobot-v1:
   exploration_final_eps: 0.1
   policy_kwargs: "dict(net_arch=[256, 256], n_quantiles=25)"
 """,
+    "ars.yml": """
+CartPole-v1:
+  n_envs: 1
+  n_timesteps: !!float 5e4
+  policy: 'LinearPolicy'
+  n_delta: 2
+
+Pendulum-v1: &pendulum-params
+  n_envs: 1
+  n_timesteps: !!float 2e6
+  policy: 'MlpPolicy'
+  normalize: "dict(norm_obs=True, norm_reward=False)"
+  learning_rate: !!float 0.018
+  n_delta: 4
+  n_top: 1
+  delta_std: 0.1
+  policy_kwargs: "dict(net_arch=[16])"
+  zero_policy: False
+
+Acrobot-v1:
+  n_envs: 1
+  n_timesteps: !!float 5e5
+  policy: 'MlpPolicy'
+""",
+    "tqc.yml": """
+Pendulum-v1:
+  n_timesteps: 20000
+  policy: 'MlpPolicy'
+  learning_rate: !!float 1e-3
+""",
 }
 
 
@@ -289,6 +319,8 @@ def zoo_files(tmp_path):
     ("ppo.yml:BipedalWalker-v3", "bipedalwalker-ppo"),
     ("ppo.yml:LunarLander-v3", "lunarlander-ppo"),
     ("a2c.yml:LunarLander-v3", "lunarlander-a2c"),
+    ("ars.yml:CartPole-v1", "cartpole-ars"),
+    ("tqc.yml:Pendulum-v1", "pendulum-tqc"),
 ])
 def test_an_rl_zoo_entry_reads_as_the_preset_written_from_it(zoo_files, spec, preset):
     from kerasrl import registry
@@ -313,6 +345,12 @@ def test_rl_zoo_forms_translate_and_what_kerasrl_cannot_honour_is_refused(zoo_fi
     assert (td3.config["action_noise"], td3.config["action_noise_std"]) == ("ornstein_uhlenbeck", 0.5)
     qrdqn = get_preset(str(zoo_files / "qrdqn.yml:Acrobot-v1"))
     assert qrdqn.config["n_quantiles"] == 25 and qrdqn.config["hidden_sizes"] == (256, 256)
+    # "dict(norm_obs=True, norm_reward=False)" (14 of the zoo's entries; it failed to parse
+    # before), and ARS's MlpPolicy, which is SB3-contrib's 64-64 where kerasrl's default is linear
+    ars = get_preset(str(zoo_files / "ars.yml:Pendulum-v1"))
+    assert ars.config == dict(n_envs=1, normalize_observations=True, learning_rate=0.018, n_delta=4,
+                              n_top=1, delta_std=0.1, hidden_sizes=(16,), zero_policy=False)
+    assert get_preset(str(zoo_files / "ars.yml:Acrobot-v1")).config["hidden_sizes"] == (64, 64)
     with pytest.raises(ValueError, match=r"ppo\.yml:MountainCarContinuous-v0 sets what kerasrl's ppo "
                                          r"does not take: use_sde \(gSDE is not offered"):
         get_preset(str(zoo_files / "ppo.yml:MountainCarContinuous-v0"))

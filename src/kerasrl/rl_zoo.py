@@ -73,6 +73,8 @@ def preset_fields(algorithm: str, env: str, entry: dict[str, Any]) -> dict[str, 
             config[key] = value
         else:
             refused.append(key)
+    if config.get("normalize_reward") is False and "normalize_reward" not in fields:
+        del config["normalize_reward"]  # what the algorithm does not do anyway (ARS, off-policy)
     if algorithm == "ars" and entry.get("policy") == "MlpPolicy":
         config.setdefault("hidden_sizes", (64, 64))  # SB3-contrib's ARS MlpPolicy ("LinearPolicy": ())
     unknown = [key for key in config if key not in fields]
@@ -107,13 +109,23 @@ def read_entry(spec: str) -> tuple[str, str, dict[str, Any]]:
 
 
 def _normalization(value) -> dict[str, bool]:
-    """`normalize: true`, or the zoo's string "{'norm_obs': True, 'norm_reward': False}"."""
+    """`normalize: true`, or the zoo's strings "{'norm_obs': True, 'norm_reward': False}" and
+    "dict(norm_obs=True, norm_reward=False)"."""
     if isinstance(value, str):
-        value = ast.literal_eval(value)
+        value = _literal(value)
     if isinstance(value, dict):
         return {"normalize_observations": bool(value.get("norm_obs", True)),
                 "normalize_reward": bool(value.get("norm_reward", True))}
     return {"normalize_observations": bool(value), "normalize_reward": bool(value)}
+
+
+def _literal(text: str):
+    """A Python literal as the zoo writes one, `dict(a=1, b=[2])` included."""
+    node = ast.parse(text, mode="eval").body
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" \
+            and not node.args:
+        return {keyword.arg: ast.literal_eval(keyword.value) for keyword in node.keywords}
+    return ast.literal_eval(node)
 
 
 def _policy_kwargs(text) -> dict[str, Any]:

@@ -67,9 +67,10 @@ def test_learns_cartpole_at_the_zoos_settings():
 
 @pytest.mark.slow_on_other_backends
 def test_box_actions_save_export_and_resume_exactly(tmp_path):
-    """Pendulum's Box actions (a tanh actor scaled to [-2, 2]); a checkpoint halfway through an
-    iteration resumes to the run made in one go, directions and candidates included."""
-    config = dict(n_delta=3, n_top=2, n_envs=2, delta_std=0.1, seed=4)
+    """Pendulum's Box actions (a tanh actor scaled to [-2, 2]), observations normalized (ARS V2);
+    a checkpoint halfway through an iteration resumes to the run made in one go, directions,
+    candidates and statistics included; the policy carries the statistics."""
+    config = dict(n_delta=3, n_top=2, n_envs=2, delta_std=0.1, seed=4, normalize_observations=True)
     straight = kerasrl.ARS("Pendulum-v1", **config)
     straight.fit(3_000, progress=False)
     first = kerasrl.ARS("Pendulum-v1", **config)
@@ -78,6 +79,9 @@ def test_box_actions_save_export_and_resume_exactly(tmp_path):
     resumed = kerasrl.ARS.load(first.save(tmp_path / "ckpt"))
     resumed.fit(3_000, progress=False)
     np.testing.assert_array_equal(resumed.weights, straight.weights)
+    for key, value in straight.obs_rms.state_dict().items():
+        np.testing.assert_array_equal(resumed.obs_rms.state_dict()[key], value, err_msg=key)
+    assert straight.obs_rms.count == pytest.approx(3_000, abs=1e-3)  # every observation acted on
     assert resumed.n_iterations == straight.n_iterations > 0
     assert resumed.history.updates == straight.history.updates
     observations = np.random.default_rng(0).uniform(-1, 1, (8, 3)).astype(np.float32)

@@ -10,8 +10,8 @@ does nothing). Each iteration, on CEM's loop of candidates run in parallel envs
     keep the n_top directions whose max(r+_k, r-_k) is highest
     theta += learning_rate / (n_top * sigma_R) * sum_k (r+_k - r-_k) delta_k, sigma_R the std
         (n - 1) of the kept 2 * n_top returns (+ 1e-6)
-The policy is theta. ARS V1 (no observation normalization; give the env normalized observations
-for the V2 of the paper).
+The policy is theta. With `normalize_observations` the candidates see observations normalized by
+the running statistics of every observation acted on (the paper's V2), which the policy keeps.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ from kerasrl.envs import episode_extras
 from kerasrl.masks import masked_logits
 from kerasrl.models import build_model, stateless_apply
 from kerasrl.networks import actor_network, default_network
-from kerasrl.policies import (ActorCriticPolicy, DeterministicActorPolicy, categorical_mode,
-                              forward_fn, sample_categorical, scale_to_bounds)
+from kerasrl.policies import (ActorCriticPolicy, DeterministicActorPolicy, RunningMeanStd,
+                              categorical_mode, forward_fn, normalize_observations,
+                              sample_categorical, scale_to_bounds)
 from kerasrl.spaces import action_sizes
 
 # CommonConfig's fields that a gradient-free, undiscounted search has no use for.
@@ -144,6 +145,11 @@ class WeightSearch(Agent):
         self._policy_params = None  # the policy's weights, as fed: made on change
         self._eval_outputs = None
         self._policy = None
+        # ARS's V2 (normalize_observations): running statistics of every observation acted on
+        # while searching, which the policy keeps; None without.
+        self.clip_obs = float(getattr(cfg, "clip_obs", 10.0))
+        self.obs_rms = (RunningMeanStd(obs_space.shape)
+                        if getattr(cfg, "normalize_observations", False) else None)
 
     def _outputs_per_env(self, params, non_trainable, observations):
         """(n_envs, n_outputs): env i's observation through the model with weights params[.][i].
@@ -188,9 +194,11 @@ class WeightSearch(Agent):
             rows = np.where((jobs >= 0)[:, None], self._candidates[candidate], self.search_center())
             with self._acting_scope():
                 self._search_params = backend.to_tensors(self.unflatten(rows))
+        observations = normalize_observations(self.obs_rms, observations, self.clip_obs,
+                                              update=True)
         with backend.inference(), self._acting_scope():
             out = self._forward_many(self._search_params, self._non_trainable,
-                                     backend.feed(np.asarray(observations, np.float32)))
+                                     backend.feed(observations))
         return self._actions(np.asarray(backend.to_numpy(out)),
                              getattr(self.config, "sample_actions", False), self.rng,
                              self.loop.action_masks)
@@ -199,9 +207,10 @@ class WeightSearch(Agent):
         if self._policy_params is None:
             with self._acting_scope():
                 self._policy_params = backend.to_tensors(self.unflatten(self.policy_weights()))
+        observations = normalize_observations(self.obs_rms, observations, self.clip_obs)
         with backend.inference(), self._acting_scope():
             out = self._forward(self._policy_params, self._non_trainable,
-                                backend.feed(np.asarray(observations, np.float32)))
+                                backend.feed(observations))
         self._eval_outputs = np.asarray(backend.to_numpy(out))  # for _explore
         return self._actions(self._eval_outputs, False, None, action_masks)
 
@@ -280,6 +289,8 @@ class WeightSearch(Agent):
         if self._candidates is not None:
             arrays["search/candidates"] = self._candidates.copy()
             arrays["search/returns"] = self._returns.copy()
+        if self.obs_rms is not None:
+            arrays.update({f"obs_rms/{k}": v for k, v in self.obs_rms.state_dict().items()})
         return arrays, {"iterations": self.n_iterations, "next_job": self._next_job}
 
     def _load_iteration_state(self, arrays, meta, prefix="search", meta_prefix=""):
@@ -291,6 +302,8 @@ class WeightSearch(Agent):
                          if f"{prefix}/returns" in arrays else None)
         self.n_iterations = int(meta[f"{meta_prefix}iterations"])
         self._next_job = int(meta[f"{meta_prefix}next_job"])
+        if self.obs_rms is not None:
+            self.obs_rms.load_state_dict({k: arrays[f"obs_rms/{k}"] for k in ("mean", "var", "count")})
         self._policy_params = self._search_params = None
 
     def _check_vector(self, name: str, value) -> np.ndarray:
@@ -318,12 +331,10 @@ class WeightSearch(Agent):
         """The policy (inference only) on the Keras model: an `ActorCriticPolicy` of logits for
         Discrete actions, a `DeterministicActorPolicy` for Box ones."""
         if self._policy is None:
-            if self.discrete:
-                self._policy = ActorCriticPolicy(self._model, self.observation_space,
-                                                 self.action_space)
-            else:
-                self._policy = DeterministicActorPolicy(self._model, self.observation_space,
-                                                        self.action_space)
+            policy_class = ActorCriticPolicy if self.discrete else DeterministicActorPolicy
+            self._policy = policy_class(self._model, self.observation_space, self.action_space,
+                                        obs_rms=self.obs_rms, clip_obs=self.clip_obs)
+        self._policy.obs_rms = self.obs_rms  # the statistics as they are now
         if self.discrete:
             self._policy.action_masks = self.loop.action_masks is not None
         return self._policy

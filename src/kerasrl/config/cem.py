@@ -99,6 +99,12 @@ class ARSConfig(CommonConfig):
                                         "alive).")
     n_eval_episodes: int = hp(1, "Episodes each candidate is run for; its score is their mean "
                                  "return.")
+    normalize_observations: bool = hp(False, "Normalize observations with the running mean/var "
+                                             "of every observation acted on while searching, "
+                                             "kept in the policy (ARS V2, the zoo's "
+                                             "normalize: norm_obs).")
+    clip_obs: float = hp(10.0, "With normalize_observations: clip normalized observations to "
+                               "+-clip_obs.")
 
     def __post_init__(self):
         super().__post_init__()
@@ -112,6 +118,7 @@ class ARSConfig(CommonConfig):
         check(math.isfinite(self.alive_bonus_offset), "alive_bonus_offset",
               self.alive_bonus_offset, "a finite number")
         check(self.n_eval_episodes >= 1, "n_eval_episodes", self.n_eval_episodes, "at least 1")
+        check(self.clip_obs > 0, "clip_obs", self.clip_obs, "positive")
 
     @property
     def kept_directions(self) -> int:
