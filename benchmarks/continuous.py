@@ -133,6 +133,8 @@ def measure(library: str, algorithm: str, env: str, steps: int, backend: str | N
                            "--algorithm", algorithm, "--env", env, "--steps", str(steps)],
                           env=environ, capture_output=True, text=True)
     if proc.returncode != 0:
+        if "ModuleNotFoundError" in proc.stderr:  # a peer this machine lacks (`run.py bench`)
+            return {"not_installed": proc.stderr.strip().splitlines()[-1]}
         print(f"{library} {algorithm} {backend or ''} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -157,7 +159,8 @@ def table(env: str, steps: int, core: int, rows: list[dict], gemm: float | None)
                 return ""
             return f"{rate / peers[peer]:.2f}"
 
-        shown = "failed" if rate is None else f"{rate:.0f}"
+        shown = ("not installed" if row.get("not_installed") else "failed") if rate is None \
+            else f"{rate:.0f}"
         cpu = "" if row.get("cpu_over_wall") is None else f"{row['cpu_over_wall']:.2f}"
         lines.append(f"| {row['algorithm']} | {row['library']} | {row['backend']} | {shown} | {cpu} "
                      f"| {ratio('sb3')} | {ratio('sbx')} |")
