@@ -277,3 +277,38 @@ def test_dict_policies_saved_on_each_backend_load_on_every_backend(worker_runs, 
             np.testing.assert_array_equal(loaded["actions"], saved["actions"])
             assert np.max(np.abs(loaded["raw"] - saved["raw"])) <= 1e-5, (name, saved_on,
                                                                           loaded_on)
+
+
+class LeafCritic(keras.Model):
+    """A user's subclassed critic on the leaves ({"image", "vector"}, actions), not registered
+    with Keras: a checkpoint holds its weights only."""
+
+    def __init__(self):
+        super().__init__()
+        self.flatten = keras.layers.Flatten()
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, inputs):
+        leaves, actions = inputs
+        features = [self.flatten(leaves["image"]) / 255.0, leaves["vector"], actions]
+        return self.out(self.hidden(keras.ops.concatenate(features, axis=-1)))
+
+
+def test_a_users_critic_on_the_leaves_comes_back_from_model_factory(tmp_path):
+    """SAC's critics of the user's, reading a Dict observation leaf by leaf, saved as weights: the
+    factory's fresh critics are made to read the flat vector as the agent's did (a critic's
+    adaptation, [leaves, actions]) and take the saved weights."""
+    env = functools.partial(ImageVectorEnv, size=5, continuous=True)
+    agent = kerasrl.SAC(env, critic=lambda o, a: LeafCritic(),
+                        **{**CONTINUOUS, "learning_starts": 50, "buffer_size": 500})
+    agent.fit(80, progress=False)
+    path = agent.save(tmp_path / "ckpt")
+    loaded = kerasrl.SAC.load(path, env=env, model_factory=lambda o, a: {
+        "critic_0": LeafCritic(), "critic_1": LeafCritic()})
+    for key, value in agent.learner.arrays().items():
+        np.testing.assert_array_equal(loaded.learner.arrays()[key], value, err_msg=key)
+    observations = agent.buffer.observations[:4, 0]
+    actions = np.zeros((4, 1), np.float32)
+    np.testing.assert_allclose(loaded.critics[1]([observations, actions]),
+                               agent.critics[1]([observations, actions]), rtol=1e-6)

@@ -139,8 +139,7 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device
     with placement.scope():  # the models' variables are made on the agent's device
         models = load_models(path, every_model, manifest, observation_space, action_space,
                              model_factory, f"{saved_class.__name__}.load",
-                             lambda name: saved_class.example_inputs(name, observation_space,
-                                                                     action_space))
+                             saved_class.rebuilt_model)
     model = models.pop("model")
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")

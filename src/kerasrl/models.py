@@ -52,7 +52,7 @@ def adapt_model(model: keras.Model, observation_space: gym.Space) -> keras.Model
     return keras.Model(inputs, outputs, name=f"{model.name}_on_leaves")
 
 
-def _adapt_critic(critic: keras.Model, observation_space: gym.Space, action_dim: int
+def adapt_critic(critic: keras.Model, observation_space: gym.Space, action_dim: int
                   ) -> keras.Model:
     """`adapt_model` for a critic [observations, actions] -> Q: it receives [leaves dict, actions]."""
     if not has_named_leaves(observation_space) or takes_flat_observations(critic):
@@ -322,7 +322,7 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
     check_unclaimed(critic, role)
     action_dim = int(np.prod(action_space.shape))
     if user_critic:
-        critic = _adapt_critic(critic, observation_space, action_dim)
+        critic = adapt_critic(critic, observation_space, action_dim)
     observations = dummy_observation(observation_space, batch_size=2)
     actions = np.zeros((2, action_dim), dtype=np.float32)
     what = "Q-values" if outputs == 1 else f"{outputs} quantiles of the return"

@@ -87,14 +87,18 @@ def serialization_problem(model) -> str | None:
     return None
 
 
-def weights_only_note(model, problem: str, names: list[str] | None = None) -> str:
+def weights_only_note(model, problem: str, names: list[str] | None = None,
+                      in_policy: bool = True) -> str:
     """What a user reads when `model` is saved as weights only: why, and how to load it. `names`:
-    every model a checkpoint holds, where there are several (then f returns them by name)."""
+    every model a checkpoint holds, where there are several (then f returns them by name);
+    `in_policy` False for a model only checkpoints hold (a critic)."""
     name = _model_class(model)
+    loaders = ("kerasrl.load_policy(path, model_factory=f) or Agent.load(path, model_factory=f)"
+               if in_policy else "Agent.load(path, model_factory=f) (a saved policy does not "
+                                 "hold it)")
     note = (f"{name} will be saved as weights only ({problem}). "
-            f"Loading needs the model: kerasrl.load_policy(path, model_factory=f) or "
-            f"Agent.load(path, model_factory=f), with f(observation_space, action_space) -> a new "
-            f"{name.rsplit('.', 1)[-1]}.")
+            f"Loading needs the model: {loaders}, with f(observation_space, action_space) -> a "
+            f"new {name.rsplit('.', 1)[-1]}.")
     if names and len(names) > 1:
         listed = ", ".join(f'"{n}": ...' for n in names)
         note += (f" A checkpoint holds {len(names)} models: for Agent.load, f returns them by "
@@ -132,11 +136,21 @@ def model_files(header: dict[str, Any]) -> dict[str, str]:
             for name in names}
 
 
+def rebuilt_model(name: str, model: keras.Model, observation_space, action_space) -> keras.Model:
+    """A model `model_factory` made again for the saved model `name`, as its agent held it: for
+    Dict observations reading them leaf by leaf (`adapt_model`), and built by a call on a batch of
+    one, so that its weights can be loaded. A policy's models take observations; an agent's own
+    rule for the models it keeps beside them (`Agent.rebuilt_model`: critics)."""
+    model = adapt_model(model, observation_space)
+    model(dummy_observation(observation_space, batch_size=1), training=False)
+    return model
+
+
 def load_models(path: Path, header: dict[str, Any], manifest, observation_space, action_space,
-                 model_factory, what: str, example_inputs=None) -> dict:
+                 model_factory, what: str, rebuild=rebuilt_model) -> dict:
     """The models of a policy or checkpoint folder: `.keras` files loaded safely, weights files
-    into the models that `model_factory` builds (first called on `example_inputs(name)`, a batch
-    of one: by default observations; a critic takes [observations, actions])."""
+    into the models that `model_factory` builds (made ready by `rebuild(name, model,
+    observation_space, action_space)`)."""
     files = model_files(header)
     verify_files(path, manifest, files.values())
     models = {name: load_keras_model(path / file)
@@ -155,14 +169,11 @@ def load_models(path: Path, header: dict[str, Any], manifest, observation_space,
                 f"class with @keras.saving.register_keras_serializable().")
         built = call_builder(model_factory, observation_space, action_space, "model_factory")
         built = built if isinstance(built, dict) else {"model": built}
-        built = {name: adapt_model(model, observation_space) for name, model in built.items()}
         for name in weight_names:
             if name not in built:
                 raise CheckpointError(f"model_factory returned no model named {name!r} (it "
                                       f"returned {', '.join(built) or 'none'}).")
-            model = built[name]
-            model(dummy_observation(observation_space, batch_size=1) if example_inputs is None
-                  else example_inputs(name), training=False)
+            model = rebuild(name, built[name], observation_space, action_space)
             try:
                 model.load_weights(path / files[name])
             except ValueError as error:

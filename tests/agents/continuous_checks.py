@@ -138,7 +138,9 @@ def check_user_critics_resume(cls, tmp_path, critic_outputs: int = 1) -> None:
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
-    with pytest.warns(UserWarning, match=r"SmallCritic will be saved as weights only.*"
+    with pytest.warns(UserWarning, match=r"SmallCritic will be saved as weights only.*needs the "
+                                         r"model: Agent.load\(path, model_factory=f\) \(a saved "
+                                         r"policy does not hold it\).*"
                                          r'\{"critic_0": \.\.\., "critic_1": \.\.\., "model": \.\.\.\}'):
         subclassed = cls("Pendulum-v1", critic=lambda o, a: SmallCritic(critic_outputs), seed=3,
                          **config)

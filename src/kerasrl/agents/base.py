@@ -38,8 +38,7 @@ from kerasrl.envs.checker import goal_reward
 from kerasrl.files import find_checkpoint
 from kerasrl.logger import History, RunLogger
 from kerasrl.masks import final_masks, masks_from_info
-from kerasrl.models import dummy_observation
-from kerasrl.policy_io import serialization_problem, weights_only_note
+from kerasrl.policy_io import rebuilt_model, serialization_problem, weights_only_note
 from kerasrl.schedules import linear_schedule
 from kerasrl.spaces import action_sizes
 
@@ -244,13 +243,15 @@ class Agent(Fitting, Evaluating):
     def _warn_weights_only(self) -> None:
         """Say now, not at the first checkpoint, when a model can be saved as weights only (once
         per class: twin critics of one class are one warning)."""
-        models = {**self.policy.models(), **self.models_beside_policy()}
+        in_policy = self.policy.models()
+        models = {**in_policy, **self.models_beside_policy()}
         warned = set()
-        for model in models.values():
+        for name, model in models.items():
             problem = serialization_problem(model)
             if problem is not None and type(model) not in warned:
                 warned.add(type(model))
-                warnings.warn(weights_only_note(model, problem, sorted(models)), stacklevel=3)
+                warnings.warn(weights_only_note(model, problem, sorted(models), name in in_policy),
+                              stacklevel=3)
 
     # -- public API ---------------------------------------------------------------------------
     @property
@@ -272,10 +273,10 @@ class Agent(Fitting, Evaluating):
         return {}
 
     @classmethod
-    def example_inputs(cls, name: str, observation_space, action_space):
-        """A batch of one for the saved model `name` (a checkpoint's "model", "value_model", ...):
-        what a model built again from a user's factory is first called on. Observations."""
-        return dummy_observation(observation_space, batch_size=1)
+    def rebuilt_model(cls, name: str, model, observation_space, action_space):
+        """A model a user's factory made again for the checkpoint's model `name`, made ready for
+        its weights as the agent held it (kerasrl.policy_io.rebuilt_model: a policy's model)."""
+        return rebuilt_model(name, model, observation_space, action_space)
 
     @classmethod
     def models_as_keywords(cls, models: dict[str, Any]) -> dict[str, Any]:

@@ -117,7 +117,7 @@ class CEM(WeightSearch):
     # -- training state (the names CEM's checkpoints have always had) -------------------------
     def _extra_state(self):
         arrays, meta = self._iteration_state()
-        arrays = {f"cem/{key.split('/', 1)[1]}": value for key, value in arrays.items()}
+        arrays = {key.replace("search/", "cem/", 1): value for key, value in arrays.items()}
         arrays.update({"cem/mean": self.mean.copy(), "cem/std": self.std.copy(),
                        "cem/best_weights": self.best_weights.copy(),
                        "cem/best_score": np.array(self.best_score)})

@@ -35,7 +35,7 @@ from kerasrl.agents.state_arrays import load_replay_learning_arrays, replay_lear
 from kerasrl.buffers import replay_buffer_for
 from kerasrl.buffers.replay import action_layout
 from kerasrl.exploration import ActionNoise, NoisyActor
-from kerasrl.models import build_critic, build_model
+from kerasrl.models import adapt_critic, build_critic, build_model, dummy_observation
 from kerasrl.networks import actor_network, critic_network
 from kerasrl.optim import Adam
 from kerasrl.policies import (RunningMeanStd, forward_fn, normalize_observations, scale_to_bounds,
@@ -150,12 +150,16 @@ class ContinuousAgent(Agent):
         return {f"critic_{i}": critic for i, critic in enumerate(self.critics)}
 
     @classmethod
-    def example_inputs(cls, name: str, observation_space, action_space):
-        """A critic's: [observations, actions] (a batch of one)."""
-        observations = super().example_inputs(name, observation_space, action_space)
+    def rebuilt_model(cls, name: str, model, observation_space, action_space):
+        """A critic (critic_0, ...): adapted to Dict observations as a critic (it takes
+        [observations, actions]) and built on a batch of one of both."""
         if not name.startswith("critic_"):
-            return observations
-        return [observations, np.zeros((1, int(np.prod(action_space.shape))), np.float32)]
+            return super().rebuilt_model(name, model, observation_space, action_space)
+        action_dim = int(np.prod(action_space.shape))
+        model = adapt_critic(model, observation_space, action_dim)
+        model([dummy_observation(observation_space, batch_size=1),
+               np.zeros((1, action_dim), np.float32)], training=False)
+        return model
 
     @classmethod
     def models_as_keywords(cls, models: dict[str, keras.Model]) -> dict:
