@@ -231,6 +231,11 @@ LunarLander-v3:
   ent_coef: 0.00001
 """,
     "sac.yml": """
+MountainCarContinuous-v0:
+  n_timesteps: 50000
+  policy: 'MlpPolicy'
+  normalize: true
+
 LunarLanderContinuous-v3:
   n_timesteps: !!float 5e5
   policy: 'MlpPolicy'
@@ -351,6 +356,11 @@ def test_rl_zoo_forms_translate_and_what_kerasrl_cannot_honour_is_refused(zoo_fi
     assert ars.config == dict(n_envs=1, normalize_observations=True, learning_rate=0.018, n_delta=4,
                               n_top=1, delta_std=0.1, hidden_sizes=(16,), zero_policy=False)
     assert get_preset(str(zoo_files / "ars.yml:Acrobot-v1")).config["hidden_sizes"] == (64, 64)
+    # `normalize: true` asks SAC for reward normalization, which it has not: named by the zoo's key
+    with pytest.raises(ValueError, match=r"sets what kerasrl's sac does not take: normalize "
+                                         r"\(normalize_reward: kerasrl's sac has no such setting; "
+                                         r"normalize: \"dict\(norm_obs=True, norm_reward=False\)\""):
+        get_preset(str(zoo_files / "sac.yml:MountainCarContinuous-v0"))
     with pytest.raises(ValueError, match=r"ppo\.yml:MountainCarContinuous-v0 sets what kerasrl's ppo "
                                          r"does not take: use_sde \(gSDE is not offered"):
         get_preset(str(zoo_files / "ppo.yml:MountainCarContinuous-v0"))

@@ -73,8 +73,17 @@ def preset_fields(algorithm: str, env: str, entry: dict[str, Any]) -> dict[str, 
             config[key] = value
         else:
             refused.append(key)
-    if config.get("normalize_reward") is False and "normalize_reward" not in fields:
-        del config["normalize_reward"]  # what the algorithm does not do anyway (ARS, off-policy)
+    # `normalize`'s halves that the algorithm has no setting for: off is what it does anyway
+    # (ARS, the off-policy agents: no reward normalization); on is refused, naming the zoo's key.
+    lacking = [name for name in ("normalize_observations", "normalize_reward")
+               if name in config and name not in fields]
+    if any(config[name] for name in lacking):
+        instead = ("normalize: \"dict(norm_obs=True, norm_reward=False)\" keeps what it has"
+                   if "normalize_observations" in fields else "remove it")
+        refused.append(f"normalize ({' and '.join(n for n in lacking if config[n])}: kerasrl's "
+                       f"{algorithm} has no such setting; {instead})")
+    for name in lacking:
+        del config[name]
     if algorithm == "ars" and entry.get("policy") == "MlpPolicy":
         config.setdefault("hidden_sizes", (64, 64))  # SB3-contrib's ARS MlpPolicy ("LinearPolicy": ())
     unknown = [key for key in config if key not in fields]

@@ -131,7 +131,7 @@ class RayEngine:
         except NotImplementedError as error:
             raise ValueError(f"engine='ray' cannot train this {type(agent).__name__}: {error} "
                              f"(It runs agents that learn from a replay buffer or from rollouts: "
-                             f"DQN, DDPG, TD3, SAC, PPO.) Train it with engine='local'.") from None
+                             f"DQN, DDPG, TD3, SAC, TQC, PPO.) Train it with engine='local'.") from None
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": True, **self.ray_init}
             ray.init(address=self.address, **kwargs)
