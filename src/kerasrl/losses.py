@@ -127,6 +127,17 @@ def select_action(outputs, actions):
     return ops.sum(outputs * one_hot[:, :, None], axis=1)
 
 
+def quantile_huber_pairs(quantiles, target_quantiles, kappa=1.0):
+    """Every pair's quantile Huber term `|tau_i - 1{d_ij < 0}| * huber_kappa(d_ij) / kappa`,
+    (B, N, N'), and the differences d_ij = target_j - quantile_i; `quantiles` (B, N) at the
+    midpoints tau_i = (i + 1/2) / N. QR-DQN and TQC reduce it each their own way."""
+    n = quantiles.shape[-1]
+    taus = (ops.arange(n, dtype=quantiles.dtype) + 0.5) / n  # (N,)
+    delta = target_quantiles[:, None, :] - quantiles[:, :, None]  # (B, N, N')
+    below = ops.cast(ops.stop_gradient(delta) < 0, quantiles.dtype)
+    return ops.abs(taus[None, :, None] - below) * huber(delta, kappa) / kappa, delta
+
+
 def quantile_huber_loss(quantiles, target_quantiles, weights, kappa=1.0):
     """QR-DQN's quantile Huber loss (Dabney et al., 2018), as Stable-Baselines3-contrib sums it.
 
@@ -136,11 +147,7 @@ def quantile_huber_loss(quantiles, target_quantiles, weights, kappa=1.0):
     the loss is the weighted mean over the batch. Returns `(loss, priorities)`, priorities (B,)
     the mean |d_ij| of each sample (its TD error in units of the return).
     """
-    n = quantiles.shape[-1]
-    taus = (ops.arange(n, dtype=quantiles.dtype) + 0.5) / n  # (N,)
-    delta = target_quantiles[:, None, :] - quantiles[:, :, None]  # (B, N, N')
-    below = ops.cast(ops.stop_gradient(delta) < 0, quantiles.dtype)
-    pairwise = ops.abs(taus[None, :, None] - below) * huber(delta, kappa) / kappa
+    pairwise, delta = quantile_huber_pairs(quantiles, target_quantiles, kappa)
     per_sample = ops.mean(ops.sum(pairwise, axis=1), axis=-1)  # (B,)
     priorities = ops.stop_gradient(ops.mean(ops.abs(delta), axis=(1, 2)))
     return ops.mean(weights * per_sample), priorities
@@ -391,10 +398,9 @@ def truncated_quantile_target(next_quantiles, rewards, discounts, drop_per_criti
 def truncated_quantile_critic_loss(quantiles, target_quantiles):
     """The quantile Huber loss of each critic's (B, N) quantiles against the pooled targets (B, M),
     averaged over the batch, both quantile axes and the critics (Stable-Baselines3-contrib's TQC:
-    `quantile_huber_loss(..., sum_over_quantiles=False)`): QR-DQN's loss, which sums over N, / N."""
-    weights = ops.ones_like(target_quantiles[:, 0])
-    total = sum(quantile_huber_loss(q, target_quantiles, weights)[0] for q in quantiles)
-    return total / (len(quantiles) * quantiles[0].shape[-1])
+    `quantile_huber_loss(..., sum_over_quantiles=False)`)."""
+    total = sum(ops.mean(quantile_huber_pairs(q, target_quantiles)[0]) for q in quantiles)
+    return total / len(quantiles)
 
 
 def truncated_quantile_actor_loss(quantiles, log_probs, alpha):

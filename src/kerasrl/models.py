@@ -304,8 +304,9 @@ def build_critic(critic, observation_space: gym.Space, action_space: gym.Space, 
                  warn_output: bool = True, outputs: int = 1) -> keras.Model:
     """A built critic that maps [observations (B, *obs_shape), actions (B, action_dim)] float32 to
     (B, outputs) (a Q-value; TQC's quantiles): `critic` is a Keras model, a callable
-    `(observation_space, action_space) -> keras.Model`, or None for `default()`. Checked here, when the agent is made; with a `seed`,
-    its initial weights drawn from it with numpy as `build_model`'s. `warn_output=False` for the
+    `(observation_space, action_space) -> keras.Model`, or None for `default()`. Checked here,
+    when the agent is made; with a `seed`, its initial weights drawn from it with numpy as
+    `build_model`'s. `warn_output=False` for the
     second critic of one user's spec (TD3's, SAC's): its last activation was warned of once."""
     user_critic = critic is not None
     if critic is None:

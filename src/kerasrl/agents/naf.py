@@ -77,14 +77,10 @@ class NAF(ContinuousAgent):
         return [self.value_model, self.l_model]
 
     def models_beside_policy(self) -> dict[str, keras.Model]:
-        """V and L, those of them that are the user's (value_model, l_model)."""
+        """V and L, those of them that are the user's, by their keywords (value_model, l_model)."""
         mine = {"value_model": (self._value_spec, self.value_model),
                 "l_model": (self._l_spec, self.l_model)}
         return {name: model for name, (spec, model) in mine.items() if spec is not None}
-
-    @classmethod
-    def models_as_keywords(cls, models: dict[str, keras.Model]) -> dict:
-        return dict(models)  # by their own keywords (not the critic list of the agents above)
 
     def _make_learner(self) -> Learner:
         return Learner({"actor": self.actor, "value": self.value_model, "l": self.l_model},
