@@ -128,9 +128,8 @@ def select_action(outputs, actions):
 
 
 def quantile_huber_pairs(quantiles, target_quantiles, kappa=1.0):
-    """Every pair's quantile Huber term `|tau_i - 1{d_ij < 0}| * huber_kappa(d_ij) / kappa`,
-    (B, N, N'), and the differences d_ij = target_j - quantile_i; `quantiles` (B, N) at the
-    midpoints tau_i = (i + 1/2) / N. QR-DQN and TQC reduce it each their own way."""
+    """Each pair's `|tau_i - 1{d_ij < 0}| * huber_kappa(d_ij) / kappa` (B, N, N') and d_ij =
+    target_j - quantile_i, quantiles (B, N) at tau_i = (i + 1/2) / N: QR-DQN and TQC reduce it."""
     n = quantiles.shape[-1]
     taus = (ops.arange(n, dtype=quantiles.dtype) + 0.5) / n  # (N,)
     delta = target_quantiles[:, None, :] - quantiles[:, :, None]  # (B, N, N')
