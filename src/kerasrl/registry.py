@@ -56,6 +56,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                      "step by step, which the compiled PPO loop's flat minibatches do not carry"),
     "a2c": Algorithm("kerasrl.agents.a2c:A2C", "kerasrl.config:A2CConfig",
                      compiled="kerasrl.compiled.ppo:CompiledPPO"),
+    "trpo": Algorithm("kerasrl.agents.trpo:TRPO", "kerasrl.config:TRPOConfig",
+                      compiled="kerasrl.compiled.ppo:CompiledPPO"),
     "td3": Algorithm("kerasrl.agents.td3:TD3", "kerasrl.config:TD3Config",
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "sac": Algorithm("kerasrl.agents.sac:SAC", "kerasrl.config:SACConfig",

@@ -24,7 +24,8 @@ __all__ = ["preset_fields", "read_entry"]
 
 # The zoo's file names (its algorithm names) and kerasrl's algorithms.
 ALGORITHMS = {"dqn": "dqn", "qrdqn": "qrdqn", "ppo": "ppo", "a2c": "a2c", "sac": "sac",
-              "tqc": "tqc", "td3": "td3", "ddpg": "ddpg", "ppo_lstm": "recurrent_ppo", "ars": "ars"}
+              "tqc": "tqc", "td3": "td3", "ddpg": "ddpg", "ppo_lstm": "recurrent_ppo", "ars": "ars",
+              "trpo": "trpo"}
 
 # policy_kwargs' activation_fn, as the zoo writes it.
 ACTIVATIONS = {"nn.ReLU": "relu", "nn.Tanh": "tanh", "nn.ELU": "elu", "nn.GELU": "gelu",
@@ -86,6 +87,8 @@ def preset_fields(algorithm: str, env: str, entry: dict[str, Any]) -> dict[str, 
         del config[name]
     if algorithm == "ars" and entry.get("policy") == "MlpPolicy":
         config.setdefault("hidden_sizes", (64, 64))  # SB3-contrib's ARS MlpPolicy ("LinearPolicy": ())
+    if algorithm == "trpo":
+        config.setdefault("gaussian_kl", "per_dimension")  # SB3-contrib's trust region on Box actions
     unknown = [key for key in config if key not in fields]
     if refused or unknown:
         raise ValueError(f"The RL Zoo entry {zoo_name}.yml:{env} sets what kerasrl's "

@@ -105,6 +105,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         # update traced whole, which the parity workers run on every backend. Built lazily.)
         self._train = backend.compile(self._train_epochs, donate_state=True)
         self._train_part = backend.compile(self._train_steps, donate_state=True)
+        self._start = backend.compile(self.update_start)  # where the steps run apart from it
         self.n_updates = 0
         self._policy = None
         self._eval_outputs = None
@@ -135,8 +136,8 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
     def _training_data(self, buffer):
         """(the rollout's arrays as the compiled update reads them, the minibatch rows of all
         epochs (M, batch_size) int32): transitions flattened to (T * N, ...), drawn at random."""
-        indices = minibatch_indices(buffer.n_steps * buffer.n_envs, self.config.batch_size,
-                                    self.config.n_epochs, self.rng)
+        epochs, batch_size = self.update_batches()
+        indices = minibatch_indices(buffer.n_steps * buffer.n_envs, batch_size, epochs, self.rng)
         return buffer.training_data(), indices
 
     def _evaluate_actions(self, params, non_trainable, batch):
@@ -178,7 +179,8 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         KL exceeds 1.5 * target_kl (before its step, as SB3) stops all further steps. Returns
         `(state, metric sums (len(METRICS),), steps taken)`.
         """
-        return self._train_steps(*self.update_start(state), data, indices, 0, learning_rate, clip_range)
+        return self._train_steps(*self.update_start(state, data), data, indices, 0, learning_rate,
+                                 clip_range)
 
     def _train_steps(self, state, sums, steps, data, indices, first, learning_rate, clip_range):
         """The steps of the minibatches `indices` (G, batch_size), the update's numbers `first` to
@@ -245,15 +247,16 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         self.metrics, steps taken)`."""
         return self._train_epochs(state, data, indices, learning_rate, clip_range)
 
-    def update_start(self, state):
-        """The carry an update starts from: `(state, metric sums (zeros), steps taken (0.0))`."""
-        return state, ops.zeros((len(METRICS),), "float32"), ops.zeros((), "float32")
+    def update_start(self, state, data):
+        """The carry an update of the rollout `data` starts from: `(state, metric sums (zeros),
+        steps taken (0.0))` (TRPO takes its policy step here, before the critic's steps)."""
+        return state, ops.zeros((len(self.metrics),), "float32"), ops.zeros((), "float32")
 
     def train_minibatch(self, carry, data, indices, i, learning_rate, clip_range):
         """Step `i` of `train_epochs`, for a loop that runs the update step by step (PyTorch's
         compiled loop traces one step and repeats its graph, where tracing every step costs
         seconds): `carry` is `(state, metric sums, steps taken)` after the steps before `i`, from
-        `update_start(state)`; returns it after step `i`. The same numbers as `train_epochs`."""
+        `update_start(state, data)`; returns it after step `i`. The same numbers as `train_epochs`."""
         return self._minibatch_step(carry, data, indices, i, i, learning_rate, clip_range)
 
     # -- acting --------------------------------------------------------------------------------
@@ -378,7 +381,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
                 def step(i, carry):  # (learner state, metric sums, steps taken, *the update's inputs)
                     return (*self.train_minibatch(carry[:3], *carry[3:5], i, *carry[5:]), *carry[3:])
 
-                start = (*self.update_start(self.learner.state), *inputs)
+                start = (*self._start(self.learner.state, inputs[0]), *inputs)
                 self.learner.state, sums, steps = loop_in_chunks(
                     self, "update", len(indices), step, start, large_iterations="traced")[:3]
         elif len(parts := self.update_parts(len(indices))) == 1:
@@ -389,7 +392,7 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
         else:
             with self.learner.on_device():
                 data = backend.to_tensors(data)  # moved once, read by every part
-            state, sums, steps = self.learner.state, np.zeros(len(METRICS), np.float32), np.float32(0)
+            state, sums, steps = self._start(self.learner.state, data)
             for start, stop in parts:
                 state, sums, steps = self._train_part(
                     state, sums, steps, data, backend.feed(indices[start:stop]), np.int32(start),

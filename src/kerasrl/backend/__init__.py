@@ -251,7 +251,8 @@ def fall_back(what: str, error: BaseException, instead: str) -> None:
 
 # The implementation is imported on first use, so that `import kerasrl` settles the backend
 # without paying for Keras and its framework until an agent is made.
-_FUNCTIONS = ("compile", "value_and_grad", "inference", "configure_threads", "to_numpy", "to_tensors",
+_FUNCTIONS = ("compile", "value_and_grad", "hessian_vector_product", "inference", "configure_threads",
+              "to_numpy", "to_tensors",
               "feed", "fori_loop", "check_traceable", "on_cpu", "devices", "configure_precision")
 # Faster kernels for a generic `keras.ops` computation, where a backend has them; None elsewhere.
 # - `adam_moments_steps`: `kerasrl.optim.adam_moments_step` for every weight at once.

@@ -18,6 +18,12 @@ def value_and_grad(fn):
     return jax.value_and_grad(fn, has_aux=True)
 
 
+def hessian_vector_product(fn, params, vector):
+    """`H v`: the Hessian of the scalar `fn(params)` at `params` (a list of arrays) times `vector`
+    (a list of the same shapes), as a list; forward-mode over reverse-mode differentiation."""
+    return jax.jvp(jax.grad(fn), (params,), (vector,))[1]
+
+
 def inference():
     """JAX records no graph outside a transformation: nothing to switch off."""
     return contextlib.nullcontext()

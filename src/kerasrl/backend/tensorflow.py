@@ -323,6 +323,21 @@ def value_and_grad(fn):
     return wrapped
 
 
+def hessian_vector_product(fn, params, vector):
+    """`H v`: the Hessian of the scalar `fn(params)` at `params` (a list of tensors) times `vector`
+    (a list of the same shapes), as a list: the gradient of `grad(fn) . v`, one tape inside
+    another."""
+    zero = tf.UnconnectedGradients.ZERO
+    with tf.GradientTape(watch_accessed_variables=False) as outer:
+        outer.watch(params)
+        with tf.GradientTape(watch_accessed_variables=False) as inner:
+            inner.watch(params)
+            value = fn(params)
+        grads = inner.gradient(value, params, unconnected_gradients=zero)
+        dot = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(grads, vector)])
+    return outer.gradient(dot, params, unconnected_gradients=zero)
+
+
 def inference():
     """Eager TensorFlow records no graph without a tape: nothing to switch off."""
     return contextlib.nullcontext()

@@ -181,6 +181,20 @@ def value_and_grad(fn):
     return wrapped
 
 
+def hessian_vector_product(fn, params, vector):
+    """`H v`: the Hessian of the scalar `fn(params)` at `params` (a list of tensors) times `vector`
+    (a list of the same shapes), as a list: the gradient of `grad(fn) . v`, the first gradient
+    taken with its graph (`create_graph`)."""
+    params = [p.detach().requires_grad_(True) for p in params]
+    with torch.enable_grad():
+        grads = torch.autograd.grad(fn(params), params, create_graph=True, allow_unused=True)
+        dot = sum((g * v).sum() for g, v in zip(grads, vector) if g is not None)
+        if not isinstance(dot, torch.Tensor) or not dot.requires_grad:  # fn is linear in params
+            return [torch.zeros_like(p) for p in params]
+        products = torch.autograd.grad(dot, params, allow_unused=True)
+    return [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(params, products)]
+
+
 def adam_moments_steps(params, grads, ms, vs, alpha, beta_1, beta_2, epsilon):
     """`kerasrl.optim.adam_moments_step` for every weight of a model at once, with PyTorch's
     multi-tensor (foreach) kernels: 7 ops for the whole model, where the generic version runs 12

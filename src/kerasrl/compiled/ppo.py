@@ -251,7 +251,7 @@ class CompiledPPO(CompiledLoop):
             data, indices, learning_rate, clip_range = carry[3:]  # inputs of each traced chunk, not constants
             return (*self.agent.train_minibatch(carry[:3], data, indices, i, learning_rate, clip_range), *carry[3:])
 
-        start = (*self.agent.update_start(state["learner"]), *inputs)
+        start = (*self._piece("start", self.agent.update_start)(state["learner"], data), *inputs)
         updated = loop_in_chunks(self, "update", steps, step, start)[:3]
         return self._piece("after", self._after_update)(state, metrics, data, updated, learning_rate, clip_range,
                                                        shuffle_rng)

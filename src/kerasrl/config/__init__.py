@@ -3,7 +3,7 @@
 Names follow Stable-Baselines3 where it has one. Each field carries its help text in its metadata;
 the CLI's `--set name=value` and presets are made from these classes. What they share is in
 `common`; each family's configs are in the module named for it: `value` (DQN, QR-DQN, C51, SARSA),
-`on_policy` (PPO, A2C, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, NAF) and `cem` (CEM,
+`on_policy` (PPO, A2C, TRPO, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, NAF) and `cem` (CEM,
 ARS). Every one is
 imported from here (`from kerasrl.config import PPOConfig`).
 """
@@ -24,6 +24,7 @@ from kerasrl.config.on_policy import (
     OnPolicyConfig,
     PPOConfig,
     RecurrentPPOConfig,
+    TRPOConfig,
 )
 from kerasrl.config.value import C51Config, DQNConfig, QConfig, QRDQNConfig, SARSAConfig
 
@@ -31,6 +32,6 @@ __all__ = [
     "ACTION_NOISES", "A2CConfig", "ARSConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
     "DDPGConfig", "DQNConfig", "HindsightConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
     "QRDQNConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "TQCConfig",
-    "check",
+    "TRPOConfig", "check",
     "check_types", "hp",
 ]

@@ -1,4 +1,4 @@
-"""The hyperparameters of the actor-critic agents that learn from rollouts: PPO, A2C and
+"""The hyperparameters of the actor-critic agents that learn from rollouts: PPO, A2C, TRPO and
 recurrent PPO, over what they share (`OnPolicyConfig`: the rollout, GAE, normalization).
 """
 
@@ -86,6 +86,53 @@ class A2CConfig(OnPolicyConfig):
         check(self.optimizer in ("rmsprop", "adam"), "optimizer", self.optimizer, "'rmsprop' or 'adam'")
         check(0.0 <= self.rms_prop_alpha < 1.0, "rms_prop_alpha", self.rms_prop_alpha, "in [0, 1)")
         check(self.rms_prop_epsilon > 0, "rms_prop_epsilon", self.rms_prop_epsilon, "positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TRPOConfig(OnPolicyConfig):
+    """Trust region policy optimization (Schulman et al., 2015); defaults are Stable-Baselines3-
+    contrib's TRPO's: per rollout one policy step within the KL trust region (conjugate gradients
+    and a line search), then the critic's Adam steps."""
+
+    learning_rate: float = hp(1e-3, "Adam step size of the critic (the policy's step is set by target_kl, not by a learning rate).")
+    batch_size: int = hp(128, "Transitions per minibatch of the critic's steps.")
+    n_critic_updates: int = hp(10, "Passes of the critic over each rollout, each in a fresh random order.")
+    target_kl: float = hp(0.01, "The trust region: the largest mean KL(new policy || old) one policy step may reach.")
+    cg_max_steps: int = hp(15, "Conjugate-gradient steps towards F^-1 g (each one Fisher-vector product).")
+    cg_damping: float = hp(0.1, "Added to the Fisher matrix's diagonal (F + damping I) for a stable solve.")
+    line_search_shrinking_factor: float = hp(0.8, "Backtracking line search: the step shrinks by this factor until the KL holds and the surrogate improves.")
+    line_search_max_iter: int = hp(10, "Backtracking line search: step sizes tried before the policy is left as it was.")
+    sub_sampling_factor: int = hp(1, "The policy step reads every k-th transition of the rollout (1: all of them).")
+    gaussian_kl: str = hp("joint", "Box actions: the KL that target_kl bounds: 'joint' (of the whole Gaussian, summed over the action dimensions: the paper's, OpenAI Baselines') or 'per_dimension' (its mean over the dimensions, as Stable-Baselines3-contrib; RL Zoo files get this).")
+    max_grad_norm: float | None = hp(None, "Clip the global norm of the critic's gradient to this; None: no clipping (as SB3-contrib).")
+    ent_coef: float = hp(0.0, "Must be 0: TRPO's surrogate has no entropy bonus.")
+    vf_coef: float = hp(0.0, "Must be 0: the critic is fitted on its own (n_critic_updates passes), not through a joint loss.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(self.batch_size <= self.n_steps * self.n_envs, "batch_size", self.batch_size,
+              f"at most n_steps * n_envs = {self.n_steps * self.n_envs} (one rollout); lower it "
+              f"or raise n_steps or n_envs")
+        check(self.n_critic_updates >= 1, "n_critic_updates", self.n_critic_updates, "at least 1")
+        check(self.target_kl > 0, "target_kl", self.target_kl, "positive (0.01 is usual)")
+        check(self.cg_max_steps >= 1, "cg_max_steps", self.cg_max_steps, "at least 1")
+        check(self.cg_damping >= 0, "cg_damping", self.cg_damping, "non-negative")
+        check(0.0 < self.line_search_shrinking_factor < 1.0, "line_search_shrinking_factor",
+              self.line_search_shrinking_factor, "in (0, 1)")
+        check(self.line_search_max_iter >= 1, "line_search_max_iter", self.line_search_max_iter,
+              "at least 1")
+        check(self.sub_sampling_factor >= 1, "sub_sampling_factor", self.sub_sampling_factor,
+              "at least 1")
+        check(self.n_steps * self.n_envs // self.sub_sampling_factor >= 2, "sub_sampling_factor",
+              self.sub_sampling_factor, f"small enough to leave 2 transitions of a rollout of "
+              f"n_steps * n_envs = {self.n_steps * self.n_envs} to the policy step")
+        check(self.gaussian_kl in ("joint", "per_dimension"), "gaussian_kl", self.gaussian_kl,
+              "'joint' or 'per_dimension'")
+        check(self.ent_coef == 0.0, "ent_coef", self.ent_coef,
+              "0: TRPO's surrogate has no entropy bonus (use kerasrl.PPO or A2C for one)")
+        check(self.vf_coef == 0.0, "vf_coef", self.vf_coef,
+              "0: TRPO fits its critic on its own; set n_critic_updates and learning_rate instead")
 
 
 @dataclass(frozen=True, kw_only=True)
