@@ -308,6 +308,32 @@ Pendulum-v1:
   policy: 'MlpPolicy'
   learning_rate: !!float 1e-3
 """,
+    "trpo.yml": """
+CartPole-v1:
+  n_envs: 2
+  n_timesteps: !!float 1e5
+  policy: 'MlpPolicy'
+  n_steps: 512
+  batch_size: 512
+  cg_damping: !!float 1e-3
+  gae_lambda: 0.98
+  gamma: 0.99
+  learning_rate: !!float 1e-3
+  n_critic_updates: 20
+Acrobot-v1:
+  normalize: true
+  n_envs: 2
+  n_timesteps: !!float 1e5
+  policy: 'MlpPolicy'
+  n_steps: 1024
+LunarLanderContinuous-v3:
+  normalize: true
+  n_envs: 2
+  n_timesteps: !!float 1e5
+  policy: 'MlpPolicy'
+  n_steps: 1024
+  n_critic_updates: 20
+""",
 }
 
 
@@ -326,6 +352,8 @@ def zoo_files(tmp_path):
     ("a2c.yml:LunarLander-v3", "lunarlander-a2c"),
     ("ars.yml:CartPole-v1", "cartpole-ars"),
     ("tqc.yml:Pendulum-v1", "pendulum-tqc"),
+    ("trpo.yml:CartPole-v1", "cartpole-trpo"),
+    ("trpo.yml:Acrobot-v1", "acrobot-trpo"),
 ])
 def test_an_rl_zoo_entry_reads_as_the_preset_written_from_it(zoo_files, spec, preset):
     from kerasrl import registry
@@ -346,6 +374,9 @@ def test_rl_zoo_forms_translate_and_what_kerasrl_cannot_honour_is_refused(zoo_fi
                               buffer_size=1_000_000, auto_entropy=True, gamma=0.99, tau=0.01,
                               train_freq=1, gradient_steps=1, learning_starts=10_000,
                               hidden_sizes=(400, 300))
+    trpo = get_preset(str(zoo_files / "trpo.yml:LunarLanderContinuous-v3"))
+    assert trpo.config == dict(normalize_observations=True, normalize_reward=True, n_envs=2,
+                               n_steps=1024, n_critic_updates=20)
     td3 = get_preset(str(zoo_files / "td3.yml:MountainCarContinuous-v0"))
     assert (td3.config["action_noise"], td3.config["action_noise_std"]) == ("ornstein_uhlenbeck", 0.5)
     qrdqn = get_preset(str(zoo_files / "qrdqn.yml:Acrobot-v1"))

@@ -87,8 +87,6 @@ def preset_fields(algorithm: str, env: str, entry: dict[str, Any]) -> dict[str, 
         del config[name]
     if algorithm == "ars" and entry.get("policy") == "MlpPolicy":
         config.setdefault("hidden_sizes", (64, 64))  # SB3-contrib's ARS MlpPolicy ("LinearPolicy": ())
-    if algorithm == "trpo":
-        config.setdefault("gaussian_kl", "per_dimension")  # SB3-contrib's trust region on Box actions
     unknown = [key for key in config if key not in fields]
     if refused or unknown:
         raise ValueError(f"The RL Zoo entry {zoo_name}.yml:{env} sets what kerasrl's "

@@ -186,9 +186,12 @@ class ActorCriticNetworks:
         log_std_init = 0.0 if cfg.log_std_init is None else cfg.log_std_init
         parameters = {} if self.discrete else {
             "log_std": [np.full(self.n_outputs, log_std_init, dtype=np.float32)]}
-        return Learner(models, optimizers={self.optimizer_group: (self._optimizer(),
-                                                            (*models, *parameters))},
-                       parameters=parameters)
+        return Learner(models, optimizers={self.optimizer_group: (
+            self._optimizer(), self._optimized_names(models, parameters))}, parameters=parameters)
+
+    def _optimized_names(self, models: dict, parameters: dict) -> tuple[str, ...]:
+        """What the one optimizer updates: every model and plain parameter (TRPO: the critic)."""
+        return (*models, *parameters)
 
     # -- the networks, functionally ------------------------------------------------------------
     def _outputs(self, params, non_trainable, observations, training):

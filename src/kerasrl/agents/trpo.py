@@ -25,13 +25,11 @@ from keras import ops
 from keras import tree
 
 from kerasrl import backend
-from kerasrl.agents.learner import Learner
 from kerasrl.agents.ppo import PPO
 from kerasrl.config import TRPOConfig
 from kerasrl.losses import (categorical_log_prob, gaussian_log_prob, mask_values,
                             normalize_advantages, value_loss)
 from kerasrl.models import stateless_apply
-from kerasrl.optim import Adam
 from kerasrl.trust_region import (backtracking_line_search, categorical_kl, conjugate_gradient,
                                   gaussian_kl)
 
@@ -53,19 +51,18 @@ class TRPO(PPO):
     parts), the surrogate after the step, the critic's mean loss over its minibatch steps, the
     policy's mean KL after the step (0 where the line search found none), whether it found one."""
 
-    def _new_learner(self) -> Learner:
+    def _build_networks(self, model) -> None:
+        super()._build_networks(model)
         if self.shared:
             raise ValueError(
                 "TRPO moves the policy's weights within a KL trust region and fits the critic on "
                 "its own, so a shared actor-critic model (two outputs) would let the critic's "
                 "steps move the policy. Pass the actor as model= and the critic as value_model= "
                 "(or set shared_network=False).")
-        parameters = {} if self.discrete else {"log_std": [np.full(
-            self.n_outputs, 0.0 if self.config.log_std_init is None else self.config.log_std_init,
-            dtype=np.float32)]}
-        models = {"actor": self.actor, "critic": self.critic}
-        return Learner(models, optimizers={"critic": (Adam.from_config(self.config), ("critic",))},
-                       parameters=parameters)
+
+    def _optimized_names(self, models: dict, parameters: dict) -> tuple[str, ...]:
+        """Adam updates the critic alone: the policy moves by its trust-region step."""
+        return ("critic",)
 
     @property
     def _policy_names(self) -> tuple[str, ...]:
@@ -182,7 +179,7 @@ class TRPO(PPO):
         state, sums, steps = carry
         batch = self._minibatch(data, ops.take(indices, i, axis=0))
         new_state, loss, _ = self.learner.descend(
-            state, "critic", lambda params: self._critic_loss(params, state["non_trainable"], batch),
+            state, self.optimizer_group, lambda params: self._critic_loss(params, state["non_trainable"], batch),
             learning_rate, updates_non_trainable=True)
         new_state = {**new_state, "step": new_state["step"] + 1}
         share = loss / indices.shape[0]

@@ -103,7 +103,7 @@ class TRPOConfig(OnPolicyConfig):
     line_search_shrinking_factor: float = hp(0.8, "Backtracking line search: the step shrinks by this factor until the KL holds and the surrogate improves.")
     line_search_max_iter: int = hp(10, "Backtracking line search: step sizes tried before the policy is left as it was.")
     sub_sampling_factor: int = hp(1, "The policy step reads every k-th transition of the rollout (1: all of them).")
-    gaussian_kl: str = hp("joint", "Box actions: the KL that target_kl bounds: 'joint' (of the whole Gaussian, summed over the action dimensions: the paper's, OpenAI Baselines') or 'per_dimension' (its mean over the dimensions, as Stable-Baselines3-contrib; RL Zoo files get this).")
+    gaussian_kl: str = hp("per_dimension", "Box actions: the KL that target_kl bounds: 'per_dimension' (the Gaussian's KL averaged over the action dimensions, as Stable-Baselines3-contrib) or 'joint' (the whole Gaussian's, summed over them: the paper's and OpenAI Baselines'; D times larger for D dimensions).")
     max_grad_norm: float | None = hp(None, "Clip the global norm of the critic's gradient to this; None: no clipping (as SB3-contrib).")
     ent_coef: float = hp(0.0, "Must be 0: TRPO's surrogate has no entropy bonus.")
     vf_coef: float = hp(0.0, "Must be 0: the critic is fitted on its own (n_critic_updates passes), not through a joint loss.")

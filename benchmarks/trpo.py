@@ -1,0 +1,143 @@
+"""TRPO against Stable-Baselines3-contrib's, side by side in one run: speed and returns.
+
+    python benchmarks/trpo.py [--preset cartpole-trpo] [--seeds 0,1,2] [--steps N]
+                              [--backends jax,tensorflow,torch] [--core 1]
+                              [--out benchmarks/results/trpo_cartpole.md]
+
+Each row trains one seed at the preset's settings (RL Zoo's trpo.yml entry; SB3-contrib's TRPO
+gets the same hyperparameters and the same networks, SB3's MlpPolicy of two 64-unit tanh MLPs)
+for the preset's budget (or `--steps`), then evaluates 20 greedy episodes. Steps per second count
+the whole `fit` / `learn`, compilation included. Every row is its own process pinned to one core
+with `taskset -c CORE`, run one after the other; the header names the CPU. Run it on an otherwise
+idle machine: figures compare within one table only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_TORCH_THREADS": "1",
+                      "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+                      }.items():
+    os.environ.setdefault(_name, _value)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compiled_loop import cpu_model  # noqa: E402
+
+EVAL_EPISODES = 20
+# kerasrl's fields whose SB3-contrib keyword is another (the zoo writes SB3's names).
+SB3_NAMES = {"normalize_observations": None, "normalize_reward": None, "gaussian_kl": None}
+
+
+def run_kerasrl(preset_name: str, seed: int, steps: int) -> dict:
+    import kerasrl
+    from kerasrl.presets import get_preset
+
+    preset = get_preset(preset_name)
+    agent = kerasrl.TRPO(preset.env, seed=seed, **preset.config)
+    start = time.perf_counter()
+    agent.fit(steps, progress=False)
+    wall = time.perf_counter() - start
+    result = agent.evaluate(episodes=EVAL_EPISODES)
+    return dict(wall_s=wall, steps_per_s=steps / wall, mean_return=result["mean_return"])
+
+
+def run_sb3_contrib(preset_name: str, seed: int, steps: int) -> dict:
+    import torch
+    from sb3_contrib import TRPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from kerasrl.presets import get_preset
+
+    torch.set_num_threads(1)
+    preset = get_preset(preset_name)
+    config = dict(preset.config)
+    n_envs = config.pop("n_envs", 1)
+    norm_obs, norm_reward = config.get("normalize_observations", False), config.get("normalize_reward", False)
+    config = {key: value for key, value in config.items() if key not in SB3_NAMES}
+    env = make_vec_env(preset.env, n_envs=n_envs, seed=seed)
+    if norm_obs or norm_reward:
+        env = VecNormalize(env, norm_obs=norm_obs, norm_reward=norm_reward)
+    model = TRPO("MlpPolicy", env, seed=seed, device="cpu", **config)
+    start = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - start
+    eval_env = make_vec_env(preset.env, n_envs=1, seed=seed + 1000)
+    if isinstance(env, VecNormalize):
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+        eval_env.obs_rms = env.obs_rms
+    mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
+    return dict(wall_s=wall, steps_per_s=steps / wall, mean_return=float(mean))
+
+
+def measure(library: str, backend: str | None, preset: str, seed: int, steps: int, core: int) -> dict:
+    command = ["taskset", "-c", str(core), sys.executable, __file__, "--child", library,
+               "--preset", preset, "--seed", str(seed), "--steps", str(steps)]
+    env = dict(os.environ, **({"KERAS_BACKEND": backend} if backend else {}))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{library} {backend} seed {seed} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(lines[-1]), library=library, backend=backend, seed=seed)
+
+
+def table(preset: str, steps: int, core: int, rows: list[dict]) -> str:
+    import numpy as np
+
+    names = sorted({(r["library"], r["backend"]) for r in rows}, key=lambda k: (k[0] != "kerasrl", str(k[1])))
+    sb3 = np.mean([r["steps_per_s"] for r in rows if r["library"] == "sb3-contrib"])
+    lines = [f"TRPO, preset `{preset}`, {steps:,} env steps per run, {EVAL_EPISODES} greedy episodes after; "
+             f"one process per row pinned to core {core} (`taskset`), {cpu_model()}.", "",
+             "| library | backend | steps/s (whole run, compile included) | vs SB3-contrib | returns by seed | mean |",
+             "|---|---|---|---|---|---|"]
+    for library, backend in names:
+        mine = [r for r in rows if (r["library"], r["backend"]) == (library, backend)]
+        speed = np.mean([r["steps_per_s"] for r in mine])
+        returns = ", ".join(f"{r['mean_return']:.1f}" for r in sorted(mine, key=lambda r: r["seed"]))
+        lines.append(f"| {library} | {backend or 'PyTorch'} | {speed:,.0f} | {speed / sb3:.2f}x | {returns} | "
+                     f"{np.mean([r['mean_return'] for r in mine]):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="cartpole-trpo")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--backends", default="jax,tensorflow,torch")
+    parser.add_argument("--core", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--child", choices=("kerasrl", "sb3-contrib"))
+    args = parser.parse_args()
+    from kerasrl.presets import get_preset
+
+    steps = args.steps or get_preset(args.preset).total_steps
+    if args.child:
+        run = run_kerasrl if args.child == "kerasrl" else run_sb3_contrib
+        print(json.dumps(run(args.preset, args.seed, steps)))
+        return
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for backend in args.backends.split(","):
+            rows.append(measure("kerasrl", backend, args.preset, seed, steps, args.core))
+            print(rows[-1], flush=True)
+        rows.append(measure("sb3-contrib", None, args.preset, seed, steps, args.core))
+        print(rows[-1], flush=True)
+    text = table(args.preset, steps, args.core, rows)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
