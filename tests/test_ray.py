@@ -87,6 +87,26 @@ def test_ppo_learns_with_two_workers(local_ray):
 PPO_BAR = 250.0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["a2c", "trpo"])
+def test_ppos_relatives_run_their_own_update_on_the_actors_rollouts(local_ray, algorithm):
+    """A2C and TRPO take PPO's remote rollouts and run their own update on them: A2C's one step,
+    TRPO's trust-region step and critic passes (its figures logged, the KL inside the bound)."""
+    settings = dict(n_envs=2, n_steps=64)
+    if algorithm == "trpo":
+        settings.update(batch_size=128, n_critic_updates=2)
+    agent = kerasrl.registry.agent_class(algorithm)("CartPole-v1", seed=0, **settings)
+    before = agent.model.get_weights()
+    fit_on_two_workers(agent, 1024)
+    assert agent.num_timesteps == 1024 and agent.n_updates == 4  # 64 steps x 2 envs x 2 workers
+    last = agent.history.updates[-1]
+    if algorithm == "trpo":
+        assert last["line_search_success"] == 1.0 and 0 < last["kl_divergence"] < 0.01
+    else:
+        assert {"policy_loss", "entropy"} <= set(last)
+    assert not np.array_equal(before[0], agent.model.get_weights()[0])
+
+
 def test_an_actor_carries_dict_observations_flat():
     """Without Ray: an actor made from the engine's spec flattens the nested Dict env's
     observations at its envs (kerasrl.spaces) and rebuilds the learner's SplitLeaves network."""

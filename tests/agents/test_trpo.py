@@ -254,8 +254,10 @@ def test_the_presets_solve_their_task(preset):
 def test_state_dict_resumes_exactly_and_the_saved_policy_acts_the_same(tmp_path):
     """Paused inside a rollout (Pendulum: Gaussian actions, observation statistics): the resumed run
     is the whole run; the saved policy loads alone and acts as the agent's."""
-    make = lambda: kerasrl.TRPO("Pendulum-v1", seed=3, n_envs=2, n_steps=32, batch_size=32,
-                                n_critic_updates=2, hidden_sizes=(16,), normalize_observations=True)
+    def make():
+        return kerasrl.TRPO("Pendulum-v1", seed=3, n_envs=2, n_steps=32, batch_size=32,
+                            n_critic_updates=2, hidden_sizes=(16,), normalize_observations=True)
+
     whole = make()
     whole.fit(256, progress=False)
     first = make()
