@@ -354,6 +354,7 @@ def zoo_files(tmp_path):
     ("tqc.yml:Pendulum-v1", "pendulum-tqc"),
     ("trpo.yml:CartPole-v1", "cartpole-trpo"),
     ("trpo.yml:Acrobot-v1", "acrobot-trpo"),
+    ("trpo.yml:LunarLanderContinuous-v3", "lunarlander-continuous-trpo"),
 ])
 def test_an_rl_zoo_entry_reads_as_the_preset_written_from_it(zoo_files, spec, preset):
     from kerasrl import registry

@@ -88,10 +88,11 @@ def serialization_problem(model) -> str | None:
 
 
 def weights_only_note(model, problem: str, names: list[str] | None = None,
-                      in_policy: bool = True) -> str:
+                      in_policy: bool = True, policy_names: list[str] | None = None) -> str:
     """What a user reads when `model` is saved as weights only: why, and how to load it. `names`:
-    every model a checkpoint holds, where there are several (then f returns them by name);
-    `in_policy` False for a model only checkpoints hold (a critic)."""
+    every model a checkpoint holds, `policy_names` every model a saved policy holds, where there
+    are several (then f returns them by name); `in_policy` False for a model only checkpoints hold
+    (a critic)."""
     name = _model_class(model)
     loaders = ("kerasrl.load_policy(path, model_factory=f) or Agent.load(path, model_factory=f)"
                if in_policy else "Agent.load(path, model_factory=f) (a saved policy does not "
@@ -99,11 +100,20 @@ def weights_only_note(model, problem: str, names: list[str] | None = None,
     note = (f"{name} will be saved as weights only ({problem}). "
             f"Loading needs the model: {loaders}, with f(observation_space, action_space) -> a "
             f"new {name.rsplit('.', 1)[-1]}.")
+    if names and len(names) > 1 and names == policy_names:
+        return note + (f" A saved policy and a checkpoint hold {len(names)} models: f returns "
+                       f"them by name, {_by_name(names)}.")
+    if policy_names and len(policy_names) > 1:
+        note += (f" A saved policy holds {len(policy_names)} models: for load_policy, f returns "
+                 f"them by name, {_by_name(policy_names)}.")
     if names and len(names) > 1:
-        listed = ", ".join(f'"{n}": ...' for n in names)
         note += (f" A checkpoint holds {len(names)} models: for Agent.load, f returns them by "
-                 f"name, {{{listed}}}.")
+                 f"name, {_by_name(names)}.")
     return note
+
+
+def _by_name(names: list[str]) -> str:
+    return "{" + ", ".join(f'"{n}": ...' for n in names) + "}"
 
 
 def save_models(models: dict, folder: Path, weights_only: bool) -> dict[str, str]:
@@ -171,8 +181,11 @@ def load_models(path: Path, header: dict[str, Any], manifest, observation_space,
         built = built if isinstance(built, dict) else {"model": built}
         for name in weight_names:
             if name not in built:
-                raise CheckpointError(f"model_factory returned no model named {name!r} (it "
-                                      f"returned {', '.join(built) or 'none'}).")
+                raise CheckpointError(
+                    f"model_factory returned no model named {name!r} (it returned "
+                    f"{', '.join(built) or 'none'}): {path} holds the weights only of "
+                    f"{', '.join(weight_names)}. Return a dict of new models by name, "
+                    f"{_by_name(weight_names)}.")
             model = rebuild(name, built[name], observation_space, action_space)
             try:
                 model.load_weights(path / files[name])
@@ -237,7 +250,8 @@ def save_policy(policy, path, *, weights_only: bool = False) -> Path:
         for name, model in policy.models().items():
             problem = serialization_problem(model) if formats[name] == "weights" else None
             if problem is not None:
-                warnings.warn(weights_only_note(model, problem), stacklevel=3)
+                warnings.warn(weights_only_note(model, problem, policy_names=sorted(policy.models())),
+                              stacklevel=3)
     return path
 
 

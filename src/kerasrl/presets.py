@@ -208,6 +208,15 @@ PRESETS: dict[str, Preset] = {
         "SB3-contrib's defaults). 20 greedy episodes after the run, JAX, seeds 0-2: -80.9, -82.7, "
         "-86.7 (SB3-contrib here: -81.3, -79.2, -80.2; the zoo publishes -83.1).",
     ),
+    "lunarlander-continuous-trpo": Preset(
+        "trpo", "LunarLanderContinuous-v3", 100_000,
+        dict(n_envs=2, n_steps=1024, n_critic_updates=20, normalize_observations=True,
+             normalize_reward=True),
+        "TRPO on LunarLanderContinuous-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 "
+        "Zoo hyperparameters (trpo.yml: 2 envs of 1024-step rollouts, 20 critic passes, "
+        "normalized observations and rewards, 100k steps; the Gaussian's KL averaged over the "
+        "action dimensions, as SB3-contrib).",
+    ),
     "acrobot-a2c": Preset(
         "a2c", "Acrobot-v1", 500_000,
         dict(n_envs=16, ent_coef=0.0, normalize_observations=True, normalize_reward=True),

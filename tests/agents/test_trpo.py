@@ -5,6 +5,7 @@ and errors at creation."""
 from __future__ import annotations
 
 import gymnasium as gym
+import keras
 import numpy as np
 import pytest
 
@@ -304,7 +305,7 @@ def test_config_errors_and_registration():
                         n_critic_updates=3).compiled_engine(required=False).loop
     assert type(loop).__name__ == "CompiledPPO"
     assert (loop.n_epochs, loop.n_minibatches, loop.batch_size, loop.clipped) == (3, 4, 64, False)
-    for name in ("cartpole-trpo", "acrobot-trpo"):
+    for name in ("cartpole-trpo", "acrobot-trpo", "lunarlander-continuous-trpo"):
         TRPOConfig(**presets.PRESETS[name].config)  # every preset field is a TRPO field
 
 
@@ -348,3 +349,43 @@ def test_trpo_refuses_what_it_cannot_step():
     agent = kerasrl.TRPO(lambda: IdentityEnv(4, 20), seed=0, n_envs=4, n_steps=64, batch_size=64)
     assert set(agent.learner.optimizers) == {"critic"} and agent.learner.optimizers["critic"][1] == ("critic",)
     agent.close()
+
+
+class SubclassedNet(keras.Model):
+    """Written as users write them: no `training` argument, not registered with Keras."""
+
+    def __init__(self, outputs):
+        super().__init__()
+        self.hidden = keras.layers.Dense(16, activation="tanh")
+        self.out = keras.layers.Dense(outputs)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def test_subclassed_actor_and_critic_save_load_and_resume(tmp_path):
+    """Two unregistered models are saved as weights: the warning and the error say that
+    model_factory returns both by name; with that, the policy loads alone and the agent resumes."""
+    from kerasrl.files import CheckpointError
+
+    def both(observation_space, action_space):
+        return {"model": SubclassedNet(2), "value_model": SubclassedNet(1)}
+
+    with pytest.warns(UserWarning, match=r'SubclassedNet will be saved as weights only.*A saved policy and a '
+                                         r'checkpoint hold 2 models: f returns them by name, '
+                                         r'\{"model": \.\.\., "value_model": \.\.\.\}'):
+        agent = kerasrl.TRPO("CartPole-v1", model=SubclassedNet(2), value_model=SubclassedNet(1), seed=0,
+                             n_envs=2, n_steps=32, batch_size=32, n_critic_updates=2)
+    agent.fit(128, progress=False)
+    with pytest.warns(UserWarning, match=r"A saved policy holds 2 models: for load_policy"):
+        agent.policy.save(tmp_path / "policy")
+    with pytest.raises(CheckpointError, match=r"returned no model named 'value_model' \(it returned model\).*"
+                                              r'Return a dict of new models by name, \{"model": \.\.\., '
+                                              r'"value_model": \.\.\.\}'):
+        kerasrl.load_policy(tmp_path / "policy", model_factory=lambda o, a: SubclassedNet(2))
+    policy = kerasrl.load_policy(tmp_path / "policy", model_factory=both)
+    obs = np.random.default_rng(0).uniform(-0.1, 0.1, (20, 4)).astype(np.float32)
+    np.testing.assert_array_equal(policy.predict(obs), agent.policy.predict(obs))
+    resumed = kerasrl.TRPO.load(agent.save(tmp_path / "agent"), model_factory=both)
+    for key, value in agent.learner.arrays().items():
+        np.testing.assert_array_equal(resumed.learner.arrays()[key], value, err_msg=key)

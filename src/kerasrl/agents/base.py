@@ -250,8 +250,8 @@ class Agent(Fitting, Evaluating):
             problem = serialization_problem(model)
             if problem is not None and type(model) not in warned:
                 warned.add(type(model))
-                warnings.warn(weights_only_note(model, problem, sorted(models), name in in_policy),
-                              stacklevel=3)
+                warnings.warn(weights_only_note(model, problem, sorted(models), name in in_policy,
+                                                sorted(in_policy)), stacklevel=3)
 
     # -- public API ---------------------------------------------------------------------------
     @property
