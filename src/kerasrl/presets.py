@@ -215,7 +215,8 @@ PRESETS: dict[str, Preset] = {
         "TRPO on LunarLanderContinuous-v3 (pip install 'kerasrl[box2d]') with the RL Baselines3 "
         "Zoo hyperparameters (trpo.yml: 2 envs of 1024-step rollouts, 20 critic passes, "
         "normalized observations and rewards, 100k steps; the Gaussian's KL averaged over the "
-        "action dimensions, as SB3-contrib).",
+        "action dimensions, as SB3-contrib). 20 greedy episodes after the run, JAX, seeds 0-2: "
+        "251.9, 150.4, 236.8 (SB3-contrib here: 215.4, 207.8, 231.8).",
     ),
     "acrobot-a2c": Preset(
         "a2c", "Acrobot-v1", 500_000,

@@ -236,12 +236,13 @@ def test_learns_cartpole_in_20_rollouts():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", ["cartpole-trpo", "acrobot-trpo"])
+@pytest.mark.parametrize("preset", ["cartpole-trpo", "acrobot-trpo", "lunarlander-continuous-trpo"])
 def test_the_presets_solve_their_task(preset):
     """Each preset's whole budget, 20 greedy episodes, seeds 0-2: at least 2 of 3 reach the bar
-    (CartPole 475; Acrobot -100), below the returns measured on JAX (docs/agents.md#trpo)."""
+    (CartPole 475; Acrobot -100; LunarLanderContinuous 100, Gaussian actions), below the returns
+    measured on JAX (docs/agents.md#trpo)."""
     preset = presets.PRESETS[preset]
-    bar = {"CartPole-v1": 475, "Acrobot-v1": -100}[preset.env]
+    bar = {"CartPole-v1": 475, "Acrobot-v1": -100, "LunarLanderContinuous-v3": 100}[preset.env]
     solved = []
     for seed in range(3):
         agent = kerasrl.TRPO(preset.env, seed=seed, **preset.config)
