@@ -10,6 +10,7 @@ import kerasrl
 from kerasrl import backend, losses, presets, registry
 from kerasrl.config import A2CConfig
 from kerasrl.envs.testing import IdentityEnv
+from compiled_round import a_compiled_round
 from state_trees import assert_same_leaves
 
 pytestmark = pytest.mark.backend
@@ -119,22 +120,10 @@ def test_a2c_on_an_ops_env_runs_the_compiled_loop_and_its_update_is_the_agents()
     step on the whole rollout), bit for bit the agent's own compiled step on JAX, and logs A2C's
     figures (no clip range)."""
     agent = kerasrl.A2C("kerasrl/OpsCartPole-v1", seed=0, n_envs=4, hidden_sizes=(16,))
-    loop = agent.compiled_engine(required=False).loop  # fit's choice: the compiled loop
+    loop, after, (data, _, learning_rate, _), (learned, learned_metrics) = a_compiled_round(agent)
     assert loop.n_epochs == loop.n_minibatches == 1 and loop.batch_size == 20
-    agent.reset_envs(seed=0)  # as a fit starts
-    state = backend.to_tensors(loop.state_from_agent(agent))
-    metrics = backend.to_tensors({"loss_sum": np.float32(0), "updates": np.int32(0),
-                                  **{key: np.zeros(shape, np.float32) for key, shape in loop.FIGURE_SUMS.items()}})
-
-    def round_in_parts(state, metrics):  # `_round`, with the update's inputs kept
-        after, rollout, metrics = loop._collect(state, metrics)
-        inputs, _ = loop._update_inputs(after, rollout, 640)
-        return after, inputs, loop._learn(after, rollout, metrics, 640)
-
-    after, (data, _, learning_rate, _), (learned, learned_metrics) = backend.compile(round_in_parts)(state, metrics)
-    learned, learned_metrics = backend.to_numpy((learned, learned_metrics))
-    before = backend.to_numpy(after["learner"])
-    python_state, figures = backend.to_numpy(agent._train(after["learner"], data, learning_rate))
+    before = backend.to_numpy(after)
+    python_state, figures = backend.to_numpy(agent._train(after, data, learning_rate))
     assert_same_leaves(learned["learner"], python_state, exact=backend.NAME == "jax")
     assert int(learned_metrics["updates"]) == 1
     np.testing.assert_allclose([learned_metrics["loss_sum"], *learned_metrics["figure_sums"]], figures, rtol=1e-6)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import kerasrl
+from compiled_round import a_compiled_round
 from continuous_checks import T, to_np
 from kerasrl import backend, presets, registry, trust_region
 from kerasrl.agents.actor_critic import actor_critic_mlp
@@ -322,22 +323,9 @@ def test_trpo_on_an_ops_env_runs_the_compiled_loop_and_its_update_is_the_agents(
     same rollout, and logs TRPO's figures."""
     agent = kerasrl.TRPO("kerasrl/OpsCartPole-v1", seed=0, n_envs=4, n_steps=16, batch_size=32,
                          n_critic_updates=2, hidden_sizes=(16,))
-    loop = agent.compiled_engine(required=False).loop
-    agent.reset_envs(seed=0)  # as a fit starts
-    state = backend.to_tensors(loop.state_from_agent(agent))
-    metrics = backend.to_tensors({"loss_sum": np.float32(0), "updates": np.int32(0),
-                                  **{key: np.zeros(shape, np.float32) for key, shape in loop.FIGURE_SUMS.items()}})
-
-    def round_in_parts(state, metrics):  # `_round`, with the update's inputs kept
-        after, rollout, metrics = loop._collect(state, metrics)
-        inputs, _ = loop._update_inputs(after, rollout, 640)
-        return after, inputs, loop._learn(after, rollout, metrics, 640)
-
-    after, (data, indices, learning_rate, clip), (learned, learned_metrics) = backend.compile(round_in_parts)(state, metrics)
-    learned, learned_metrics = backend.to_numpy((learned, learned_metrics))
-    before = backend.to_numpy(after["learner"])
-    python_state, sums, updates = backend.to_numpy(
-        backend.compile(agent.train_epochs)(after["learner"], data, indices, learning_rate, clip))
+    _, after, inputs, (learned, learned_metrics) = a_compiled_round(agent)
+    before = backend.to_numpy(after)
+    python_state, sums, updates = backend.to_numpy(backend.compile(agent.train_epochs)(after, *inputs))
     assert_same_leaves(learned["learner"], python_state, exact=backend.NAME == "jax")
     assert int(learned_metrics["updates"]) == updates == 1
     np.testing.assert_allclose([learned_metrics["loss_sum"], *learned_metrics["figure_sums"]], sums, rtol=1e-5)

@@ -40,6 +40,14 @@ class OnPolicyConfig(CommonConfig):
               self.log_std_init, "a finite number or None")
 
 
+def _check_minibatch(config) -> None:
+    """A minibatch (PPO's, TRPO's critic's) holds at least one transition and at most a rollout."""
+    check(config.batch_size >= 1, "batch_size", config.batch_size, "at least 1")
+    check(config.batch_size <= config.n_steps * config.n_envs, "batch_size", config.batch_size,
+          f"at most n_steps * n_envs = {config.n_steps * config.n_envs} (one rollout); lower it "
+          f"or raise n_steps or n_envs")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PPOConfig(OnPolicyConfig):
     """Proximal Policy Optimization (Schulman et al., 2017); defaults are Stable-Baselines3's."""
@@ -54,10 +62,7 @@ class PPOConfig(OnPolicyConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
-        check(self.batch_size <= self.n_steps * self.n_envs, "batch_size", self.batch_size,
-              f"at most n_steps * n_envs = {self.n_steps * self.n_envs} (one rollout); lower it "
-              f"or raise n_steps or n_envs")
+        _check_minibatch(self)
         check(self.n_epochs >= 1, "n_epochs", self.n_epochs, "at least 1")
         check(self.clip_range > 0, "clip_range", self.clip_range, "positive (0.1 to 0.3 is usual)")
         check(self.clip_range_schedule in ("constant", "linear"), "clip_range_schedule",
@@ -110,10 +115,7 @@ class TRPOConfig(OnPolicyConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
-        check(self.batch_size <= self.n_steps * self.n_envs, "batch_size", self.batch_size,
-              f"at most n_steps * n_envs = {self.n_steps * self.n_envs} (one rollout); lower it "
-              f"or raise n_steps or n_envs")
+        _check_minibatch(self)
         check(self.n_critic_updates >= 1, "n_critic_updates", self.n_critic_updates, "at least 1")
         check(self.target_kl > 0, "target_kl", self.target_kl, "positive (0.01 is usual)")
         check(self.cg_max_steps >= 1, "cg_max_steps", self.cg_max_steps, "at least 1")
