@@ -109,7 +109,7 @@ def on_second_device(agent, where: str) -> None:
 
 
 def check_agents(out: Path) -> None:
-    """Agents made with device="cpu:1" train DQN and PPO (Python loop and compiled loop), save,
+    """Agents made with device="cpu:1" train DQN, PPO and TRPO (Python loop and compiled loop), save,
     load and predict, with every array on cpu:1; the DQN policy exports to ONNX and SavedModel.
     Everything runs inside keras.device("cpu:0"), so an array that kerasrl made outside the
     agent's device would be committed to cpu:0, and a jitted call that mixed it with the agent's
@@ -118,7 +118,9 @@ def check_agents(out: Path) -> None:
     tiny = dict(seed=0, hidden_sizes=(16, 16), device="cpu:1", check_env=False, n_envs=2)
     runs = (("dqn", kerasrl.DQN, dict(learning_starts=32, train_freq=8, batch_size=16,
                                       buffer_size=256, target_update_interval=64)),
-            ("ppo", kerasrl.PPO, dict(n_steps=16, batch_size=32, n_epochs=1)))
+            ("ppo", kerasrl.PPO, dict(n_steps=16, batch_size=32, n_epochs=1)),
+            # TRPO's policy step makes arrays of its own (conjugate gradients, the line search)
+            ("trpo", kerasrl.TRPO, dict(n_steps=16, batch_size=32, n_critic_updates=1)))
     with keras.device("cpu:0"):
         for name, agent_class, settings in runs:
             agent = agent_class("kerasrl/OpsCartPole-v1", **settings, **tiny)

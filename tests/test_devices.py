@@ -160,7 +160,7 @@ def test_each_backend_makes_its_tensors_on_the_keras_device(backend_name, tmp_pa
 
 
 @pytest.mark.cross_backend
-def test_dqn_and_ppo_on_the_second_of_two_devices_train_save_load_and_predict_there(tmp_path):
+def test_dqn_ppo_and_trpo_on_the_second_of_two_devices_train_save_load_and_predict_there(tmp_path):
     """JAX with two CPU devices, agents with device="cpu:1", the rest of the process inside
     keras.device("cpu:0"): the Python loop and the compiled loop on kerasrl/OpsCartPole-v1 train,
     save, load and predict with every array of the learner and the models on cpu:1, and the
