@@ -217,15 +217,24 @@ def test_masked_sarsa_takes_no_masked_action(agent_class, mask_via):
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends  # tests/test_mask_parity.py: the masked updates agree across backends
 @pytest.mark.parametrize("agent_class", [kerasrl.DQN, kerasrl.PPO, kerasrl.SARSA,
-                                         kerasrl.ExpectedSARSA])
+                                         kerasrl.ExpectedSARSA, kerasrl.A2C, kerasrl.TRPO])
 def test_masked_agents_learn_the_masked_choice(agent_class):
     """With the mask the answer is "the highest allowed action" in every state; no action taken
     in training or evaluation is a masked one. (SARSA and Expected SARSA: all 256 right at 1,000
-    steps on seeds 0, 1 and 2, JAX.)"""
+    steps on seeds 0, 1 and 2, JAX; A2C, and TRPO with its KL bound and line search on masked
+    logits: all 256 at 1,536 steps on seeds 0, 1 and 2.)"""
     counts = {"taken": 0, "masked": 0}
     if agent_class is kerasrl.DQN:
         agent = kerasrl.DQN(counted_env(counts), seed=0, check_env=False, **DQN_FAST)
         agent.fit(1000, progress=False)
+    elif agent_class is kerasrl.TRPO:
+        agent = kerasrl.TRPO(counted_env(counts), seed=0, n_envs=4, n_steps=32, batch_size=64,
+                             n_critic_updates=4, target_kl=0.05, gamma=0.5, check_env=False)
+        agent.fit(1536, progress=False)
+    elif agent_class is kerasrl.A2C:
+        agent = kerasrl.A2C(counted_env(counts), seed=0, n_envs=4, n_steps=8, learning_rate=3e-3,
+                            gamma=0.5, check_env=False)
+        agent.fit(1536, progress=False)
     elif agent_class is not kerasrl.PPO:
         agent = agent_class(counted_env(counts), seed=0, n_envs=4, n_steps=8, learning_rate=3e-3,
                             exploration_fraction=0.3, gamma=0.5, check_env=False)
@@ -241,7 +250,7 @@ def test_masked_agents_learn_the_masked_choice(agent_class):
     np.testing.assert_array_equal(actions, highest_allowed(masks))
     assert agent.evaluate(episodes=4)["mean_length"] == 10.0
     assert agent.policy.action_masks  # saved with the policy: exports then take the mask
-    if agent_class is kerasrl.PPO:
+    if agent_class in (kerasrl.PPO, kerasrl.A2C, kerasrl.TRPO):
         assert agent.buffer.action_masks is not None
         logits = agent.policy.distribution(obs)
         log_probs = ops.convert_to_numpy(ops.log_softmax(mask_values(logits, masks), axis=-1))
