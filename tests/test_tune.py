@@ -9,14 +9,15 @@ import optuna
 import pytest
 
 from kerasrl import cli
-from kerasrl.config import DQNConfig, PPOConfig
+from kerasrl.config import DQNConfig, PPOConfig, TRPOConfig
 from kerasrl.presets import get_preset
 from kerasrl.tune import SEARCH_SPACES, steps_to_target, tune
 
 TINY = dict(steps=200, eval_every=100, eval_episodes=1, fixed={"learning_starts": 50})
 
 
-@pytest.mark.parametrize("algorithm, config_class", [("dqn", DQNConfig), ("ppo", PPOConfig)])
+@pytest.mark.parametrize("algorithm, config_class", [("dqn", DQNConfig), ("ppo", PPOConfig),
+                                                     ("trpo", TRPOConfig)])
 def test_every_point_of_the_search_spaces_is_a_valid_config(algorithm, config_class):
     sampler = optuna.samplers.RandomSampler(seed=1)
     study = optuna.create_study(sampler=sampler)
@@ -28,6 +29,9 @@ def test_every_point_of_the_search_spaces_is_a_valid_config(algorithm, config_cl
             assert config.gradient_steps == max(config.train_freq // trial.params["subsample_steps"], 1)
         else:
             assert config.batch_size <= config.n_steps
+        if algorithm == "trpo":  # rl_zoo3's powers of two and 1 - x forms
+            assert config.n_steps == 2 ** trial.params["n_steps_pow"]
+            assert config.gamma == pytest.approx(1 - trial.params["one_minus_gamma"])
 
 
 def test_steps_to_target():

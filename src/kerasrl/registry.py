@@ -57,6 +57,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "a2c": Algorithm("kerasrl.agents.a2c:A2C", "kerasrl.config:A2CConfig",
                      compiled="kerasrl.compiled.ppo:CompiledPPO"),
     "trpo": Algorithm("kerasrl.agents.trpo:TRPO", "kerasrl.config:TRPOConfig",
+                      search_space="kerasrl.tune:sample_trpo",
                       compiled="kerasrl.compiled.ppo:CompiledPPO"),
     "td3": Algorithm("kerasrl.agents.td3:TD3", "kerasrl.config:TD3Config",
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),

@@ -83,6 +83,25 @@ def sample_ppo(trial) -> dict[str, Any]:
     }
 
 
+def sample_trpo(trial) -> dict[str, Any]:
+    """TRPO's search space: rl_zoo3 `sample_trpo_params` (sizes as powers of two, gamma and
+    gae_lambda as 1 minus a log-uniform draw)."""
+    n_steps = 2 ** trial.suggest_int("n_steps_pow", 5, 12)
+    return {
+        "n_steps": n_steps,
+        # As sample_ppo: a critic minibatch is at most one rollout.
+        "batch_size": min(2 ** trial.suggest_int("batch_size_pow", 2, 10), n_steps),
+        "gamma": 1.0 - trial.suggest_float("one_minus_gamma", 1e-4, 0.03, log=True),
+        "gae_lambda": 1.0 - trial.suggest_float("one_minus_gae_lambda", 1e-4, 0.1, log=True),
+        "learning_rate": trial.suggest_float("learning_rate", 1e-5, 0.002, log=True),
+        "n_critic_updates": trial.suggest_int("n_critic_updates", 5, 30),
+        "cg_max_steps": trial.suggest_int("cg_max_steps", 5, 30),
+        "target_kl": trial.suggest_float("target_kl", 0.001, 0.1, log=True),
+        "hidden_sizes": NET_ARCH[trial.suggest_categorical("net_arch", ["small", "medium"])],
+        "activation": trial.suggest_categorical("activation", ["tanh", "relu"]),
+    }
+
+
 SEARCH_SPACES: dict[str, Callable] = {name: registry.load(entry)
                                       for name, entry in registry.SEARCH_SPACES.items()}
 """algorithm -> function(optuna trial) -> config fields, as registered (registry.ALGORITHMS)."""
