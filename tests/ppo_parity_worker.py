@@ -95,6 +95,36 @@ def run_updates(case: str):
     return {"losses": np.array(losses), "metrics": np.array(METRICS), **weights}
 
 
+def run_trpo_updates(case: str):
+    """20 TRPO updates (the policy's conjugate-gradient step and line search, then 2 critic passes
+    of 4 minibatches), each on a fresh rollout, through the agent's own compiled update."""
+    discrete = case.endswith("discrete")
+    env, obs_dim, n_outputs = ("CartPole-v1", 4, 2) if discrete else ("Pendulum-v1", 3, 1)
+    obs_space = gym.spaces.Box(-1, 1, (obs_dim,))
+    model = actor_critic_mlp(obs_space, n_outputs, (64, 64), head="policy")
+    value_model = actor_critic_mlp(obs_space, n_outputs, (64, 64), head="value")
+    init_weights(model, 7)
+    init_weights(value_model, 8)
+    agent = kerasrl.TRPO(env, seed=0, n_envs=1, n_steps=N_SAMPLES, batch_size=BATCH,
+                         n_critic_updates=2, model=model, value_model=value_model,
+                         initial_weights="keep", **({} if discrete else dict(log_std_init=-0.5)))
+    rng = np.random.default_rng(9)
+    figures = []
+    for _ in range(20):
+        if not discrete:
+            agent._log_std = agent.learner.parameter("log_std")[0]
+        data = rollout(agent, rng, obs_dim)
+        data["advantages"] = (data["advantages"] + 0.5).astype(np.float32)  # a direction to go
+        indices = np.concatenate([rng.permutation(N_SAMPLES).reshape(-1, BATCH) for _ in range(2)])
+        agent.learner.state, sums, _ = agent._train(
+            agent.learner.state, backend.feed(data), backend.feed(indices.astype(np.int32)),
+            np.float32(1e-3), np.float32(0.0))
+        figures.append(np.asarray(backend.to_numpy(sums)))
+    weights = {f"w/{k}": v for k, v in agent.learner.arrays().items()
+               if k.startswith("learner/params/")}
+    return {"losses": np.array(figures), "metrics": np.array(agent.metrics), **weights}
+
+
 def run_actions():
     """A short end-to-end run on CartPole: the first 2,000 actions and the update losses."""
     taken = []
@@ -117,6 +147,7 @@ def run_actions():
 if __name__ == "__main__":
     out_dir = sys.argv[1]
     for case in sys.argv[2:]:
-        result = run_actions() if case == "actions" else run_updates(case)
+        result = (run_actions() if case == "actions" else run_trpo_updates(case)
+                  if case.startswith("trpo") else run_updates(case))
         np.savez(f"{out_dir}/ppo-{case}-{backend.NAME}.npz", backend=np.array(backend.NAME),
                  **result)
