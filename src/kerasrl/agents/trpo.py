@@ -120,16 +120,14 @@ class TRPO(PPO):
         if cfg.normalize_advantage:
             advantages = normalize_advantages(advantages)
 
-        def surrogate(flat_weights):
-            policy, log_std = distribution(flat_weights)
+        def surrogate(policy, log_std):
             if self.discrete:
                 log_probs = categorical_log_prob(policy, batch["actions"], self.action_sizes)
             else:
                 log_probs = gaussian_log_prob(policy, log_std, batch["actions"])
             return ops.mean(advantages * ops.exp(log_probs - batch["old_log_probs"]))
 
-        def mean_kl(flat_weights):
-            policy, log_std = distribution(flat_weights)
+        def mean_kl(policy, log_std):
             if self.discrete:
                 return ops.mean(categorical_kl(policy, old_policy, self.action_sizes))
             kl = gaussian_kl(policy, log_std, old_policy, old_log_std)
@@ -146,10 +144,12 @@ class TRPO(PPO):
             return pieces
 
         def fisher_vector(vector):
-            product = backend.hessian_vector_product(mean_kl, weights, unflatten(vector))
+            product = backend.hessian_vector_product(lambda w: mean_kl(*distribution(w)), weights,
+                                                     unflatten(vector))
             return _flatten(product) + cfg.cg_damping * vector
 
-        (objective, _), grads = backend.value_and_grad(lambda w: (surrogate(w), ()))(weights)
+        (objective, _), grads = backend.value_and_grad(
+            lambda w: (surrogate(*distribution(w)), ()))(weights)
         direction = conjugate_gradient(fisher_vector, _flatten(grads), cfg.cg_max_steps)
         curvature = ops.sum(direction * fisher_vector(direction))
         # (A zero gradient gives a zero direction: any step size leaves the policy as it is.)
@@ -159,9 +159,13 @@ class TRPO(PPO):
         def moved(fraction):
             return unflatten(start + (fraction * max_step) * direction)
 
+        def evaluate(fraction):  # one forward pass of the moved policy for both figures
+            policy, log_std = distribution(moved(fraction))
+            return surrogate(policy, log_std), mean_kl(policy, log_std)
+
         fraction, objective_after, kl, found = backtracking_line_search(
-            lambda fraction: (surrogate(moved(fraction)), mean_kl(moved(fraction))), objective,
-            cfg.target_kl, cfg.line_search_max_iter, cfg.line_search_shrinking_factor)
+            evaluate, objective, cfg.target_kl, cfg.line_search_max_iter,
+            cfg.line_search_shrinking_factor)
         new_weights = [ops.where(found, new, old) for new, old in zip(moved(fraction), weights)]
         return {**state, "params": as_params(new_weights)}, objective_after, kl, found
 
