@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kerasrl import rl_zoo
+from kerasrl.presets_atari import ATARI_DQN, ATARI_PPO, ATARI_QRDQN, atari_preset_fields
 from kerasrl.registry import SNAKE_TIME_LIMIT_ID
 
-__all__ = ["PRESETS", "Preset", "get_preset", "load_preset_file", "preset_from_rl_zoo"]
+__all__ = ["ATARI_DQN", "ATARI_PPO", "ATARI_QRDQN", "PRESETS", "Preset", "get_preset",
+           "load_preset_file", "preset_from_rl_zoo"]
 
 
 # -- presets: named, tested hyperparameter sets (`kerasrl train --preset NAME`) ------------------
@@ -361,53 +363,8 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-# RL Baselines3 Zoo's `atari:` entries (hyperparams/dqn.yml, ppo.yml; the zoo's AtariWrapper +
-# 4-frame stack is kerasrl/<Game>-v5), for any game; evaluation on the evaluation preprocessing.
-ATARI_DQN = dict(buffer_size=100_000, learning_rate=1e-4, batch_size=32, learning_starts=100_000,
-                 target_update_interval=1000, train_freq=4, gradient_steps=1,
-                 exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.01,
-                 gamma=0.99, loss="huber", max_grad_norm=10.0, n_envs=1)
-# The zoo's Adam epsilon is PyTorch's, after the bias correction (docs/atari.md, "Why SB3 led").
-ATARI_PPO = dict(n_envs=8, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4,
-                 lr_schedule="linear", clip_range=0.1, clip_range_schedule="linear", vf_coef=0.5,
-                 ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5,
-                 shared_network=True, adam_epsilon_style="pytorch")
-# SB3-contrib's QRDQN defaults (they are the paper's, for Atari: 200 quantiles, lr 5e-5, Adam's
-# epsilon 0.01 / 32, 1M replay, target sync every 10k steps, no gradient clipping) and the zoo's
-# qrdqn.yml `atari:` entry, which sets only exploration_fraction 0.025 (and optimize_memory_usage,
-# which kerasrl's frame buffer does for any stacked frames).
-ATARI_QRDQN = dict(n_quantiles=200, buffer_size=1_000_000, learning_rate=5e-5, adam_epsilon=0.01 / 32,
-                   batch_size=32, learning_starts=100, target_update_interval=10_000, train_freq=4,
-                   gradient_steps=1, exploration_fraction=0.025, exploration_initial_eps=1.0,
-                   exploration_final_eps=0.01, gamma=0.99, max_grad_norm=None, n_envs=1)
-ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: no-op starts, frame "
-              "skip 4 with max-pooling, 84x84 gray, 4 frames, episodic life and clipped rewards in "
-              "training; the Nature CNN). Evaluated on whole games with sticky actions (0.25). Not "
-              "trained to the end here: 10M frames need a GPU or days of CPU (docs/atari.md)")
-for _game in ("Pong", "Breakout"):
-    PRESETS[f"{_game.lower()}-dqn"] = Preset(
-        "dqn", f"kerasrl/{_game}-v5", 10_000_000, ATARI_DQN,
-        f"DQN on {_game} with the RL Baselines3 Zoo Atari hyperparameters (100k replay stored "
-        f"frame by frame, lr 1e-4, 100k random steps, target sync every 1000 steps, epsilon "
-        f"1.0 -> 0.01 over the first 1M steps, one Adam step of 32 every 4 steps, Huber loss, "
-        f"10M steps). " + ATARI_NOTE,
-        eval_env_kwargs={"training": False})
-    PRESETS[f"{_game.lower()}-qrdqn"] = Preset(
-        "qrdqn", f"kerasrl/{_game}-v5", 10_000_000, ATARI_QRDQN,
-        f"QR-DQN on {_game} with the RL Baselines3 Zoo Atari hyperparameters (qrdqn.yml, over "
-        f"SB3-contrib's defaults: 200 quantiles, 1M replay stored frame by frame (about 7 GB), "
-        f"lr 5e-5 with Adam's epsilon 0.01 / 32, 100 random steps, target sync every 10k steps, "
-        f"epsilon 1.0 -> 0.01 over the first 2.5%, one update of 32 every 4 steps, no gradient "
-        f"clipping, 10M steps). " + ATARI_NOTE,
-        eval_env_kwargs={"training": False})
-    PRESETS[f"{_game.lower()}-ppo"] = Preset(
-        "ppo", f"kerasrl/{_game}-v5", 10_000_000, ATARI_PPO,
-        f"PPO on {_game} with the RL Baselines3 Zoo Atari hyperparameters (8 envs x 128 steps, 4 "
-        f"epochs of minibatches of 256, lr 2.5e-4 and clip range 0.1 both decaying linearly, "
-        f"entropy 0.01, value 0.5, one Nature CNN shared by the policy and value heads as SB3's "
-        f"CnnPolicy, 10M steps). " + ATARI_NOTE,
-        eval_env_kwargs={"training": False})
-del _game
+# The Atari presets (RL Zoo's Atari settings, for each game), in their own module.
+PRESETS.update({name: Preset(**fields) for name, fields in atari_preset_fields().items()})
 
 
 
