@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compiled_loop import cpu_model  # noqa: E402
 
 EVAL_EPISODES = 20
-# kerasrl's fields whose SB3-contrib keyword is another (the zoo writes SB3's names).
-SB3_NAMES = {"normalize_observations": None, "normalize_reward": None, "gaussian_kl": None}
+# kerasrl's fields that SB3-contrib's TRPO does not take as keywords (VecNormalize does the first
+# two; the third is its own behaviour).
+NOT_SB3_KEYWORDS = {"normalize_observations", "normalize_reward", "gaussian_kl"}
 
 
 def run_kerasrl(preset_name: str, seed: int, steps: int) -> dict:
@@ -62,7 +63,7 @@ def run_sb3_contrib(preset_name: str, seed: int, steps: int) -> dict:
     config = dict(preset.config)
     n_envs = config.pop("n_envs", 1)
     norm_obs, norm_reward = config.get("normalize_observations", False), config.get("normalize_reward", False)
-    config = {key: value for key, value in config.items() if key not in SB3_NAMES}
+    config = {key: value for key, value in config.items() if key not in NOT_SB3_KEYWORDS}
     env = make_vec_env(preset.env, n_envs=n_envs, seed=seed)
     if norm_obs or norm_reward:
         env = VecNormalize(env, norm_obs=norm_obs, norm_reward=norm_reward)

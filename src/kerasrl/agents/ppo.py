@@ -289,7 +289,10 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
 
     # -- the loop ------------------------------------------------------------------------------
     def clip_range(self, total_steps: int) -> float:
-        """PPO's clip range now: constant, or linear to 0 over the run."""
+        """PPO's clip range now: constant, or linear to 0 over the run; 0 for an agent on PPO's
+        loop whose config has none (TRPO: its trust region is a KL bound)."""
+        if not hasattr(self.config, "clip_range"):
+            return 0.0
         clip = self.config.clip_range
         if self.config.clip_range_schedule == "linear":
             clip *= linear_schedule(1.0, 0.0, self.num_timesteps / total_steps)
@@ -399,7 +402,9 @@ class PPO(ActorCriticNetworks, PPOState, Agent):
                     learning_rate, clip_range)
             self.learner.state = state
         sums, steps = backend.to_numpy((sums, steps))
-        return sums, int(steps), {"clip_range": float(clip_range)}
+        # The clip range is logged where it exists (as the compiled loop's `clipped`).
+        return sums, int(steps), ({"clip_range": float(clip_range)}
+                                  if hasattr(self.config, "clip_range") else {})
 
     # -- remote actors (kerasrl.distributed) ----------------------------------------------------
     on_policy = True

@@ -73,10 +73,6 @@ class TRPO(PPO):
         """(passes, minibatch size) of the critic's steps."""
         return self.config.n_critic_updates, self.config.batch_size
 
-    def clip_range(self, total_steps: int) -> float:
-        """TRPO clips nothing: its trust region is the KL bound."""
-        return 0.0
-
     # -- the policy's step ---------------------------------------------------------------------
     def update_start(self, state, data):
         """The policy's trust-region step on the rollout `data` (see the module docstring): the
@@ -189,10 +185,6 @@ class TRPO(PPO):
         share = loss / indices.shape[0]
         zero = ops.zeros((), "float32")
         return new_state, sums + ops.stack([share, zero, share, zero, zero]), steps
-
-    def _update_on(self, buffer, learning_rate, total_steps: int):
-        sums, steps, _ = super()._update_on(buffer, learning_rate, total_steps)
-        return sums, steps, {}  # no clip range to log
 
 
 def _flatten(arrays):
