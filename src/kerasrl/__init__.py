@@ -36,6 +36,7 @@ _LAZY = {
     "check_env": "kerasrl.envs.checker",
     "EnvCheckError": "kerasrl.envs.checker",
     "networks": "kerasrl.networks",
+    "layers": "kerasrl.layers",
     "callbacks": "kerasrl.callbacks",
     "fit_seeds": "kerasrl.agents.seeds",
     "WriteError": "kerasrl.runfiles",

@@ -46,9 +46,11 @@ def mlp(input_shape, n_outputs, hidden_sizes: Sequence[int] = (64, 64), activati
     return keras.Model(inputs, outputs, name=name)
 
 
-def _hidden_layers(inputs, input_shape, hidden_sizes, activation):
+def _hidden_layers(inputs, input_shape, hidden_sizes, activation, normalization=None):
+    """Dense layers of `hidden_sizes`, each after a `normalization(name)` layer when one is given."""
     x = layers.Flatten()(inputs) if len(input_shape) > 1 else inputs
     for i, size in enumerate(hidden_sizes):
+        x = x if normalization is None else normalization(f"normalization_{i}")(x)
         x = linear(size, x.shape[-1], activation=activation, name=f"hidden_{i}")(x)
     return x
 
@@ -336,26 +338,31 @@ def model_builder(name: str) -> Callable:
 
 # -- continuous control: actors and critics (DDPG, TD3, SAC) -------------------------------------
 def actor_network(observation_space: gym.Space, n_outputs: int, hidden_sizes=(400, 300),
-                  output_activation: str | None = "tanh", name: str = "actor") -> keras.Model:
+                  output_activation: str | None = "tanh", name: str = "actor",
+                  normalization: Callable | None = None) -> keras.Model:
     """An MLP actor: observations (B, *obs_shape) -> (B, n_outputs), ReLU hidden layers, weights
     drawn as `linear`'s. DDPG and TD3 use a tanh output (actions in [-1, 1], scaled to the bounds
-    by the policy); SAC a linear one of 2 * action_dim (Gaussian means, then log stds)."""
+    by the policy); SAC a linear one of 2 * action_dim (Gaussian means, then log stds).
+    `normalization`: a function `name -> keras layer` put before every Dense layer (CrossQ's
+    batch renormalization, as SB3-contrib's `pre_linear_modules`)."""
     shape = tuple(observation_space.shape)
     inputs = keras.Input(shape=shape, name="observation")
     x = inputs
     if isinstance(observation_space, FlatObservations):
         x = encode_leaves(inputs, observation_space)
         shape = tuple(x.shape[1:])
-    x = _hidden_layers(x, shape, hidden_sizes, "relu")
+    x = _hidden_layers(x, shape, hidden_sizes, "relu", normalization)
+    x = x if normalization is None else normalization(f"normalization_{len(hidden_sizes)}")(x)
     outputs = linear(n_outputs, x.shape[-1], activation=output_activation, name="output")(x)
     return keras.Model(inputs, outputs, name=name)
 
 
 def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(400, 300),
-                   name: str = "critic", n_outputs: int = 1) -> keras.Model:
+                   name: str = "critic", n_outputs: int = 1,
+                   normalization: Callable | None = None) -> keras.Model:
     """An MLP Q-function: [observations (B, *obs_shape), actions (B, action_dim)] -> (B, 1) (TQC's
     quantiles: (B, n_outputs)); the two are concatenated at the input, as SB3's ContinuousCritic,
-    weights drawn as `linear`'s."""
+    weights drawn as `linear`'s; `normalization` as `actor_network`'s."""
     shape = tuple(observation_space.shape)
     observations = keras.Input(shape=shape, name="observation")
     actions = keras.Input(shape=(int(action_dim),), name="action")
@@ -363,8 +370,8 @@ def critic_network(observation_space: gym.Space, action_dim: int, hidden_sizes=(
     if isinstance(observation_space, FlatObservations):
         flat = encode_leaves(observations, observation_space)
     x = layers.Concatenate(name="observation_action")([flat, actions])
-    for i, size in enumerate(hidden_sizes):
-        x = linear(size, x.shape[-1], activation="relu", name=f"hidden_{i}")(x)
+    x = _hidden_layers(x, x.shape[1:], hidden_sizes, "relu", normalization)
+    x = x if normalization is None else normalization(f"normalization_{len(hidden_sizes)}")(x)
     outputs = linear(n_outputs, x.shape[-1], name="q_value")(x)
     return keras.Model([observations, actions], outputs, name=name)
 

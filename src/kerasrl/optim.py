@@ -43,11 +43,13 @@ class Adam:
         self.max_grad_norm = max_grad_norm
 
     @classmethod
-    def from_config(cls, config) -> "Adam":
+    def from_config(cls, config, **overrides) -> "Adam":
         """The Adam an agent's `config` sets (`adam_epsilon`, `adam_epsilon_style`,
-        `max_grad_norm`): every agent's optimizer."""
-        return cls(epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
-                   epsilon_style=config.adam_epsilon_style)
+        `max_grad_norm`, and `adam_beta1` where it has one: CrossQ's), but for `overrides` (of
+        this class's arguments): every agent's optimizer."""
+        settings = dict(beta_1=getattr(config, "adam_beta1", 0.9), epsilon=config.adam_epsilon,
+                        max_grad_norm=config.max_grad_norm, epsilon_style=config.adam_epsilon_style)
+        return cls(**{**settings, **overrides})
 
     def init(self, params):
         """Optimizer state for `params`: zero moments and a step count of zero."""

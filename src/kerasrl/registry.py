@@ -65,6 +65,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "tqc": Algorithm("kerasrl.agents.tqc:TQC", "kerasrl.config:TQCConfig",
                      compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
+    "crossq": Algorithm("kerasrl.agents.crossq:CrossQ", "kerasrl.config:CrossQConfig",
+                        compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "ddpg": Algorithm("kerasrl.agents.ddpg:DDPG", "kerasrl.config:DDPGConfig",
                       compiled="kerasrl.compiled.continuous:CompiledOffPolicy"),
     "naf": Algorithm("kerasrl.agents.naf:NAF", "kerasrl.config:NAFConfig",

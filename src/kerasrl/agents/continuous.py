@@ -24,6 +24,8 @@ the actor plus action noise (DDPG's, TD3's and NAF's), its exploration and its b
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import keras
 import numpy as np
@@ -92,7 +94,8 @@ class ContinuousAgent(Agent):
         self.actor = build_model(
             model, self.observation_space, self._actor_outputs(), action_space=self.action_space,
             default=lambda: actor_network(self.observation_space, self._actor_outputs(),
-                                          cfg.hidden_sizes, self.actor_activation),
+                                          cfg.hidden_sizes, self.actor_activation,
+                                          normalization=self.hidden_normalization()),
             role="actor", seed=self.weights_seed)
         self.critics = self._build_critics()
         self.learner = self._make_learner()
@@ -101,6 +104,7 @@ class ContinuousAgent(Agent):
                                         cfg.n_envs, cfg.gamma, hindsight=self._hindsight_replay(),
                                         action_layout=action_layout(self.action_space))
         self._round = self.learner.compile_round(self._step, self.loss_names)
+        self._one_step_rounds = {}  # actor due or not -> its round (delays_actor; see update)
         self.n_updates = 0
         self._vector_steps = 0
         self.obs_rms = (RunningMeanStd(self.observation_space.shape)
@@ -137,11 +141,18 @@ class ContinuousAgent(Agent):
                     f"(observation_space, action_space) -> keras.Model instead.") from error
         return build_critic(
             spec, self.observation_space, self.action_space, role=f"critic {i}",
-            default=lambda: critic_network(self.observation_space, self.action_dim,
-                                           self.config.hidden_sizes, name=f"critic_{i}",
-                                           n_outputs=self._critic_outputs()),
+            default=lambda: critic_network(
+                self.observation_space, self.action_dim,
+                getattr(self.config, "critic_hidden_sizes", self.config.hidden_sizes),
+                name=f"critic_{i}", n_outputs=self._critic_outputs(),
+                normalization=self.hidden_normalization()),
             seed=self.weights_seed, stream=f"critic_{i}", warn_output=i == 0,
             outputs=self._critic_outputs())
+
+    def hidden_normalization(self):
+        """A function `name -> keras layer` that the default actor and critics put before each
+        Dense layer (CrossQ's batch renormalization), or None."""
+        return None
 
     def models_beside_policy(self) -> dict[str, keras.Model]:
         """The critics, when they are the user's (critic_0, critic_1, ...)."""
@@ -171,8 +182,8 @@ class ContinuousAgent(Agent):
             models["critic"] = [models.pop(name) for name in names]
         return models
 
-    def _adam(self) -> Adam:
-        return Adam.from_config(self.config)
+    def _adam(self, **overrides) -> Adam:
+        return Adam.from_config(self.config, **overrides)
 
     def _make_learner(self) -> Learner:
         critics = tuple(f"critic_{i}" for i in range(len(self.critics)))
@@ -367,10 +378,24 @@ class ContinuousAgent(Agent):
         batches.update(self._batch_noise(cfg.gradient_steps, cfg.batch_size))
         return batches
 
+    delays_actor = False  # the actor moves every policy_delay-th step (TD3, CrossQ: see update)
+
     def update(self, batches: dict[str, np.ndarray], learning_rate: float) -> dict[str, float]:
         """Run one gradient step per leading row of numpy `batches` (G, B, ...) (as
-        `sample_batches` makes them) in one compiled call. Returns the mean losses."""
-        losses = self.learner.run_round(self._round, batches, learning_rate)
+        `sample_batches` makes them) in one compiled call. Returns the mean losses.
+
+        Where the actor moves every policy_delay-th step only (`delays_actor`: `_step` takes
+        `actor_due`), a round of one step (train_freq 1, gradient_steps 1: the zoo's setting) runs
+        the compiled variant that moves the actor or the one that does not, as the step count
+        says: the masked step's arithmetic, without the actor gradient it would discard."""
+        compiled = self._round
+        if self.delays_actor and len(batches["actions"]) == 1:
+            due = (self.n_updates + 1) % self.config.policy_delay == 0
+            if due not in self._one_step_rounds:
+                self._one_step_rounds[due] = self.learner.compile_round(
+                    functools.partial(self._step, actor_due=due), self.loss_names)
+            compiled = self._one_step_rounds[due]
+        losses = self.learner.run_round(compiled, batches, learning_rate)
         self.n_updates += len(batches["actions"])
         return losses
 

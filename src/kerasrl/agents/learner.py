@@ -187,14 +187,18 @@ class Learner:
         return [p for name in names for p in params[name]]
 
     def apply(self, name: str, params: dict, state, inputs, *, target: bool = False,
-              training: bool = False):
-        """The model `name` on `inputs` with the weights in `params` (or its target weights)."""
+              training: bool = False, returns_state: bool = False):
+        """The model `name` on `inputs` with the weights in `params` (or its target weights);
+        `returns_state`: (outputs, its non-trainable state after the call), for a forward pass
+        in training mode whose batch-norm statistics the step keeps (`descend`'s
+        `updates_non_trainable`)."""
         if target:
             weights, non_trainable = state["target_params"][name], state["target_non_trainable"][name]
         else:
             weights, non_trainable = params[name], state["non_trainable"][name]
-        outputs, _ = stateless_apply(self.models[name], weights, non_trainable, inputs, training)
-        return outputs
+        outputs, new_state = stateless_apply(self.models[name], weights, non_trainable, inputs,
+                                             training)
+        return (outputs, new_state) if returns_state else outputs
 
     def descend(self, state, group: str, loss_fn: Callable, learning_rate, *args, enabled=None,
                 updates_non_trainable: bool = False):
@@ -202,8 +206,9 @@ class Learner:
         differentiated with respect to that group's parameters only (`params` is the whole
         {name: arrays} dict, the group's entries being the ones differentiated).
 
-        `enabled` (a boolean scalar tensor, or None for always) keeps the old parameters and
-        optimizer state when false: TD3's delayed actor update inside a compiled loop.
+        `enabled` (a boolean scalar tensor, or None for always) keeps the old parameters,
+        optimizer state (and non-trainable state) when false: TD3's delayed actor update inside
+        a compiled loop.
         `updates_non_trainable`: `aux` is `(non_trainable, aux)`, the models' non-trainable state
         after a forward pass in training mode (batch-norm statistics), which replaces the state's.
         Returns (state, loss, aux).
@@ -232,6 +237,10 @@ class Learner:
         state = {**state, "params": params, "opt": {**state["opt"], group: opt}}
         if updates_non_trainable:
             non_trainable, aux = aux
+            if enabled is not None:
+                non_trainable = tree.map_structure(
+                    lambda new, old: ops.where(enabled, new, old), non_trainable,
+                    {name: state["non_trainable"][name] for name in non_trainable})
             state["non_trainable"] = {**state["non_trainable"], **non_trainable}
         return state, loss, aux
 

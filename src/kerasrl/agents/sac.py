@@ -50,6 +50,7 @@ class SAC(ContinuousAgent):
     actor_activation = None
     policy_class = SquashedGaussianPolicy
     loss_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef")
+    critic_targets = True  # the critics have target weights (CrossQ's do not)
 
     def _actor_outputs(self) -> int:
         return 2 * self.action_dim
@@ -60,9 +61,11 @@ class SAC(ContinuousAgent):
                                else float(cfg.target_entropy))
         optimizers = {"actor": (self._adam(), ("actor",)), "critic": (self._adam(), critics)}
         if cfg.auto_entropy:
-            optimizers["ent_coef"] = (self._adam(), ("log_ent_coef",))
+            # Torch's default betas, as SB3's entropy optimizer (CrossQ's actor and critics
+            # have beta_1 0.5; its entropy coefficient keeps 0.9).
+            optimizers["ent_coef"] = (self._adam(beta_1=0.9), ("log_ent_coef",))
         return Learner({"actor": self.actor, **dict(zip(critics, self.critics))},
-                       targets=critics, optimizers=optimizers,
+                       targets=critics if self.critic_targets else (), optimizers=optimizers,
                        parameters={"log_ent_coef": [np.full((1,), math.log(cfg.ent_coef_init))]})
 
     def _policy_sample(self, params, state, observations, noise):

@@ -15,8 +15,6 @@ Exploration: the actor's action plus Gaussian (or Ornstein-Uhlenbeck) noise, cli
 
 from __future__ import annotations
 
-import functools
-
 from keras import ops
 
 from kerasrl.agents.continuous import ContinuousAgent
@@ -45,10 +43,7 @@ class TD3(ContinuousAgent):
     algorithm = "td3"
     policy_class = DeterministicActorPolicy
     loss_names = ("critic_loss", "actor_loss")
-
-    def _build(self, model) -> None:
-        super()._build(model)
-        self._one_step_rounds = None  # compiled when first needed (see update)
+    delays_actor = True
 
     def _step(self, state, batch, learning_rate, actor_due=None):
         """`actor_due`: None, the step count decides (inside a compiled loop of many steps); True
@@ -86,22 +81,6 @@ class TD3(ContinuousAgent):
             state = learner.soft_update(
                 state, cfg.tau if delayed is None else ops.where(delayed, cfg.tau, 0.0))
         return {**state, "step": state["step"] + 1}, {"critic_loss": c_loss, "actor_loss": a_loss}
-
-    def update(self, batches, learning_rate):
-        """As `ContinuousAgent.update`; a round of one gradient step (train_freq 1,
-        gradient_steps 1: the zoo's setting) runs the compiled variant that updates the actor
-        or the one that does not, as the step count says: the same arithmetic as the masked
-        step, without the actor gradient it discards on the other policy_delay - 1 steps."""
-        if len(batches["actions"]) != 1:
-            return super().update(batches, learning_rate)
-        if self._one_step_rounds is None:
-            self._one_step_rounds = {due: self.learner.compile_round(
-                functools.partial(self._step, actor_due=due), self.loss_names)
-                for due in (False, True)}
-        due = (self.n_updates + 1) % self.config.policy_delay == 0
-        losses = self.learner.run_round(self._one_step_rounds[due], batches, learning_rate)
-        self.n_updates += 1
-        return losses
 
     def batch_noise_scales(self):
         """Target policy smoothing: Gaussian noise of std target_policy_noise on the target action."""

@@ -3,7 +3,7 @@
 Names follow Stable-Baselines3 where it has one. Each field carries its help text in its metadata;
 the CLI's `--set name=value` and presets are made from these classes. What they share is in
 `common`; each family's configs are in the module named for it: `value` (DQN, QR-DQN, C51, SARSA),
-`on_policy` (PPO, A2C, TRPO, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, NAF) and `cem` (CEM,
+`on_policy` (PPO, A2C, TRPO, recurrent PPO), `continuous` (DDPG, TD3, SAC, TQC, CrossQ, NAF) and `cem` (CEM,
 ARS). Every one is
 imported from here (`from kerasrl.config import PPOConfig`).
 """
@@ -13,6 +13,7 @@ from kerasrl.config.common import CommonConfig, HindsightConfig, check, check_ty
 from kerasrl.config.continuous import (
     ACTION_NOISES,
     ContinuousConfig,
+    CrossQConfig,
     DDPGConfig,
     NAFConfig,
     SACConfig,
@@ -30,6 +31,7 @@ from kerasrl.config.value import C51Config, DQNConfig, QConfig, QRDQNConfig, SAR
 
 __all__ = [
     "ACTION_NOISES", "A2CConfig", "ARSConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
+    "CrossQConfig",
     "DDPGConfig", "DQNConfig", "HindsightConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
     "QRDQNConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "TQCConfig",
     "TRPOConfig", "check",

@@ -132,6 +132,45 @@ class TQCConfig(SACConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CrossQConfig(SACConfig):
+    """CrossQ (Bhatt et al., 2024): SAC without target networks, its actor and critics batch-
+    renormalized, the critics run once on s and s' together; the defaults are Stable-Baselines3-
+    contrib's CrossQ's (the pendulum-crossq preset has the RL Zoo's Pendulum-v1 settings)."""
+
+    hidden_sizes: tuple[int, ...] = hp((256, 256), "Hidden layers of the default actor MLP.")
+    critic_hidden_sizes: tuple[int, ...] = hp((1024, 1024), "Hidden layers of the default critic "
+                                                            "MLPs (wide: the paper's finding).")
+    policy_delay: int = hp(3, "Critic updates per actor (and entropy coefficient) update.")
+    batch_norm: bool = hp(True, "Batch renormalization before every Dense layer of the default "
+                                "actor and critics (False: plain MLPs, for ablations).")
+    batch_norm_momentum: float = hp(0.01, "Step of the running statistics towards each batch's.")
+    batch_norm_epsilon: float = hp(1e-3, "Added to the variances in the batch renormalization.")
+    renorm_warmup_steps: int = hp(100_000, "Training-mode calls of each normalization layer that "
+                                           "use the batch's statistics alone (then renormalized).")
+    adam_beta1: float = hp(0.5, "Adam's first-moment decay (the CrossQ paper's and SB3-contrib's).")
+    tau: float = hp(0.005, "Not used: CrossQ has no target networks (leave the default).")
+    target_update_interval: int = hp(1, "Not used: CrossQ has no target networks (leave the default).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name, default in (("tau", 0.005), ("target_update_interval", 1)):
+            check(getattr(self, name) == default, name, getattr(self, name),
+                  f"left at {default!r}: CrossQ has no target networks (its critics' own batch-"
+                  f"normalized outputs at s' make the target), so {name} would change nothing")
+        check(all(size >= 1 for size in self.critic_hidden_sizes), "critic_hidden_sizes",
+              self.critic_hidden_sizes, "positive layer sizes")
+        check(self.policy_delay >= 1, "policy_delay", self.policy_delay, "at least 1")
+        check(0.0 < self.batch_norm_momentum <= 1.0, "batch_norm_momentum",
+              self.batch_norm_momentum, "in (0, 1]")
+        check(self.batch_norm_epsilon > 0, "batch_norm_epsilon", self.batch_norm_epsilon, "positive")
+        check(self.renorm_warmup_steps >= 0, "renorm_warmup_steps", self.renorm_warmup_steps,
+              "non-negative")
+        check(0.0 <= self.adam_beta1 < 1.0, "adam_beta1", self.adam_beta1, "in [0, 1)")
+        check(self.batch_size >= 2 or not self.batch_norm, "batch_size", self.batch_size,
+              "at least 2 with batch_norm (a batch of one has no variance to normalize by)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class NAFConfig(DDPGConfig):
     """Normalized Advantage Functions (Gu et al., 2016); the defaults are keras-rl's
     examples/naf_pendulum.py where kerasrl has the knob (see the pendulum-naf preset)."""
