@@ -1,11 +1,12 @@
 """SAC, TD3 and TQC steps per second against Stable-Baselines3 and SBX, side by side in one run.
 
-    python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--algorithms sac,td3,tqc]
+    python benchmarks/continuous.py [--env Pendulum-v1] [--steps 5000] [--algorithms sac,td3,tqc,crossq]
                                     [--backends jax,tensorflow,torch] [--core 0]
                                     [--out benchmarks/results/continuous_pendulum.md]
 
 Each row trains one agent at the RL-Zoo settings (kerasrl's TD3Config / SACConfig / TQCConfig
-defaults; the same hyperparameters given to SB3 and SBX; TQC's "SB3" row is SB3-contrib's TQC) for `--steps` env steps after `learning_starts`, and
+defaults; the same hyperparameters given to SB3 and SBX; TQC's and CrossQ's "SB3" rows are
+SB3-contrib's) for `--steps` env steps after `learning_starts`, and
 reports env steps per second over the training part only: the warm-up random steps and the first
 500 training steps (compilation) are not timed. Every row is its own process pinned to one core
 with `taskset -c CORE` (the thread variables alone do not hold JAX to one core), run one after the
@@ -47,12 +48,18 @@ ZOO = {
     # (every library's default).
     "tqc": dict(learning_rate=1e-3, gamma=0.99, buffer_size=1_000_000, learning_starts=100,
                 batch_size=256, tau=0.005, train_freq=1, gradient_steps=1, net=(256, 256)),
+    # crossq.yml's Pendulum-v1: policy delay 2, 256-unit actor and critics (SB3-contrib's
+    # defaults otherwise; no target networks, so no tau).
+    "crossq": dict(learning_rate=1e-3, gamma=0.99, buffer_size=1_000_000, learning_starts=100,
+                   batch_size=256, train_freq=1, gradient_steps=1, policy_delay=2, net=(256, 256)),
 }
+CLASS_NAMES = {"td3": "TD3", "sac": "SAC", "tqc": "TQC", "crossq": "CrossQ"}
 # RL-Zoo's MuJoCo settings differ in these fields only (HalfCheetah-v5: 10,000 random steps first;
 # SAC at SB3's default step size).
 MUJOCO = {"td3": dict(gamma=0.99, buffer_size=1_000_000, learning_starts=10_000),
           "sac": dict(learning_rate=3e-4, learning_starts=10_000),
-          "tqc": dict(learning_rate=3e-4, learning_starts=10_000)}
+          "tqc": dict(learning_rate=3e-4, learning_starts=10_000),
+          "crossq": dict(learning_starts=5_000, policy_delay=3)}
 
 
 def settings(algorithm: str, env: str) -> dict:
@@ -75,7 +82,9 @@ def run_kerasrl(algorithm: str, env: str, steps: int) -> dict:
 
     cfg = settings(algorithm, env)
     net = cfg.pop("net")
-    agent = getattr(kerasrl, algorithm.upper())(env, hidden_sizes=net, **cfg)
+    if algorithm == "crossq":
+        cfg["critic_hidden_sizes"] = net
+    agent = getattr(kerasrl, CLASS_NAMES[algorithm])(env, hidden_sizes=net, **cfg)
     start = cfg["learning_starts"] + WARMUP_TRAIN_STEPS
     total = start + steps
     agent.fit(total, stop_at=start, progress=False)
@@ -90,7 +99,7 @@ def run_sb3(algorithm: str, env: str, steps: int, library: str) -> dict:
     if library == "sb3":
         import stable_baselines3 as lib
 
-        if algorithm == "tqc":
+        if algorithm in ("tqc", "crossq"):
             import sb3_contrib as lib
     else:
         import sbx as lib
@@ -103,7 +112,7 @@ def run_sb3(algorithm: str, env: str, steps: int, library: str) -> dict:
 
         n = gym.make(env).action_space.shape[0]
         kwargs["action_noise"] = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
-    model = getattr(lib, algorithm.upper())("MlpPolicy", env, policy_kwargs=dict(net_arch=net),
+    model = getattr(lib, CLASS_NAMES[algorithm])("MlpPolicy", env, policy_kwargs=dict(net_arch=net),
                                             verbose=0, **cfg, **kwargs)
     model.learn(cfg["learning_starts"] + WARMUP_TRAIN_STEPS)
     return timed(lambda n: model.learn(n, reset_num_timesteps=False), steps)

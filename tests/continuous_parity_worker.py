@@ -1,6 +1,6 @@
 """Run in a subprocess with KERAS_BACKEND set: one backend's side of the continuous parity test.
 
-    python tests/continuous_parity_worker.py OUT_DIR CASE [CASE ...]     (CASE: td3, sac, tqc, ddpg, naf)
+    python tests/continuous_parity_worker.py OUT_DIR CASE [CASE ...]     (CASE: td3, sac, tqc, crossq, ddpg, naf)
 
 Initial weights, batches and every noise the losses read come from numpy with fixed seeds, so the
 three backends see the same numbers. 200 gradient steps: 100 rounds of one step, then 25 rounds
@@ -18,7 +18,9 @@ from kerasrl import backend
 
 from parity_worker import init_weights
 
-CLASSES = {"td3": "TD3", "sac": "SAC", "tqc": "TQC", "ddpg": "DDPG", "naf": "NAF"}
+CLASSES = {"td3": "TD3", "sac": "SAC", "tqc": "TQC", "crossq": "CrossQ", "ddpg": "DDPG", "naf": "NAF"}
+# CrossQ: small critics too, and its batch renormalization past the warm-up within the run.
+SETTINGS = {"crossq": dict(critic_hidden_sizes=(32, 32), renorm_warmup_steps=50)}
 ROUNDS = [1] * 100 + [4] * 25  # gradient steps per round: 200 in all
 BATCH = 32
 
@@ -39,7 +41,8 @@ def batches(rng, n_steps):
 
 def run(case: str, out_dir: str) -> None:
     agent = getattr(kerasrl, CLASSES[case])("Pendulum-v1", seed=0, hidden_sizes=(32, 32),
-                                            learning_starts=0, buffer_size=100)
+                                            learning_starts=0, buffer_size=100,
+                                            **SETTINGS.get(case, {}))
     for i, model in enumerate([agent.actor, *agent.critics]):  # NAF's critics: V and L
         init_weights(model, seed=10 + i)
     agent.learner.reset_from_models()

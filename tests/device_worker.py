@@ -109,30 +109,34 @@ def on_second_device(agent, where: str) -> None:
 
 
 def check_agents(out: Path) -> None:
-    """Agents made with device="cpu:1" train DQN, PPO and TRPO (Python loop and compiled loop), save,
+    """Agents made with device="cpu:1" train DQN, PPO, TRPO and CrossQ (Python loop and compiled loop), save,
     load and predict, with every array on cpu:1; the DQN policy exports to ONNX and SavedModel.
     Everything runs inside keras.device("cpu:0"), so an array that kerasrl made outside the
     agent's device would be committed to cpu:0, and a jitted call that mixed it with the agent's
     arrays would raise."""
-    obs = np.zeros((3, 4), np.float32)
     tiny = dict(seed=0, hidden_sizes=(16, 16), device="cpu:1", check_env=False, n_envs=2)
     runs = (("dqn", kerasrl.DQN, dict(learning_starts=32, train_freq=8, batch_size=16,
                                       buffer_size=256, target_update_interval=64)),
             ("ppo", kerasrl.PPO, dict(n_steps=16, batch_size=32, n_epochs=1)),
             # TRPO's policy step makes arrays of its own (conjugate gradients, the line search)
-            ("trpo", kerasrl.TRPO, dict(n_steps=16, batch_size=32, n_critic_updates=1)))
+            ("trpo", kerasrl.TRPO, dict(n_steps=16, batch_size=32, n_critic_updates=1)),
+            # CrossQ's batch-norm statistics are learner state that its steps write
+            ("crossq", kerasrl.CrossQ, dict(learning_starts=32, batch_size=16, buffer_size=256,
+                                            critic_hidden_sizes=(16, 16))))
     with keras.device("cpu:0"):
         for name, agent_class, settings in runs:
-            agent = agent_class("kerasrl/OpsCartPole-v1", **settings, **tiny)
+            env = "kerasrl/OpsPendulum-v1" if name == "crossq" else "kerasrl/OpsCartPole-v1"
+            obs = np.zeros((3, 3 if name == "crossq" else 4), np.float32)
+            agent = agent_class(env, **settings, **tiny)
             assert agent.device == "cpu:1" and agent.learner.acting_device is None
             on_second_device(agent, f"{name} made")
             for engine, steps in (("local", 96), ("compiled", 192)):  # the Python loop, then compiled
-                updates = len(agent.history.losses)
+                updates = len(agent.history.updates)
                 agent.fit(steps, progress=False, engine=engine)
                 assert (agent.loop.compiled_streams is not None) == (engine == "compiled")
-                assert len(agent.history.losses) > updates, f"{name} did not train ({engine})"
+                assert len(agent.history.updates) > updates, f"{name} did not train ({engine})"
                 on_second_device(agent, f"{name} after fit ({engine})")
-            assert agent.predict(obs).shape == (3,)
+            assert len(agent.predict(obs)) == 3
             agent.save(out / name)
             loaded = agent_class.load(out / name, device="cpu:1")
             on_second_device(loaded, f"{name} loaded")
@@ -230,7 +234,7 @@ def check_host_learning(out: Path) -> None:
                     assert len(agent.history.losses) > updates, f"{name} {size} did not train ({engine})"
                     assert device_of(learner.state) == expected, (name, size, engine)
                     assert device_of(learner.acting_weights()) == "cpu:0", (name, size, engine)
-                assert agent.predict(obs).shape == (3,)
+                assert len(agent.predict(obs)) == 3
                 agent.save(out / f"{name}-{size}")
                 loaded = agent_class.load(out / f"{name}-{size}")
                 assert device_of(loaded.learner.state) == expected, (name, size, "loaded")

@@ -41,7 +41,8 @@ def test_train_evaluate_export_resume(tmp_path, capsys, algorithm):
 
 def test_pendulum_presets_name_their_algorithm_and_zoo_budget():
     budgets = {"pendulum-td3": ("td3", 20_000), "pendulum-sac": ("sac", 20_000),
-               "pendulum-tqc": ("tqc", 20_000), "pendulum-ddpg": ("ddpg", 50_000)}
+               "pendulum-tqc": ("tqc", 20_000), "pendulum-crossq": ("crossq", 20_000),
+               "pendulum-ddpg": ("ddpg", 50_000)}
     for name, (algorithm, steps) in budgets.items():
         preset = PRESETS[name]
         assert (preset.algorithm, preset.env, preset.total_steps) == (algorithm, "Pendulum-v1", steps)

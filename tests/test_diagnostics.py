@@ -424,6 +424,7 @@ OWN_NETWORKS = {
                                                         batch_size=64),
     "sac": lambda: kerasrl.SAC("Pendulum-v1", seed=0),
     "tqc": lambda: kerasrl.TQC("Pendulum-v1", seed=0),
+    "crossq": lambda: kerasrl.CrossQ("Pendulum-v1", seed=0),
     "td3": lambda: kerasrl.TD3("Pendulum-v1", seed=0),
     "ddpg": lambda: kerasrl.DDPG("Pendulum-v1", seed=0),
     "naf": lambda: kerasrl.NAF("Pendulum-v1", seed=0),

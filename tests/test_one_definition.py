@@ -398,10 +398,11 @@ SMALL_OFF_POLICY = dict(learning_starts=64, batch_size=16, buffer_size=512, hidd
 @pytest.mark.parametrize("agent_name", [pytest.param("TD3", marks=pytest.mark.slow),
                                         pytest.param("SAC", marks=pytest.mark.slow),
                                         "TQC",  # SAC's step with its three differences: 8 s
+                                        "CrossQ",  # batch-norm statistics in the loop's state
                                         pytest.param("DDPG", marks=pytest.mark.slow),
                                         pytest.param("NAF", marks=pytest.mark.slow)])
 def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_update(agent_name):
-    """`fit` on an ops env runs DDPG, TD3, SAC, TQC and NAF in the compiled loop (their registration names
+    """`fit` on an ops env runs DDPG, TD3, SAC, TQC, CrossQ and NAF in the compiled loop (their registration names
     it, tests/test_compiled_fit.py runs it); its gradient steps on a batch it samples (with the
     noise it draws) are the agent's own `update` on that batch, and its exploring actions are the
     Python loop's for the same noise."""
@@ -409,7 +410,8 @@ def test_off_policy_steps_are_the_same_through_the_compiled_loop_and_the_agents_
     from kerasrl.compiled import CompiledOffPolicy
     from kerasrl.compiled.engine import CompiledEngine
 
-    agent = getattr(kerasrl, agent_name)("kerasrl/OpsPendulum-v1", **SMALL_OFF_POLICY)
+    small_critics = {"critic_hidden_sizes": (16,)} if agent_name == "CrossQ" else {}
+    agent = getattr(kerasrl, agent_name)("kerasrl/OpsPendulum-v1", **SMALL_OFF_POLICY, **small_critics)
     assert CompiledEngine.why_not(agent) is None
     # A filled buffer and trained weights, not the initial ones (the Python loop: it compiles the
     # agent's update, which the comparison runs, and not the whole compiled loop).

@@ -1,7 +1,7 @@
-"""TD3, SAC, TQC, DDPG and NAF agree across backends: the same weights and batches (noise included)
-give the same 200 gradient steps within 1e-5 (relative), losses and every weight of the actor, the
-critics (NAF's V and L), their targets and SAC's entropy coefficient, and the same actions after
-them.
+"""TD3, SAC, TQC, CrossQ, DDPG and NAF agree across backends: the same weights and batches (noise
+included) give the same 200 gradient steps within 1e-5 (relative), losses and every weight of the
+actor, the critics (NAF's V and L), their targets (CrossQ has none; its batch renormalization's
+running statistics instead) and SAC's entropy coefficient, and the same actions after them.
 
 Each backend runs in its own process (tests/continuous_parity_worker.py), as tests/test_parity.py.
 """
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cross_backend
 
 WORKER = Path(__file__).with_name("continuous_parity_worker.py")
 TOLERANCE = 1e-5
-CASES = ("td3", "sac", "tqc", "ddpg", "naf")
+CASES = ("td3", "sac", "tqc", "crossq", "ddpg", "naf")
 
 
 PARITY = ParityRun(WORKER, CASES)
@@ -31,10 +31,12 @@ def results(request, tmp_path_factory):
 
 
 # DDPG's update is TD3's with one critic and no delay or target smoothing; NAF's math is checked
-# against numpy on every backend in the fast tier (tests/agents/test_naf.py), TQC's against SB3-
-# contrib's on every backend (tests/agents/test_tqc.py): the slow tier runs the three here (CI time).
+# against numpy on every backend in the fast tier (tests/agents/test_naf.py), TQC's and CrossQ's
+# against SB3-contrib's on every backend (tests/agents/test_tqc.py, test_crossq.py): the slow tier
+# runs those four here (CI time).
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow)
-                                  if case in ("ddpg", "naf", "tqc") else case for case in CASES])
+                                  if case in ("ddpg", "naf", "tqc", "crossq") else case
+                                  for case in CASES])
 def test_200_updates_agree_within_1e_5(results, case):
     runs = results(case)
     reference = runs["jax"]
@@ -43,7 +45,10 @@ def test_200_updates_agree_within_1e_5(results, case):
     # The critic loss moved a lot over the run, so agreement is not trivial.
     assert np.ptp(losses[:, 0]) > 0.1 * np.abs(losses[:, 0]).mean()
     weight_keys = sorted(k for k in reference if k.startswith("w/"))
-    assert any("target_params" in k for k in weight_keys)
+    if case == "crossq":  # no targets; the renormalization's running statistics instead
+        assert any("non_trainable/critic_0" in k for k in weight_keys), weight_keys
+    else:
+        assert any("target_params" in k for k in weight_keys)
     assert any("/opt/" in k for k in weight_keys)  # Adam moments too
     for other in BACKENDS[1:]:
         run = runs[other]

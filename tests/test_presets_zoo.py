@@ -308,6 +308,25 @@ Pendulum-v1:
   policy: 'MlpPolicy'
   learning_rate: !!float 1e-3
 """,
+    "crossq.yml": """
+Pendulum-v1:
+  n_timesteps: 20000
+  policy: 'MlpPolicy'
+  policy_delay: 2
+  policy_kwargs: "dict(net_arch=[256, 256])"
+LunarLanderContinuous-v3:
+  n_timesteps: !!float 2e5
+  policy: 'MlpPolicy'
+  buffer_size: 1000000
+  learning_starts: 10000
+BipedalWalker-v3:
+  n_timesteps: !!float 2e5
+  policy: 'MlpPolicy'
+  buffer_size: 300000
+  gamma: 0.98
+  learning_starts: 10000
+  policy_kwargs: "dict(net_arch=dict(pi=[256, 256], qf=[1024, 1024]))"
+""",
     "trpo.yml": """
 CartPole-v1:
   n_envs: 2
@@ -352,6 +371,8 @@ def zoo_files(tmp_path):
     ("a2c.yml:LunarLander-v3", "lunarlander-a2c"),
     ("ars.yml:CartPole-v1", "cartpole-ars"),
     ("tqc.yml:Pendulum-v1", "pendulum-tqc"),
+    ("crossq.yml:Pendulum-v1", "pendulum-crossq"),
+    ("crossq.yml:LunarLanderContinuous-v3", "lunarlander-continuous-crossq"),
     ("trpo.yml:CartPole-v1", "cartpole-trpo"),
     ("trpo.yml:Acrobot-v1", "acrobot-trpo"),
     ("trpo.yml:LunarLanderContinuous-v3", "lunarlander-continuous-trpo"),
@@ -378,6 +399,19 @@ def test_rl_zoo_forms_translate_and_what_kerasrl_cannot_honour_is_refused(zoo_fi
     trpo = get_preset(str(zoo_files / "trpo.yml:LunarLanderContinuous-v3"))
     assert trpo.config == dict(normalize_observations=True, normalize_reward=True, n_envs=2,
                                n_steps=1024, n_critic_updates=20)
+    # CrossQ's actor and critics of different sizes (net_arch=dict(pi=..., qf=...)); a
+    # single-size algorithm refuses them, naming both
+    walker = get_preset(str(zoo_files / "crossq.yml:BipedalWalker-v3"))
+    assert walker.config == dict(buffer_size=300_000, gamma=0.98, learning_starts=10_000,
+                                 hidden_sizes=(256, 256), critic_hidden_sizes=(1024, 1024))
+    (zoo_files / "sac.yml").write_text((zoo_files / "sac.yml").read_text() + """
+Walker:
+  policy: 'MlpPolicy'
+  policy_kwargs: "dict(net_arch=dict(pi=[256, 256], qf=[1024, 1024]))"
+""")
+    with pytest.raises(ValueError, match=r"sac does not take: policy_kwargs net_arch \(actor "
+                                         r"\[256, 256\], critic \[1024, 1024\]: kerasrl's sac"):
+        get_preset(str(zoo_files / "sac.yml:Walker"))
     td3 = get_preset(str(zoo_files / "td3.yml:MountainCarContinuous-v0"))
     assert (td3.config["action_noise"], td3.config["action_noise_std"]) == ("ornstein_uhlenbeck", 0.5)
     qrdqn = get_preset(str(zoo_files / "qrdqn.yml:Acrobot-v1"))

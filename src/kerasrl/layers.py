@@ -1,4 +1,5 @@
-"""Keras layers of kerasrl's own that a user's model may hold: `BatchRenormalization` (CrossQ's).
+"""Keras layers of kerasrl's own that a user's model may hold: `BatchRenormalization` (CrossQ's),
+and the function that puts it into the default networks (`renormalization_for`).
 
 Registered with Keras, so that saved models holding them load in safe mode.
 """
@@ -132,3 +133,13 @@ class BatchRenormalization(keras.layers.Layer):
         return {**super().get_config(), "momentum": self.momentum, "epsilon": self.epsilon,
                 "warmup_steps": self.warmup_steps, "r_max": self.r_max, "d_max": self.d_max,
                 "center": self.center, "scale": self.scale}
+
+
+def renormalization_for(config):
+    """What the default actor and critics put before each Dense layer for `config`: with CrossQ's
+    `batch_norm`, a function `name -> BatchRenormalization` of its settings; else None."""
+    if not getattr(config, "batch_norm", False):
+        return None
+    return lambda name: BatchRenormalization(
+        momentum=config.batch_norm_momentum, epsilon=config.batch_norm_epsilon,
+        warmup_steps=config.renorm_warmup_steps, name=name)

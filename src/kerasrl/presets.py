@@ -259,6 +259,18 @@ PRESETS: dict[str, Preset] = {
         "defaults: lr 1e-3, automatic entropy tuning, 256-256 MLPs, 2 critics of 25 quantiles, "
         "2 dropped per critic).",
     ),
+    "pendulum-crossq": Preset(
+        "crossq", "Pendulum-v1", 20_000, dict(policy_delay=2, critic_hidden_sizes=(256, 256)),
+        "CrossQ on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (crossq.yml: policy "
+        "delay 2, 256-256 actor and critics, batch renormalization, no target networks; the rest "
+        "CrossQConfig's defaults, SB3-contrib's: lr 1e-3, Adam beta_1 0.5, 100 random steps).",
+    ),
+    "lunarlander-continuous-crossq": Preset(
+        "crossq", "LunarLanderContinuous-v3", 200_000, dict(learning_starts=10_000),
+        "CrossQ on LunarLanderContinuous-v3 with the RL Baselines3 Zoo hyperparameters "
+        "(crossq.yml: 10k random steps, 1M buffer, 256-256 actor, 1024-1024 critics, policy "
+        "delay 3, 200k steps).",
+    ),
     "pendulum-ddpg": Preset(
         "ddpg", "Pendulum-v1", 50_000, {},
         "DDPG on Pendulum-v1 with the RL Baselines3 Zoo hyperparameters (DDPGConfig's defaults: "

@@ -25,7 +25,7 @@ __all__ = ["preset_fields", "read_entry"]
 # The zoo's file names (its algorithm names) and kerasrl's algorithms.
 ALGORITHMS = {"dqn": "dqn", "qrdqn": "qrdqn", "ppo": "ppo", "a2c": "a2c", "sac": "sac",
               "tqc": "tqc", "td3": "td3", "ddpg": "ddpg", "ppo_lstm": "recurrent_ppo", "ars": "ars",
-              "trpo": "trpo"}
+              "trpo": "trpo", "crossq": "crossq"}
 
 # policy_kwargs' activation_fn, as the zoo writes it.
 ACTIVATIONS = {"nn.ReLU": "relu", "nn.Tanh": "tanh", "nn.ELU": "elu", "nn.GELU": "gelu",
@@ -64,6 +64,14 @@ def preset_fields(algorithm: str, env: str, entry: dict[str, Any]) -> dict[str, 
             config["lr_schedule" if key == "learning_rate" else "clip_range_schedule"] = "linear"
         elif key == "policy_kwargs":
             config.update(_policy_kwargs(value))
+            critic_sizes = config.pop("critic_hidden_sizes", None)
+            if "critic_hidden_sizes" in fields and critic_sizes is not None:
+                config["critic_hidden_sizes"] = critic_sizes
+            elif critic_sizes is not None and critic_sizes != config["hidden_sizes"]:
+                refused.append(f"policy_kwargs net_arch (actor {list(config['hidden_sizes'])}, "
+                               f"critic {list(critic_sizes)}: kerasrl's {algorithm} takes one "
+                               f"list of hidden sizes for all its default networks; pass model= "
+                               f"for networks of different sizes)")
         elif key == "noise_type":
             config["action_noise"] = value.replace("-", "_")
         elif key == "noise_std":
@@ -154,11 +162,14 @@ def _policy_kwargs(text) -> dict[str, Any]:
                                  f"{', '.join(ACTIVATIONS)}.")
             found["activation"] = ACTIVATIONS[written]
             continue
-        value = ast.literal_eval(node)
+        value = _literal(ast.unparse(node))  # net_arch=dict(pi=[...], qf=[...]) included
         if name == "net_arch":
-            found["hidden_sizes"] = _net_arch(value)
-        elif name in ("ortho_init", "log_std_init", "n_quantiles", "n_critics"):
+            found["hidden_sizes"], found["critic_hidden_sizes"] = _net_arch(value)
+        elif name in ("ortho_init", "log_std_init", "n_quantiles", "n_critics", "batch_norm",
+                      "batch_norm_momentum", "renorm_warmup_steps"):
             found[name] = value
+        elif name == "batch_norm_eps":
+            found["batch_norm_epsilon"] = value
         elif name == "lstm_hidden_size":
             found["recurrent_units"] = value
         elif name == "enable_critic_lstm":
@@ -166,22 +177,25 @@ def _policy_kwargs(text) -> dict[str, Any]:
         else:
             raise ValueError(f"policy_kwargs {name}={ast.unparse(node)}: kerasrl's default networks "
                              f"take net_arch, activation_fn, ortho_init, log_std_init, n_quantiles, "
-                             f"n_critics, lstm_hidden_size and enable_critic_lstm; for more, pass model=.")
+                             f"n_critics, lstm_hidden_size, enable_critic_lstm and CrossQ's "
+                             f"batch_norm, batch_norm_momentum, batch_norm_eps and "
+                             f"renorm_warmup_steps; for more, pass model=.")
     return found
 
 
-def _net_arch(value) -> tuple[int, ...]:
-    """[64, 64], dict(pi=[64, 64], vf=[64, 64]) or [dict(pi=..., vf=...)] as hidden_sizes (one
-    size list for every network)."""
+def _net_arch(value) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """[64, 64], dict(pi=[64, 64], vf=[64, 64]) (qf=: the Q critics') or [dict(pi=..., vf=...)]
+    as (the actor's hidden sizes, the critics')."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
         value = value[0]
     if isinstance(value, dict):
-        sizes = {tuple(sizes) for sizes in value.values()}
-        if len(sizes) != 1:
-            raise ValueError(f"net_arch {value}: kerasrl's default networks take one list of hidden "
-                             f"sizes for all of them; pass model= for networks of different sizes.")
-        return sizes.pop()
-    return tuple(value)
+        unknown = set(value) - {"pi", "vf", "qf"}
+        if unknown or "pi" not in value or len(value) != 2:
+            raise ValueError(f"net_arch {value}: expected the zoo's dict(pi=[...], vf=[...]) "
+                             f"or dict(pi=[...], qf=[...]).")
+        critic = value["vf"] if "vf" in value else value["qf"]
+        return tuple(value["pi"]), tuple(critic)
+    return tuple(value), tuple(value)
 
 
 def _sac_entropy(value) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""TD3, SAC, TQC, DDPG and NAF to the issues' thresholds (slow tier), on every backend: Pendulum-v1
-mean return >= -200 over 20 evaluation episodes within the presets' budgets (RL Zoo's: 20,000 steps
-for TD3, SAC and TQC, 50,000 for DDPG; keras-rl's naf_pendulum.py: 50,000 for NAF), on at least 2 of 3
+"""TD3, SAC, TQC, CrossQ, DDPG and NAF to the issues' thresholds (slow tier), on every backend:
+Pendulum-v1 mean return >= -200 over 20 evaluation episodes within the presets' budgets (RL Zoo's:
+20,000 steps for TD3, SAC, TQC and CrossQ, 50,000 for DDPG; keras-rl's naf_pendulum.py: 50,000 for NAF), on at least 2 of 3
 seeds; and the mountaincar-td3 preset solving MountainCarContinuous-v0 (mean return >= 90) on at
 least 2 of 3 seeds."""
 
@@ -14,7 +14,7 @@ from kerasrl.presets import PRESETS
 pytestmark = [pytest.mark.slow, pytest.mark.backend]
 
 CLASSES = {"pendulum-td3": kerasrl.TD3, "pendulum-sac": kerasrl.SAC, "pendulum-tqc": kerasrl.TQC,
-           "pendulum-ddpg": kerasrl.DDPG, "pendulum-naf": kerasrl.NAF}
+           "pendulum-crossq": kerasrl.CrossQ, "pendulum-ddpg": kerasrl.DDPG, "pendulum-naf": kerasrl.NAF}
 
 
 def preset_returns_until(name: str, agent_class, threshold: float, seeds=range(3), needed=2):

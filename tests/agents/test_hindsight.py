@@ -44,11 +44,13 @@ def test_dqn_learns_bit_flipping_with_hindsight_and_not_without():
     assert returns[0]["mean_return"] < -9.5, returns  # hardly ever reaches a goal
 
 
-@pytest.mark.parametrize("algorithm", ["DDPG", "TD3", "SAC", "TQC"])
+@pytest.mark.parametrize("algorithm", ["DDPG", "TD3", "SAC", "TQC", "CrossQ"])
 def test_continuous_agents_replay_goals_too(algorithm):
+    small_critics = {"critic_hidden_sizes": (16,)} if algorithm == "CrossQ" else {}
     agent = getattr(kerasrl, algorithm)(lambda: BitFlipping(n_bits=6, continuous=True), seed=0,
                                         hindsight_goals=2, hindsight_strategy="final",
-                                        learning_starts=64, batch_size=32, hidden_sizes=(16,))
+                                        learning_starts=64, batch_size=32, hidden_sizes=(16,),
+                                        **small_critics)
     assert isinstance(agent.buffer, HindsightReplayBuffer)
     agent.fit(200, progress=False)
     rows, envs = agent.buffer.sample_indices(512, np.random.default_rng(0))  # what sample draws first

@@ -1,5 +1,5 @@
-"""What the off-policy continuous-control agents (DDPG, TD3, SAC, NAF) share: the loop around a
-Learner.
+"""What the off-policy continuous-control agents (DDPG, TD3, SAC, TQC, CrossQ, NAF) share: the
+loop around a Learner.
 
 Actions live in two units. The networks, the losses and the exploration noise work in the unit
 box [-1, 1]^D; the environment and the replay buffer hold the env's own actions (float32 arrays
@@ -37,6 +37,7 @@ from kerasrl.agents.state_arrays import load_replay_learning_arrays, replay_lear
 from kerasrl.buffers import replay_buffer_for
 from kerasrl.buffers.replay import action_layout
 from kerasrl.exploration import ActionNoise, NoisyActor
+from kerasrl.layers import renormalization_for
 from kerasrl.models import adapt_critic, build_critic, build_model, dummy_observation
 from kerasrl.networks import actor_network, critic_network
 from kerasrl.optim import Adam
@@ -50,6 +51,7 @@ class ContinuousAgent(Agent):
     actor_activation: str | None = "tanh"  # the default actor's output layer
     policy_class: type = None
     loss_names: tuple[str, ...] = ()
+    delays_actor = False  # the actor moves every policy_delay-th step (TD3, CrossQ: see update)
 
     def __init__(self, env, *, model=None, critic=None, config=None, **hyperparameters):
         self._critic_spec = critic
@@ -95,7 +97,7 @@ class ContinuousAgent(Agent):
             model, self.observation_space, self._actor_outputs(), action_space=self.action_space,
             default=lambda: actor_network(self.observation_space, self._actor_outputs(),
                                           cfg.hidden_sizes, self.actor_activation,
-                                          normalization=self.hidden_normalization()),
+                                          normalization=renormalization_for(cfg)),
             role="actor", seed=self.weights_seed)
         self.critics = self._build_critics()
         self.learner = self._make_learner()
@@ -145,14 +147,9 @@ class ContinuousAgent(Agent):
                 self.observation_space, self.action_dim,
                 getattr(self.config, "critic_hidden_sizes", self.config.hidden_sizes),
                 name=f"critic_{i}", n_outputs=self._critic_outputs(),
-                normalization=self.hidden_normalization()),
+                normalization=renormalization_for(self.config)),
             seed=self.weights_seed, stream=f"critic_{i}", warn_output=i == 0,
             outputs=self._critic_outputs())
-
-    def hidden_normalization(self):
-        """A function `name -> keras layer` that the default actor and critics put before each
-        Dense layer (CrossQ's batch renormalization), or None."""
-        return None
 
     def models_beside_policy(self) -> dict[str, keras.Model]:
         """The critics, when they are the user's (critic_0, critic_1, ...)."""
@@ -378,16 +375,11 @@ class ContinuousAgent(Agent):
         batches.update(self._batch_noise(cfg.gradient_steps, cfg.batch_size))
         return batches
 
-    delays_actor = False  # the actor moves every policy_delay-th step (TD3, CrossQ: see update)
-
     def update(self, batches: dict[str, np.ndarray], learning_rate: float) -> dict[str, float]:
         """Run one gradient step per leading row of numpy `batches` (G, B, ...) (as
-        `sample_batches` makes them) in one compiled call. Returns the mean losses.
-
-        Where the actor moves every policy_delay-th step only (`delays_actor`: `_step` takes
-        `actor_due`), a round of one step (train_freq 1, gradient_steps 1: the zoo's setting) runs
-        the compiled variant that moves the actor or the one that does not, as the step count
-        says: the masked step's arithmetic, without the actor gradient it would discard."""
+        `sample_batches` makes them) in one compiled call. Returns the mean losses. With
+        `delays_actor`, a round of one step runs the variant of `_step(actor_due=)` that moves the
+        actor or the one that does not: no actor gradient computed to be discarded."""
         compiled = self._round
         if self.delays_actor and len(batches["actions"]) == 1:
             due = (self.n_updates + 1) % self.config.policy_delay == 0
@@ -430,8 +422,7 @@ class ContinuousAgent(Agent):
     def _make_policy(self):
         stats = {"obs_rms": self.obs_rms, "clip_obs": self.config.clip_obs}
         if self.noise is not None:  # predict(deterministic=False) adds this much noise
-            return self.policy_class(self.actor, self.observation_space, self.action_space,
-                                     noise_std=self.config.action_noise_std, **stats)
+            stats["noise_std"] = self.config.action_noise_std
         return self.policy_class(self.actor, self.observation_space, self.action_space, **stats)
 
     # -- training state -----------------------------------------------------------------------

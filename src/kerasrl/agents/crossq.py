@@ -23,7 +23,6 @@ from keras import tree
 
 from kerasrl.agents.sac import SAC
 from kerasrl.config import CrossQConfig
-from kerasrl.layers import BatchRenormalization
 from kerasrl.losses import entropy_coefficient_loss, squashed_gaussian
 
 
@@ -49,14 +48,6 @@ class CrossQ(SAC):
     algorithm = "crossq"
     critic_targets = False
     delays_actor = True
-
-    def hidden_normalization(self):
-        cfg = self.config
-        if not cfg.batch_norm:
-            return None
-        return lambda name: BatchRenormalization(
-            momentum=cfg.batch_norm_momentum, epsilon=cfg.batch_norm_epsilon,
-            warmup_steps=cfg.renorm_warmup_steps, name=name)
 
     def _step(self, state, batch, learning_rate, actor_due=None):
         """`actor_due`: None, the step count decides (inside a compiled loop of many steps); True

@@ -1,15 +1,17 @@
-"""TRPO against Stable-Baselines3-contrib's, side by side in one run: speed and returns.
+"""kerasrl's TRPO and CrossQ against Stable-Baselines3-contrib's, side by side in one run: speed and
+returns.
 
-    python benchmarks/trpo.py [--preset cartpole-trpo] [--seeds 0,1,2] [--steps N]
-                              [--backends jax,tensorflow,torch] [--core 1]
-                              [--out benchmarks/results/trpo_cartpole.md]
+    python benchmarks/sb3_contrib_peers.py [--preset cartpole-trpo] [--seeds 0,1,2] [--steps N]
+                                           [--backends jax,tensorflow,torch] [--core 1]
+                                           [--out benchmarks/results/trpo_cartpole.md]
 
-Each row trains one seed at the preset's settings (RL Zoo's trpo.yml entry; SB3-contrib's TRPO
-gets the same hyperparameters and the same networks, SB3's MlpPolicy of two 64-unit tanh MLPs)
-for the preset's budget (or `--steps`), then evaluates 20 greedy episodes. Steps per second count
-the whole `fit` / `learn`, compilation included. Every row is its own process pinned to one core
-with `taskset -c CORE`, run one after the other; the header names the CPU. Run it on an otherwise
-idle machine: figures compare within one table only.
+Each row trains one seed at the preset's settings (an RL Zoo entry, trpo.yml or crossq.yml);
+SB3-contrib's algorithm of the same name gets the same hyperparameters and networks (TRPO: SB3's
+MlpPolicy of two 64-unit tanh MLPs, kerasrl's default too; CrossQ: the preset's actor and critic
+sizes as net_arch=dict(pi=..., qf=...)) for the preset's budget (or `--steps`), then evaluates 20
+greedy episodes. Steps per second count the whole `fit` / `learn`, compilation included. Every
+row is its own process pinned to one core with `taskset -c CORE`, run one after the other; the
+header names the CPU. Run it on an otherwise idle machine: figures compare within one table only.
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compiled_loop import cpu_model  # noqa: E402
 
 EVAL_EPISODES = 20
-# kerasrl's fields that SB3-contrib's TRPO does not take as keywords (VecNormalize does the first
-# two; the third is its own behaviour).
-NOT_SB3_KEYWORDS = {"normalize_observations", "normalize_reward", "gaussian_kl"}
+# kerasrl's fields that SB3-contrib's algorithms do not take as keywords (VecNormalize does the
+# first two; the third is TRPO's own behaviour; the networks' sizes go in net_arch).
+NOT_SB3_KEYWORDS = {"normalize_observations", "normalize_reward", "gaussian_kl", "hidden_sizes",
+                    "critic_hidden_sizes"}
+SB3_CONTRIB_CLASSES = {"trpo": "TRPO", "crossq": "CrossQ"}
 
 
 def run_kerasrl(preset_name: str, seed: int, steps: int) -> dict:
-    import kerasrl
+    from kerasrl import registry
     from kerasrl.presets import get_preset
 
     preset = get_preset(preset_name)
-    agent = kerasrl.TRPO(preset.env, seed=seed, **preset.config)
+    agent = registry.agent_class(preset.algorithm)(preset.env, seed=seed, **preset.config)
     start = time.perf_counter()
     agent.fit(steps, progress=False)
     wall = time.perf_counter() - start
@@ -50,12 +54,13 @@ def run_kerasrl(preset_name: str, seed: int, steps: int) -> dict:
 
 
 def run_sb3_contrib(preset_name: str, seed: int, steps: int) -> dict:
+    import sb3_contrib
     import torch
-    from sb3_contrib import TRPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
 
+    from kerasrl import registry
     from kerasrl.presets import get_preset
 
     torch.set_num_threads(1)
@@ -63,11 +68,17 @@ def run_sb3_contrib(preset_name: str, seed: int, steps: int) -> dict:
     config = dict(preset.config)
     n_envs = config.pop("n_envs", 1)
     norm_obs, norm_reward = config.get("normalize_observations", False), config.get("normalize_reward", False)
+    if "hidden_sizes" in config or "critic_hidden_sizes" in config:  # CrossQ's: pi and qf
+        defaults = registry.config_class(preset.algorithm)()
+        config["policy_kwargs"] = dict(net_arch=dict(
+            pi=list(config.get("hidden_sizes", defaults.hidden_sizes)),
+            qf=list(config.get("critic_hidden_sizes", defaults.critic_hidden_sizes))))
     config = {key: value for key, value in config.items() if key not in NOT_SB3_KEYWORDS}
     env = make_vec_env(preset.env, n_envs=n_envs, seed=seed)
     if norm_obs or norm_reward:
         env = VecNormalize(env, norm_obs=norm_obs, norm_reward=norm_reward)
-    model = TRPO("MlpPolicy", env, seed=seed, device="cpu", **config)
+    algorithm = getattr(sb3_contrib, SB3_CONTRIB_CLASSES[preset.algorithm])
+    model = algorithm("MlpPolicy", env, seed=seed, device="cpu", **config)
     start = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - start
@@ -95,7 +106,10 @@ def table(preset: str, steps: int, core: int, rows: list[dict]) -> str:
 
     names = sorted({(r["library"], r["backend"]) for r in rows}, key=lambda k: (k[0] != "kerasrl", str(k[1])))
     sb3 = np.mean([r["steps_per_s"] for r in rows if r["library"] == "sb3-contrib"])
-    lines = [f"TRPO, preset `{preset}`, {steps:,} env steps per run, {EVAL_EPISODES} greedy episodes after; "
+    from kerasrl.presets import get_preset
+
+    algorithm = SB3_CONTRIB_CLASSES[get_preset(preset).algorithm]
+    lines = [f"{algorithm}, preset `{preset}`, {steps:,} env steps per run, {EVAL_EPISODES} greedy episodes after; "
              f"one process per row pinned to core {core} (`taskset`), {cpu_model()}.", "",
              "| library | backend | steps/s (whole run, compile included) | vs SB3-contrib | returns by seed | mean |",
              "|---|---|---|---|---|---|"]
