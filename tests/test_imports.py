@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -267,3 +268,16 @@ def test_nothing_outside_the_agents_reads_an_underscored_agent_attribute(tmp_pat
     planted.write_text("agent._learn()\nagents[0]._x = 1\nself.agent.learner._state\n"
                        "getattr(agent, '_pending', 0)\nagent.__class__\nloop._vmap\n")
     assert len(_reads_of_private_agent_attributes(planted)) == 4
+
+
+def test_every_module_that_registers_keras_classes_is_imported_before_a_model_loads():
+    """A saved model holding one of kerasrl's own layers (CrossQ's BatchRenormalization, Snake's
+    PatchConv2D) loads in a fresh process only if the module that registers it is imported first:
+    registry.KERAS_LAYER_MODULES lists them, and must list every one."""
+    from kerasrl import registry
+
+    decorator = re.compile(r"^\s*@keras\.saving\.register_keras_serializable\(", re.MULTILINE)
+    registering = {name for name, path in kerasrl_modules().items()
+                   if decorator.search(path.read_text())}
+    assert "kerasrl.layers" in registering
+    assert registering <= set(registry.KERAS_LAYER_MODULES), registering - set(registry.KERAS_LAYER_MODULES)

@@ -135,7 +135,8 @@ MODEL_BUILDERS: dict[str, str] = {
 }
 """Named model builders, for presets and the CLI: name -> f(observation_space, n_actions)."""
 
-KERAS_LAYER_MODULES: tuple[str, ...] = ("kerasrl.networks", "kerasrl.envs.snake_networks")
+KERAS_LAYER_MODULES: tuple[str, ...] = ("kerasrl.networks", "kerasrl.layers",
+                                        "kerasrl.envs.snake_networks")
 """The modules whose Keras layers kerasrl registers (`@keras.saving.register_keras_serializable`):
 imported before a saved model is loaded, so that a model holding one of them loads in safe mode."""
 
