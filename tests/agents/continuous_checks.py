@@ -214,3 +214,57 @@ def check_user_models_are_used(cls, actor_outputs: int, critic_outputs: int = 1)
     before = actor.get_weights()[0].copy()
     agent.fit(FAST["learning_starts"] + 16, progress=False)
     assert not np.array_equal(actor.get_weights()[0], before)  # fit's end writes the weights in
+
+
+# -- driving Stable-Baselines3(-contrib)'s `train` with kerasrl's batches (SAC's family) -----------
+class TwoJoints(gym.Env):
+    """Four numbers observed, two actions in [-1, 1]: only the spaces matter to the update checks
+    (their updates are driven with batches made up by `made_up_batch`)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 4).astype(np.float32), {}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 4).astype(np.float32), 0.0, False, True, {}
+
+
+def made_up_batch(rng, batch_size: int) -> dict[str, np.ndarray]:
+    """One gradient step's batch for TwoJoints, (1, B, ...) as `agent.update` takes it, with
+    "dones" (B,) beside for SB3 (kerasrl reads the discounts) and both Gaussian draws."""
+    dones = (rng.random(batch_size) < 0.2).astype(np.float32)
+    shape = (1, batch_size)
+    return dict(observations=rng.uniform(-1, 1, (*shape, 4)).astype(np.float32),
+                actions=rng.uniform(-1, 1, (*shape, 2)).astype(np.float32),
+                next_observations=rng.uniform(-1, 1, (*shape, 4)).astype(np.float32),
+                rewards=rng.standard_normal(shape).astype(np.float32), dones=dones,
+                discounts=(0.99 * (1.0 - dones))[None], weights=np.ones(shape, np.float32),
+                noise=rng.standard_normal((*shape, 2)).astype(np.float32),
+                next_noise=rng.standard_normal((*shape, 2)).astype(np.float32))
+
+
+def feed_sb3(model, batch: dict, draws: list, patch) -> None:
+    """Make SB3's `model` train on `batch` (the dict's current contents at each `train`) and draw
+    its actions' Gaussian noise from `draws`, in order (torch's Normal.rsample patched with
+    `patch`, a pytest MonkeyPatch)."""
+    import torch
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    def sample(batch_size, env=None):  # SB3's replay buffer, handing over this update's batch
+        fields = dict(observations=torch.tensor(batch["observations"][0]),
+                      actions=torch.tensor(batch["actions"][0]),
+                      next_observations=torch.tensor(batch["next_observations"][0]),
+                      dones=torch.tensor(batch["dones"][:, None]),
+                      rewards=torch.tensor(batch["rewards"][0][:, None]))
+        if "discounts" in ReplayBufferSamples._fields:  # SB3 2.6 and later (n-step replay)
+            fields["discounts"] = None
+        return ReplayBufferSamples(**fields)
+
+    def rsample(self, sample_shape=torch.Size()):  # the actor's draws: kerasrl's noise, in order
+        return self.loc + self.scale * torch.tensor(draws.pop(0))
+
+    model.replay_buffer.sample = sample
+    patch.setattr(torch.distributions.Normal, "rsample", rsample)

@@ -4,15 +4,15 @@ noise, learning a known answer, saving, exporting, exact resume and errors at cr
 
 from __future__ import annotations
 
-import gymnasium as gym
 import keras
 import numpy as np
 import pytest
 
 import kerasrl
-from continuous_checks import (check_bad_input_is_refused_at_creation, check_exact_resume,
-                               check_learns_the_target, check_policy_saves_loads_and_exports,
-                               check_user_critics_resume, check_user_models_are_used, to_np,
+from continuous_checks import (TwoJoints, check_bad_input_is_refused_at_creation,
+                               check_exact_resume, check_learns_the_target,
+                               check_policy_saves_loads_and_exports, check_user_critics_resume,
+                               check_user_models_are_used, feed_sb3, made_up_batch, to_np,
                                trained_agent)
 from kerasrl import backend
 from kerasrl.layers import BatchRenormalization
@@ -105,21 +105,6 @@ def test_batch_renormalization_saves_loads_and_refuses_bad_settings(tmp_path):
         BatchRenormalization(warmup_steps=-1)
 
 
-class TwoJoints(gym.Env):
-    """Four numbers observed, two actions in [-1, 1]: only the spaces matter here (the update is
-    driven with batches made up below)."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return self.np_random.uniform(-1, 1, 4).astype(np.float32), {}
-
-    def step(self, action):
-        return self.np_random.uniform(-1, 1, 4).astype(np.float32), 0.0, False, True, {}
-
-
 BATCH, UPDATES, LR, HIDDEN, DELAY, WARMUP = 32, 30, 1e-3, (32, 32), 3, 5
 
 
@@ -134,7 +119,6 @@ def test_crossq_updates_equal_stable_baselines3_contribs():
     from sb3_contrib import CrossQ as ContribCrossQ
     from sb3_contrib.common.torch_layers import BatchRenorm1d
     from stable_baselines3.common.logger import configure
-    from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -202,37 +186,14 @@ def test_crossq_updates_equal_stable_baselines3_contribs():
                            adam_epsilon=1e-8, adam_epsilon_style="pytorch")
     rng = np.random.default_rng(4)
     batch, draws = {}, []
-
-    def sample(batch_size, env=None):  # SB3's replay buffer, handing over this update's batch
-        fields = dict(observations=torch.tensor(batch["observations"][0]),
-                      actions=torch.tensor(batch["actions"][0]),
-                      next_observations=torch.tensor(batch["next_observations"][0]),
-                      dones=torch.tensor(batch["dones"][:, None]),
-                      rewards=torch.tensor(batch["rewards"][0][:, None]))
-        if "discounts" in ReplayBufferSamples._fields:  # SB3 2.6 and later (n-step replay)
-            fields["discounts"] = None
-        return ReplayBufferSamples(**fields)
-
-    def rsample(self, sample_shape=torch.Size()):  # the actor's draws: kerasrl's noise, in order
-        return self.loc + self.scale * torch.tensor(draws.pop(0))
-
-    contrib.replay_buffer.sample = sample
     names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef")
     ours, theirs = [], []
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(torch.distributions.Normal, "rsample", rsample)
+            feed_sb3(contrib, batch, draws, patch)
             for update in range(1, UPDATES + 1):
                 due = update % DELAY == 0
-                dones = (rng.random(BATCH) < 0.2).astype(np.float32)
-                batch.update(
-                    observations=rng.uniform(-1, 1, (1, BATCH, 4)).astype(np.float32),
-                    actions=rng.uniform(-1, 1, (1, BATCH, 2)).astype(np.float32),
-                    next_observations=rng.uniform(-1, 1, (1, BATCH, 4)).astype(np.float32),
-                    rewards=rng.standard_normal((1, BATCH)).astype(np.float32), dones=dones,
-                    discounts=(0.99 * (1.0 - dones))[None], weights=np.ones((1, BATCH), np.float32),
-                    noise=rng.standard_normal((1, BATCH, 2)).astype(np.float32),
-                    next_noise=rng.standard_normal((1, BATCH, 2)).astype(np.float32))
+                batch.update(made_up_batch(rng, BATCH))
                 # SB3-contrib draws at s' first, then (on the actor's steps) at s.
                 draws[:] = [batch["next_noise"][0]] + ([batch["noise"][0]] if due else [])
                 contrib.logger.name_to_value.clear()
