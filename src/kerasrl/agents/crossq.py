@@ -23,7 +23,7 @@ from keras import tree
 
 from kerasrl.agents.sac import SAC
 from kerasrl.config import CrossQConfig
-from kerasrl.losses import entropy_coefficient_loss, squashed_gaussian
+from kerasrl.losses import entropy_coefficient_loss
 
 
 class CrossQ(SAC):
@@ -52,14 +52,13 @@ class CrossQ(SAC):
     def _step(self, state, batch, learning_rate, actor_due=None):
         """`actor_due`: None, the step count decides (inside a compiled loop of many steps); True
         or False, known on the host (a round of one step: see `ContinuousAgent.update`)."""
-        cfg, learner, critics, dim = self.config, self.learner, self.critic_names, self.action_dim
+        cfg, learner, critics = self.config, self.learner, self.critic_names
         obs, actions, next_obs = batch["observations"], batch["actions"], batch["next_observations"]
         log_ent_coef = ops.reshape(state["params"]["log_ent_coef"][0], ())
         ent_coef = ops.exp(ops.stop_gradient(log_ent_coef))  # this step's alpha, before its update
         # a' ~ pi(s'), the actor in inference mode (as SB3-contrib: its running statistics).
         next_out = learner.apply("actor", state["params"], state, next_obs)
-        next_actions, next_log_probs = squashed_gaussian(next_out[:, :dim], next_out[:, dim:],
-                                                         batch["next_noise"])
+        next_actions, next_log_probs = self.sample_from_outputs(next_out, batch["next_noise"])
         both_obs = tree.map_structure(lambda a, b: ops.concatenate([a, b], axis=0), obs, next_obs)
         both_actions = ops.stop_gradient(ops.concatenate([actions, next_actions], axis=0))
 
@@ -79,7 +78,7 @@ class CrossQ(SAC):
         def actor_objective(params):
             out, actor_state = learner.apply("actor", params, state, obs, training=True,
                                              returns_state=True)
-            pi, log_pi = squashed_gaussian(out[:, :dim], out[:, dim:], batch["noise"])
+            pi, log_pi = self.sample_from_outputs(out, batch["noise"])
             q = [learner.apply(c, params, state, [obs, pi]) for c in critics]  # inference mode
             return self.actor_loss(q, log_pi, ent_coef), ({"actor": actor_state}, log_pi)
 

@@ -70,7 +70,12 @@ class SAC(ContinuousAgent):
 
     def _policy_sample(self, params, state, observations, noise):
         out = self.learner.apply("actor", params, state, observations, training=True)
-        return squashed_gaussian(out[:, :self.action_dim], out[:, self.action_dim:], noise)
+        return self.sample_from_outputs(out, noise)
+
+    def sample_from_outputs(self, outputs, noise):
+        """A reparameterized sample a (B, D) of the policy and log pi(a|s) (B,), from the actor's
+        outputs (B, 2 * D) and standard normal `noise` (B, D)."""
+        return squashed_gaussian(outputs[:, :self.action_dim], outputs[:, self.action_dim:], noise)
 
     def _step(self, state, batch, learning_rate):
         cfg, learner, critics = self.config, self.learner, self.critic_names
