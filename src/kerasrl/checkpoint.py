@@ -34,6 +34,7 @@ from kerasrl.envs.state import capture_env_state, restore_env_state
 from kerasrl.envs.vector import env_with_kwargs, id_and_kwargs
 from kerasrl.files import (CHECKPOINT_FORMAT, CheckpointError, atomic_folder, read_json,
                            read_manifest, read_npz, verify_files, write_json, write_manifest)
+from kerasrl.models import restored
 from kerasrl.policy_io import load_models, models_beside_header, policy_header, save_models
 from kerasrl.space_json import space_from_json
 
@@ -140,7 +141,7 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device
         models = load_models(path, every_model, manifest, observation_space, action_space,
                              model_factory, f"{saved_class.__name__}.load",
                              saved_class.rebuilt_model)
-    model = models.pop("model")
+    model = restored(models.pop("model"))  # whole: no torso for dueling or noisy streams
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")
         agent = saved_class(env, model=model, **saved_class.models_as_keywords(models), device=device,

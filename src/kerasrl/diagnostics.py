@@ -73,8 +73,14 @@ def _zero_gradients(model, observation_space, batch_size, params, states):
     from kerasrl import backend
     from kerasrl.models import stateless_apply
 
+    from kerasrl.layers import draw_noise, noise_slots, with_noise
+
     rng = np.random.default_rng(0)  # never the agent's generator: the check must not shift a run
     inputs = _dummy_inputs(model, observation_space, batch_size, rng)
+    slots = noise_slots(model)
+    if slots:  # noisy layers' sigma weights get gradients through their noise alone
+        states = with_noise(states, slots, [keras.ops.convert_to_tensor(n)
+                                            for n in draw_noise(slots, rng)])
     outputs = keras.tree.flatten(stateless_apply(model, params, states, inputs, False)[0])
     weights = [keras.ops.convert_to_tensor(rng.standard_normal(tuple(o.shape)).astype(np.float32))
                for o in outputs]

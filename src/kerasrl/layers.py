@@ -1,5 +1,6 @@
-"""Keras layers of kerasrl's own that a user's model may hold: `BatchRenormalization` (CrossQ's),
-and the function that puts it into the default networks (`renormalization_for`).
+"""Keras layers of kerasrl's own that a user's model may hold: `BatchRenormalization` (CrossQ's)
+and `NoisyDense` (noisy networks, Rainbow's), and what the agents do with them
+(`renormalization_for`; `noise_slots`, `draw_noise`, `with_noise`).
 
 Registered with Keras, so that saved models holding them load in safe mode.
 """
@@ -7,7 +8,10 @@ Registered with Keras, so that saved models holding them load in safe mode.
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
+
+from kerasrl.backend.layers import walk_layers
 
 
 @keras.saving.register_keras_serializable(package="kerasrl")
@@ -143,3 +147,110 @@ def renormalization_for(config):
     return lambda name: BatchRenormalization(
         momentum=config.batch_norm_momentum, epsilon=config.batch_norm_epsilon,
         warmup_steps=config.renorm_warmup_steps, name=name)
+
+
+@keras.saving.register_keras_serializable(package="kerasrl")
+class NoisyDense(keras.layers.Layer):
+    """A Dense layer with learned, factorised Gaussian noise on its weights (Fortunato et al.,
+    2018, "Noisy Networks for Exploration"; Rainbow's exploration):
+
+        y = x (mu_W + sigma_W * outer(f(e_in), f(e_out))) + mu_b + sigma_b * f(e_out)
+
+    with f(e) = sign(e) sqrt(|e|) of standard normal draws e_in (inputs,) and e_out (units,).
+    mu is initialised uniform in +-1/sqrt(inputs), sigma to sigma_0 / sqrt(inputs), as the paper
+    and Tianshou's `NoisyLinear`.
+
+    The noise f(e_in), f(e_out) lives in two non-trainable variables, `input_noise` and
+    `output_noise`, zero unless an agent sets them: so the layer as saved, exported or loaded
+    alone is the mean network (mu only), what the paper and Tianshou evaluate. A value agent
+    whose Q-network holds NoisyDense layers (its own default with `noisy_nets=True`, or a user's)
+    draws fresh noise from its seeded numpy generator for every acting step and, independently,
+    for the online and the target network at every gradient step (`draw_noise`), and feeds it
+    into the forward passes (`with_noise`); the variables stay zero.
+
+    Args:
+        units: outputs.
+        activation: as Dense's.
+        sigma_0: the initial noise scale (0.5 in the paper's factorised form).
+    """
+
+    per_sample = True  # the noise is shared by the batch: each sample's output is its own
+
+    def __init__(self, units: int, activation=None, sigma_0: float = 0.5, **kwargs):
+        super().__init__(**kwargs)
+        if int(units) != units or units < 1:
+            raise ValueError(f"NoisyDense units must be a positive whole number, got {units!r}.")
+        if not sigma_0 >= 0.0:
+            raise ValueError(f"NoisyDense sigma_0 is the initial noise scale, >= 0; got "
+                             f"{sigma_0!r}.")
+        self.units, self.sigma_0 = int(units), float(sigma_0)
+        self.activation = keras.activations.get(activation)
+
+    def build(self, input_shape):
+        fan_in = int(input_shape[-1])
+        bound, sigma = 1.0 / np.sqrt(fan_in), self.sigma_0 / np.sqrt(fan_in)
+        # Kept as `<variable>_initializer`, where kerasrl's seeded initialization looks.
+        self.kernel_mu_initializer = self.bias_mu_initializer = keras.initializers.RandomUniform(
+            -bound, bound)
+        self.kernel_sigma_initializer = self.bias_sigma_initializer = (
+            keras.initializers.Constant(sigma))
+        self.input_noise_initializer = self.output_noise_initializer = keras.initializers.Zeros()
+        self.kernel_mu = self.add_weight(name="kernel_mu", shape=(fan_in, self.units),
+                                         initializer=self.kernel_mu_initializer)
+        self.kernel_sigma = self.add_weight(name="kernel_sigma", shape=(fan_in, self.units),
+                                            initializer=self.kernel_sigma_initializer)
+        self.bias_mu = self.add_weight(name="bias_mu", shape=(self.units,),
+                                       initializer=self.bias_mu_initializer)
+        self.bias_sigma = self.add_weight(name="bias_sigma", shape=(self.units,),
+                                          initializer=self.bias_sigma_initializer)
+        self.input_noise = self.add_weight(name="input_noise", shape=(fan_in,),
+                                           initializer=self.input_noise_initializer,
+                                           trainable=False)
+        self.output_noise = self.add_weight(name="output_noise", shape=(self.units,),
+                                            initializer=self.output_noise_initializer,
+                                            trainable=False)
+
+    def call(self, inputs):
+        noise = ops.expand_dims(self.input_noise, -1) * ops.expand_dims(self.output_noise, 0)
+        kernel = self.kernel_mu + self.kernel_sigma * noise
+        bias = self.bias_mu + self.bias_sigma * self.output_noise
+        outputs = ops.matmul(ops.cast(inputs, self.compute_dtype), kernel) + bias
+        return outputs if self.activation is None else self.activation(outputs)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.units)
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units, "sigma_0": self.sigma_0,
+                "activation": keras.activations.serialize(self.activation)}
+
+
+def noise_slots(model) -> tuple[tuple[int, int], ...]:
+    """(position in `model.non_trainable_variables`, size) of every noise vector of the
+    `NoisyDense` layers in `model`, in that order; () for a model without noisy layers."""
+    noise = {}
+    for layer in walk_layers(model):
+        if isinstance(layer, NoisyDense) and layer.built:
+            noise[id(layer.input_noise)] = noise[id(layer.output_noise)] = True
+    return tuple((i, int(np.prod(v.shape))) for i, v in enumerate(model.non_trainable_variables)
+                 if id(v) in noise)
+
+
+def draw_noise(slots, rng: np.random.Generator, steps: int | None = None) -> list[np.ndarray]:
+    """Fresh factorised noise f(e) = sign(e) sqrt(|e|), e standard normal (float32), for each of
+    `slots` (`noise_slots`): one vector per slot, or (`steps`, size) for `steps` gradient steps.
+    Drawn with numpy from `rng`: the same on every backend."""
+    sizes = [size for _, size in slots]
+    draws = rng.standard_normal((1 if steps is None else steps, sum(sizes)))
+    draws = (np.sign(draws) * np.sqrt(np.abs(draws))).astype(np.float32)
+    pieces = np.split(draws, np.cumsum(sizes)[:-1], axis=1)
+    return [piece[0] for piece in pieces] if steps is None else list(pieces)
+
+
+def with_noise(non_trainable, slots, noise) -> list:
+    """`non_trainable` (a model's non-trainable arrays, in order) with the entries at `slots`
+    replaced by `noise` (one array per slot)."""
+    values = list(non_trainable)
+    for (position, _), value in zip(slots, noise or ()):
+        values[position] = value
+    return values

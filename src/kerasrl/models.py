@@ -182,6 +182,22 @@ def is_built_in(model) -> bool:
     return _recorded(_BUILT_IN, model)
 
 
+_RESTORED: weakref.WeakSet = weakref.WeakSet()
+"""The models a checkpoint gave back: an agent's whole network as it trained it, never a torso
+that the agent's config would wrap again (dueling or noisy streams)."""
+
+
+def restored(model):
+    """Record that `model` is a whole network from a checkpoint; returns it."""
+    _RESTORED.add(model)
+    return model
+
+
+def is_restored(model) -> bool:
+    """True for a model `restored` recorded."""
+    return _recorded(_RESTORED, model)
+
+
 def check_unclaimed(model, role: str = "model") -> None:
     """Raise, naming the fix, if another agent already owns `model`: two agents training one set
     of weights would each undo the other's updates."""
@@ -401,8 +417,12 @@ def dueling_q_network(torso, observation_space: gym.Space, action_space: gym.Spa
             return built_in(dueling(nature_cnn_torso(observation_space), shape, n_actions))
         return built_in(dueling(mlp_torso(shape, hidden_sizes, observation_space=observation_space),
                                 shape, n_actions))
-    else:
-        if not isinstance(torso, keras.Model):
-            torso = call_builder(torso, observation_space, action_space, "the torso builder")
-        torso = adapt_model(torso, observation_space)
-    return dueling(torso, shape, n_actions)
+    return dueling(resolve_torso(torso, observation_space, action_space), shape, n_actions)
+
+
+def resolve_torso(torso, observation_space: gym.Space, action_space: gym.Space) -> keras.Model:
+    """A user's torso (a model, or a builder `(observation_space, action_space) -> model`) as a
+    model of the observations the agent feeds."""
+    if not isinstance(torso, keras.Model):
+        torso = call_builder(torso, observation_space, action_space, "the torso builder")
+    return adapt_model(torso, observation_space)

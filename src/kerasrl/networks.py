@@ -76,18 +76,21 @@ def nature_features(x, kernel_initializer="glorot_uniform"):
     4x4 stride 2, 64 3x3 stride 1, Dense(512), ReLU throughout -> (B, 512). Small boards (sides
     under 36, e.g. Snake) cannot take the Atari strides: 3x3 stride-1 convolutions (32, 64) and
     Dense(256) instead."""
+    x, units = nature_convolutions(x, kernel_initializer)
+    return layers.Dense(units, activation="relu", kernel_initializer=kernel_initializer)(x)
+
+
+def nature_convolutions(x, kernel_initializer="glorot_uniform"):
+    """`nature_features` without its Dense layer: (flat convolution features, that layer's units)."""
     init = dict(kernel_initializer=kernel_initializer)
     if min(x.shape[1:3]) >= NATURE_MIN_SIDE:
         x = layers.Conv2D(32, 8, strides=4, activation="relu", **init)(x)
         x = layers.Conv2D(64, 4, strides=2, activation="relu", **init)(x)
         x = layers.Conv2D(64, 3, strides=1, activation="relu", **init)(x)
-        units = 512
-    else:
-        x = layers.Conv2D(32, 3, padding="same", activation="relu", **init)(x)
-        x = layers.Conv2D(64, 3, padding="same", activation="relu", **init)(x)
-        units = 256
-    x = layers.Flatten()(x)
-    return layers.Dense(units, activation="relu", **init)(x)
+        return layers.Flatten()(x), 512
+    x = layers.Conv2D(32, 3, padding="same", activation="relu", **init)(x)
+    x = layers.Conv2D(64, 3, padding="same", activation="relu", **init)(x)
+    return layers.Flatten()(x), 256
 
 
 def image_input_scale(observation_space: gym.Space):

@@ -43,6 +43,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                        compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "c51": Algorithm("kerasrl.agents.c51:C51", "kerasrl.config:C51Config",
                      compiled="kerasrl.compiled.dqn:CompiledDQN"),
+    "rainbow": Algorithm("kerasrl.agents.rainbow:Rainbow", "kerasrl.config:RainbowConfig",
+                         compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "sarsa": Algorithm("kerasrl.agents.sarsa:SARSA", "kerasrl.config:SARSAConfig",
                        compiled="kerasrl.compiled.sarsa:CompiledSARSA"),
     "expected_sarsa": Algorithm("kerasrl.agents.sarsa:ExpectedSARSA", "kerasrl.config:SARSAConfig",
@@ -136,7 +138,7 @@ MODEL_BUILDERS: dict[str, str] = {
 """Named model builders, for presets and the CLI: name -> f(observation_space, n_actions)."""
 
 KERAS_LAYER_MODULES: tuple[str, ...] = ("kerasrl.networks", "kerasrl.layers",
-                                        "kerasrl.envs.snake_networks")
+                                        "kerasrl.value_networks", "kerasrl.envs.snake_networks")
 """The modules whose Keras layers kerasrl registers (`@keras.saving.register_keras_serializable`):
 imported before a saved model is loaded, so that a model holding one of them loads in safe mode."""
 

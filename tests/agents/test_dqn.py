@@ -252,7 +252,8 @@ def test_invalid_variant_settings_are_refused(option, value, message):
 
 def test_one_update_runs_through_three_agent_modules():
     """docs/architecture.md ("One DQN update, file by file"): an env step with its training round
-    and target sync runs in agents/dqn.py, agents/base.py and agents/learner.py, and no other
+    and target sync runs in agents/dqn.py, agents/q_learner.py, agents/base.py and
+    agents/learner.py, and no other
     module of kerasrl.agents (the rest it calls is the math and storage library)."""
     import sys
 
@@ -275,7 +276,7 @@ def test_one_update_runs_through_three_agent_modules():
         sys.settrace(None)
     assert (agent.num_timesteps, agent.n_updates) == (steps + 1, n_updates + 1)
     assert {f for f in called if f.startswith("agents/")} == {
-        "agents/dqn.py", "agents/base.py", "agents/learner.py"}
+        "agents/dqn.py", "agents/q_learner.py", "agents/base.py", "agents/learner.py"}
     assert "buffers/replay.py" in called  # the trace saw the step's storage: it is not empty
 
 
@@ -299,7 +300,7 @@ def test_epsilon_greedy_runs_the_network_only_when_some_env_acts_greedily(monkey
         forwards = []
         original = agent.learner.greedy_actions
         monkeypatch.setattr(agent.learner, "greedy_actions",
-                            lambda obs: forwards.append(len(obs)) or original(obs))
+                            lambda obs, noise=None: forwards.append(len(obs)) or original(obs, noise))
         agent.fit(100, progress=False)
         # epsilon 1: every env explores at every step; 0: once per vector step, for both envs
         assert forwards == expected
@@ -331,3 +332,15 @@ def test_a_saved_q_policy_acts_epsilon_greedily_running_its_network_only_when_ne
         if mask is not None:
             assert np.all(actions != 0)
     np.testing.assert_array_equal(policy.predict(obs[0]), masked_argmax(original(obs[:1]), None)[0])
+
+
+def test_a_dueling_agent_loads_from_its_checkpoint(tmp_path):
+    """The checkpoint's network is the whole dueling network: loading does not wrap it in a
+    second pair of streams (it did, and the saved state then did not fit)."""
+    agent = kerasrl.DQN(ChainEnv, seed=0, dueling=True, learning_starts=16, batch_size=8,
+                        buffer_size=100)
+    agent.fit(40, progress=False)
+    loaded = kerasrl.DQN.load(agent.save(tmp_path / "ckpt"), env=ChainEnv)
+    assert len(loaded.q_network.weights) == len(agent.q_network.weights)
+    for a, b in zip(agent.learner.weights("q"), loaded.learner.weights("q")):
+        np.testing.assert_array_equal(a, b)

@@ -91,7 +91,7 @@ def test_policy_saves_loads_alone_and_exports(tmp_path):
     assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
 
 
-def test_a_model_of_the_wrong_shape_and_dueling_are_refused():
+def test_a_model_of_the_wrong_shape_is_refused():
     def flat_q(observation_space, action_space):
         inputs = keras.Input((4,))
         return keras.Model(inputs, keras.layers.Dense(2)(inputs))
@@ -99,8 +99,6 @@ def test_a_model_of_the_wrong_shape_and_dueling_are_refused():
     with pytest.raises(ValueError, match=r"output \(batch, 2, 5\).*Dense\(10\) followed by "
                                          r"Reshape\(\(2, 5\)\)"):
         small_agent(model=flat_q)
-    with pytest.raises(ValueError, match="dueling"):
-        small_agent(dueling=True)
 
 
 def preset_return(name: str, seed: int) -> float:

@@ -1,10 +1,13 @@
 """Deep Q-Networks (Mnih et al., 2015) and the Rainbow-era variants as flags: Double DQN
-(van Hasselt et al., 2016), dueling heads (Wang et al., 2016), n-step returns, and prioritized
-replay (Schaul et al., 2016); and the family's value learner, which SARSA and Expected SARSA run
-with their targets, and QR-DQN and C51 (subclasses of DQN) with their value heads and targets.
+(van Hasselt et al., 2016), dueling heads (Wang et al., 2016), n-step returns, prioritized
+replay (Schaul et al., 2016) and noisy networks (Fortunato et al., 2018); and what the family's
+agents share around their value learner (`QAgentMixin`; the learner, agents/q_learner.py, which
+SARSA and Expected SARSA run with their targets, and QR-DQN, C51 and Rainbow, subclasses of DQN,
+with their value heads and targets).
 
-One DQN update, env step to weights, reads this file, agents/base.py (`_step_envs`: the envs'
-step and episode booking) and agents/learner.py (`descend`: gradients and Adam; `soft_update`):
+One DQN update, env step to weights, reads this file, agents/q_learner.py, agents/base.py
+(`_step_envs`: the envs' step and episode booking) and agents/learner.py (`descend`: gradients and
+Adam; `soft_update`):
     DQN._learn        act epsilon-greedily (numpy draws: the same on every backend), step the envs,
                       store the transitions; a target sync is due every `target_update_interval`
                       env steps, a training round every `train_freq` after `learning_starts`
@@ -15,218 +18,24 @@ step and episode booking) and agents/learner.py (`descend`: gradients and Adam; 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import keras
 import numpy as np
-from keras import ops
-from keras import tree
 
-from kerasrl import backend
 from kerasrl.agents.base import Agent, multiples_passed
-from kerasrl.agents.learner import UNROLLED_STEPS_PER_CALL, Learner, unrolled_steps
-from kerasrl.agents.state_arrays import (load_replay_learning_arrays, replay_learning_arrays,
-                                         with_model_level)
-from kerasrl.buffers import FrameStackReplayBuffer, frames_last, model_layout, replay_buffer_for
+from kerasrl.agents.q_learner import (QLearner, TargetFn, dqn_learner, dqn_target,  # noqa: F401
+                                      q_learner_for)
+from kerasrl.agents.state_arrays import load_replay_learning_arrays, replay_learning_arrays
+from kerasrl.buffers import FrameStackReplayBuffer, model_layout, replay_buffer_for
 from kerasrl.config import DQNConfig
 from kerasrl.exploration import exploration_rate, value_explorer
-from kerasrl.heads import ValueHead, head_spec
-from kerasrl.losses import double_q_target, max_q_target
+from kerasrl.heads import ValueHead
 from kerasrl.masks import masked_argmax
-from kerasrl.models import build_model, dueling_q_network, stateless_apply
-from kerasrl.optim import Adam
-from kerasrl.policies import (QPolicy, boltzmann, epsilon_greedy, forward_fn, greedy_fn,
-                              random_actions)
+from kerasrl.models import build_model
+from kerasrl.policies import QPolicy, boltzmann, epsilon_greedy, random_actions
 from kerasrl.schedules import linear_schedule
-
-# target_fn(next_q_target (B, A), next_q_online (B, A) or None, batch) -> targets (B,); with an
-# env's action masks the batch holds "next_action_masks" (B, A) bool, the allowed actions of s'.
-# With a value head other than DQN's (kerasrl.heads), the first two are the target and online
-# networks' raw outputs (B, *output_shape) and the targets have whatever shape (B, ...) the
-# head's loss reads (QR-DQN: (B, N) quantiles).
-TargetFn = Callable[..., object]
-
-
-def dqn_target(config: DQNConfig):
-    """(the TD target function, whether it needs the online network's next Q-values) of `config`."""
-    return (double_q_target, True) if config.double_q else (max_q_target, False)
-
-
-class QLearner(Learner):
-    """A `Learner` of one Q-network ("q"), its target and Adam, with the compiled training round.
-
-    Args:
-        model: a built Keras Q-network.
-        optimizer: a `kerasrl.optim.Adam`.
-        target_fn: the TD target, see `TargetFn`.
-        needs_online_next: compute the online network's next-state Q-values for `target_fn`
-            (Double DQN, Expected SARSA's behaviour policy).
-        head: the value head (`kerasrl.heads.ValueHead`): how outputs become action values, what
-            a taken action selects of them, and the loss with its priorities.
-    """
-
-    def __init__(self, model: keras.Model, *, optimizer: Adam, target_fn: TargetFn, head: ValueHead,
-                 needs_online_next: bool = False):
-        super().__init__({"q": model}, targets=("q",), optimizers={"q": (optimizer, ("q",))})
-        self.model = model
-        self.target_fn, self.head, self.needs_online_next = target_fn, head, needs_online_next
-        # DQN's head passes no transform: its compiled acting is exactly what it was without heads.
-        action_values = None if head_spec(self.head) is None else self.head.action_values
-        self._forward = forward_fn(model, action_values)
-        self._greedy = greedy_fn(model, action_values)
-        # One compiled round serves every sync pattern (target_tau 0 leaves the target as it
-        # was): one compilation, where a second costs more than the sync's few ops ever do.
-        self._train_round = backend.compile(self.round, donate_state=True)
-        self._frames_last = backend.compile(frames_last)
-        # Gradient steps per call: the whole round in a rolled loop where that runs fast, else
-        # calls of fully unrolled steps (see agents/learner.py's UNROLLED_STEPS_PER_CALL).
-        self.unrolled = unrolled_steps([model])
-
-    # -- the compiled round -------------------------------------------------------------------
-    def _targets(self, state, batch):
-        """TD targets from the target weights, in inference mode."""
-        next_obs = batch["next_observations"]
-        next_q_target = self.apply("q", None, state, next_obs, target=True)
-        next_q_online = (self.apply("q", state["params"], state, next_obs)
-                         if self.needs_online_next else None)
-        return self.target_fn(next_q_target, next_q_online, batch)
-
-    def _gradient_step(self, state, batch, learning_rate, targets=None):
-        if targets is None:
-            targets = self._targets(state, batch)
-
-        def td_objective(params):
-            """The head's loss of the online weights in training mode (batch norm, dropout
-            active), and its priorities (DQN: the TD errors)."""
-            outputs, non_trainable = stateless_apply(self.model, params["q"],
-                                                     state["non_trainable"]["q"],
-                                                     batch["observations"], True)
-            loss, td_errors = self.head.loss(self.head.at_actions(outputs, batch["actions"]),
-                                             targets, batch["weights"])
-            return loss, ({"q": non_trainable}, td_errors)
-
-        state, loss, td_errors = self.descend(state, "q", td_objective, learning_rate,
-                                              updates_non_trainable=True)
-        return {**state, "step": state["step"] + 1}, loss, td_errors
-
-    def _round_targets(self, state, batches):
-        """The TD targets of every step of a round (G, B, ...) from one forward pass over all G * B
-        next observations: the target weights do not change within a round, and one large matrix
-        product runs faster than G small ones."""
-        n_steps, batch_size = batches["actions"].shape
-        flat = tree.map_structure(
-            lambda x: ops.reshape(x, (n_steps * batch_size, *x.shape[2:])), batches)
-        targets = self._targets(state, flat)
-        return ops.reshape(targets, (n_steps, batch_size, *targets.shape[1:]))
-
-    def round(self, state, batches, learning_rate, target_tau=None):
-        """One training round, a pure function of `state` (this learner's layout) and tensor
-        `batches` (G, B, ...): sync the target by `target_tau` (1: copy, 0 or None: no sync), then
-        one gradient step per leading row. Returns (state, mean loss, TD errors (G, B)). What
-        `train` compiles, and loops compiled whole (kerasrl.compiled) call inside their own call:
-        run as the parts `round_parts(G)` gives, the sync with the first, it is `train` bit for bit."""
-        if target_tau is not None:
-            state = self.soft_update(state, target_tau)
-        # With the online network in the target (Double DQN, Expected SARSA) each step needs the
-        # weights of the step before; otherwise all targets are known before the first step.
-        all_targets = None if self.needs_online_next else self._round_targets(state, batches)
-
-        def step(i, state):
-            batch = tree.map_structure(lambda x: x[i], batches)
-            targets = None if all_targets is None else all_targets[i]
-            return self._gradient_step(state, batch, learning_rate, targets)
-
-        n_steps = batches["actions"].shape[0]
-        if n_steps == 1:
-            state, loss, td_errors = step(0, state)
-            return state, loss, ops.expand_dims(td_errors, 0)
-
-        def body(i, carry):
-            state, loss_sum, all_td = carry
-            state, loss, td_errors = step(i, state)
-            all_td = ops.slice_update(all_td, (i, 0), ops.expand_dims(td_errors, 0))
-            return state, loss_sum + loss, all_td
-
-        td_init = ops.zeros(batches["actions"].shape, "float32")
-        state, loss_sum, all_td = backend.fori_loop(
-            0, n_steps, body, (state, ops.zeros((), "float32"), td_init),
-            unroll=n_steps if self.unrolled else 1)
-        return state, loss_sum / n_steps, all_td
-
-    def round_parts(self, n_steps: int) -> list[tuple[int, int]]:
-        """(start, stop) of the gradient steps of each call a round of `n_steps` is run as: one
-        call, or calls of UNROLLED_STEPS_PER_CALL fully unrolled steps (`unrolled_steps`)."""
-        per_call = UNROLLED_STEPS_PER_CALL if self.unrolled else n_steps
-        return [(start, min(start + per_call, n_steps)) for start in range(0, n_steps, per_call)]
-
-    def action_values(self, state, observations):
-        """Action values (B, A) of the online weights in `state` (the head's, from the network's
-        outputs) for float32 `observations`, in inference mode: acting inside a compiled loop."""
-        return self.head.action_values(self.apply("q", state["params"], state, observations))
-
-    def greedy(self, state, observations):
-        """Greedy actions (B,) int32 of `action_values`."""
-        return ops.cast(ops.argmax(self.action_values(state, observations), axis=-1), "int32")
-
-    # -- host side ----------------------------------------------------------------------------
-    def train(self, batches: dict[str, np.ndarray], learning_rate: float, target_tau: float,
-              frames_first: bool = False):
-        """Run one round on numpy `batches` (G, B, ...), the target sync with its first part.
-        `frames_first`: the observations are stacks of frames (G, B, K, H, W) as a frame replay
-        buffer gathers them (uint8), put frames last and made float32 on this learner's device.
-        Returns (mean loss, TD errors (G, B))."""
-        learning_rate, parts = np.float32(learning_rate), self.round_parts(len(batches["actions"]))
-        results = []
-        with self.on_device():
-            if frames_first:
-                batches = {**batches, **self._frames_last(
-                    backend.feed({key: batches[key] for key in ("observations", "next_observations")}))}
-            for start, stop in parts:  # one part: every round of a per-step setting
-                chunk = batches if len(parts) == 1 else {k: v[start:stop] for k, v in batches.items()}
-                self.state, loss, td_errors = self._train_round(
-                    self.state, backend.feed(chunk), learning_rate,
-                    np.float32(target_tau if start == 0 else 0.0))
-                results.append((loss, td_errors))
-        losses, td_errors = zip(*backend.to_numpy(results))
-        if len(parts) == 1:
-            return float(losses[0]), td_errors[0]
-        weights = [stop - start for start, stop in parts]
-        return float(np.average(losses, weights=weights)), np.concatenate(td_errors)
-
-    def q_values(self, observations: np.ndarray) -> np.ndarray:
-        """Online action values (B, A) (the head's) for float32 observations, in inference mode."""
-        with backend.inference(), self.acting_scope():
-            params, non_trainable = self.acting_weights()
-            q = self._forward(params["q"], non_trainable["q"], backend.feed(observations))
-        return np.asarray(backend.to_numpy(q))
-
-    def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
-        """Argmax of the online action values (B,) for float32 observations: acting, once per env
-        step."""
-        with backend.inference(), self.acting_scope():
-            params, non_trainable = self.acting_weights()
-            actions = self._greedy(params["q"], non_trainable["q"], backend.feed(observations))
-        return backend.to_numpy(actions)
-
-    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore from `arrays()` output, or from kerasrl 0.1's layout (no "q" level)."""
-        super().load_arrays(with_model_level(arrays, "q"))
-
-
-def q_learner_for(model: keras.Model, config, target_fn: TargetFn,
-                  needs_online_next: bool, head: ValueHead | None = None) -> QLearner:
-    """The QLearner a value agent's `config` makes on `model` (Adam and the loss as configured,
-    `head` its value head, None: DQN's): the agent's and its compiled loop's alike."""
-    return QLearner(model, optimizer=Adam.from_config(config),
-                    target_fn=target_fn, head=ValueHead(config.loss) if head is None else head,
-                    needs_online_next=needs_online_next)
-
-
-def dqn_learner(model: keras.Model, config: DQNConfig):
-    """DQN's learner on the Q-network `model`: the agent's, and the compiled loop's."""
-    return q_learner_for(model, config, *dqn_target(config))
-
+from kerasrl.value_networks import value_model
 
 class QAgentMixin:
     """What DQN and SARSA share around their QLearner: acting, target syncs, counters, weights
@@ -258,13 +67,15 @@ class QAgentMixin:
         # _pending_syncs: the target syncs due since the last training round.
         self.n_updates = self._vector_steps = self._pending_syncs = 0
 
-    def _act_greedy(self, observations, action_masks=None):
+    def _act_greedy(self, observations, action_masks=None, noise=None):
+        """Greedy actions of the Q-network: of its mean network where it has noisy layers
+        (evaluation), or with `noise` (`QLearner.acting_noise`: the behaviour policy)."""
         if self.config.exploration == "boltzmann":  # _explore samples from these Q-values
-            self._eval_q = self.learner.q_values(observations)
+            self._eval_q = self.learner.q_values(observations, noise)
             return masked_argmax(self._eval_q, action_masks)
         if action_masks is None:
-            return self.learner.greedy_actions(observations)
-        return masked_argmax(self.learner.q_values(observations), action_masks)
+            return self.learner.greedy_actions(observations, noise)
+        return masked_argmax(self.learner.q_values(observations, noise), action_masks)
 
     def _explore(self, greedy_actions, rng, action_masks=None, rate=None):
         """Epsilon-greedy around `_act_greedy`'s actions with epsilon `rate`, or with
@@ -279,9 +90,11 @@ class QAgentMixin:
 
     def _behaviour_actions(self, observations, rate: float, masks=None) -> np.ndarray:
         """The behaviour policy's actions (B,) (`_explore` at `rate`, drawn from `self.rng`; the
-        network runs only if some env acts greedily); `masks` (B, A): the allowed actions."""
+        network runs only if some env acts greedily, with noisy layers on fresh noise shared by
+        the envs); `masks` (B, A): the allowed actions."""
         masked = {} if masks is None else {"action_masks": masks}
-        greedy = partial(self._act_greedy, np.asarray(observations, dtype=np.float32), **masked)
+        greedy = partial(self._act_greedy, np.asarray(observations, dtype=np.float32), **masked,
+                         noise=self.learner.acting_noise(self.rng))
         if self.config.exploration == "boltzmann":
             return self._explore(greedy(), self.rng, rate=rate, **masked)
         return epsilon_greedy(greedy, self.n_actions, rate, self.rng, masks, size=len(observations))
@@ -344,10 +157,8 @@ class DQN(QAgentMixin, Agent):
     def _build(self, model) -> None:
         cfg = self.config
         self._require_discrete_actions()
-        if cfg.dueling:
-            model = dueling_q_network(model, self.observation_space, self.action_space,
-                                      cfg.hidden_sizes)
-        self._build_q_learner(model, *dqn_target(cfg))
+        self._build_q_learner(value_model(model, self.observation_space, self.action_space, cfg),
+                              *dqn_target(cfg))
         self.buffer = self._make_buffer()
 
     def _make_buffer(self):
@@ -429,7 +240,9 @@ class DQN(QAgentMixin, Agent):
         indices = batches.pop("indices", None)
         frames_first = self.buffer.frames_first
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau,
-                                             frames_first=frames_first)
+                                             frames_first=frames_first,
+                                             noise=self.learner.round_noise(self.rng,
+                                                                            cfg.gradient_steps))
         self.n_updates += cfg.gradient_steps
         self.check_loss(loss, self.n_updates)
         self.diagnostics.after_update(

@@ -44,6 +44,7 @@ from keras import tree
 from kerasrl import backend, devices
 from kerasrl.agents.base import flatten_arrays, unflatten_arrays, variable_values
 from kerasrl.backend.layers import slow_in_loops
+from kerasrl.layers import noise_slots, with_noise
 from kerasrl.models import stateless_apply
 from kerasrl.optim import Adam, copy_state, polyak
 
@@ -90,6 +91,8 @@ class Learner:
         self.placement = devices.active().for_learner(self.models.values())
         # Where the Python loop acts (None: where the state lives).
         self.acting_device = self.placement.acting_device(self.models.values())
+        # Where each model's NoisyDense layers keep their noise (kerasrl.layers; () for none).
+        self.noise_slots = {name: noise_slots(m) for name, m in self.models.items()}
         self.reset_from_models()
 
     @property
@@ -187,18 +190,24 @@ class Learner:
         return [p for name in names for p in params[name]]
 
     def apply(self, name: str, params: dict, state, inputs, *, target: bool = False,
-              training: bool = False, returns_state: bool = False):
+              training: bool = False, returns_state: bool = False, noise=None):
         """The model `name` on `inputs` with the weights in `params` (or its target weights);
         `returns_state`: (outputs, its non-trainable state after the call), for a forward pass
         in training mode whose batch-norm statistics the step keeps (`descend`'s
-        `updates_non_trainable`)."""
+        `updates_non_trainable`). `noise`: the noise of its NoisyDense layers for this pass (one
+        array per `noise_slots[name]`; None: none, the mean network); the state keeps zeros."""
         if target:
             weights, non_trainable = state["target_params"][name], state["target_non_trainable"][name]
         else:
             weights, non_trainable = params[name], state["non_trainable"][name]
-        outputs, new_state = stateless_apply(self.models[name], weights, non_trainable, inputs,
+        slots = self.noise_slots[name] if noise is not None else ()
+        outputs, new_state = stateless_apply(self.models[name], weights,
+                                             with_noise(non_trainable, slots, noise), inputs,
                                              training)
-        return (outputs, new_state) if returns_state else outputs
+        if returns_state:
+            new_state = with_noise(new_state, slots, [non_trainable[i] for i, _ in slots])
+            return outputs, new_state
+        return outputs
 
     def descend(self, state, group: str, loss_fn: Callable, learning_rate, *args, enabled=None,
                 updates_non_trainable: bool = False):

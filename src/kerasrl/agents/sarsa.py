@@ -161,7 +161,8 @@ class SARSA(QAgentMixin, Agent):
             batch["next_action_masks"] = np.concatenate(self._rollout_masks)
         batches = {k: np.broadcast_to(v, (cfg.gradient_steps, *v.shape)) for k, v in batch.items()}
         loss, _ = self.learner.train(batches, self._learning_rate(total_steps),
-                                     self._take_target_tau())
+                                     self._take_target_tau(),
+                                     noise=self.learner.round_noise(self.rng, cfg.gradient_steps))
         self.n_updates += cfg.gradient_steps
         self.check_loss(loss, self.n_updates)
         self.diagnostics.after_update(loss, cfg.gradient_steps, batch["observations"],

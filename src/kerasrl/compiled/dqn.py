@@ -54,6 +54,7 @@ from kerasrl.compiled.seed_axis import repeat
 from kerasrl.backend.chunks import loop_in_chunks
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
+    NOISY_NOT_COMPILED,
     behaviour_actions,
     prioritized_sample,
     q_network_parts,
@@ -298,6 +299,8 @@ class CompiledDQN(CompiledLoop):
         if agent.buffer.position != agent.loop_counters()["vector_steps"] % capacity or (
                 agent.buffer.full != (agent.loop_counters()["vector_steps"] >= capacity)):
             return "the replay buffer holds steps this agent did not take itself (Ray actors')"
+        if agent.learner.noisy:
+            return NOISY_NOT_COMPILED
         return None
 
     @classmethod

@@ -39,6 +39,7 @@ from kerasrl.compiled.common import (
 from kerasrl.compiled.seed_axis import repeat
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
+    NOISY_NOT_COMPILED,
     behaviour_actions,
     q_network_parts,
     round_in_parts,
@@ -192,6 +193,8 @@ class CompiledSARSA(CompiledLoop):
         """Why this loop cannot run `agent`'s fit (a `kerasrl.SARSA` on an ops env), or None."""
         if agent.loop.action_masks is not None:
             return "the compiled SARSA loop takes envs without action masks"
+        if agent.learner.noisy:
+            return NOISY_NOT_COMPILED
         return None
 
     @classmethod

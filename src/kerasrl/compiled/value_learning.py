@@ -57,6 +57,11 @@ def updated_priorities(priorities, max_priority, rows, td_errors, alpha: float, 
     return priorities, ops.maximum(max_priority, ops.max(new))
 
 
+# Why a value loop refuses a Q-network with NoisyDense layers (its `why_not`).
+NOISY_NOT_COMPILED = ("the Q-network has noisy layers (NoisyDense: noisy_nets=True, Rainbow), whose "
+                      "noise the compiled loops do not draw yet; train it with fit(engine='python')")
+
+
 def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action):
     """A value agent's behaviour policy inside a compiled loop, drawn as its Python loop draws:
     epsilon-greedy (`u < rate`: `random_action`, else greedy), or with
@@ -121,8 +126,9 @@ def q_network_parts(loop_name: str, env, config, seeds, model, device: str, make
     from kerasrl.compiled.common import parse_seeds, template_device
     from kerasrl.envs.ops.gym import make_ops_env
     from kerasrl.initializers import WeightDraws
-    from kerasrl.models import build_model, dueling_q_network
+    from kerasrl.models import build_model
     from kerasrl.networks import default_network
+    from kerasrl.value_networks import value_model
 
     ops_env = make_ops_env(env)
     space = ops_env.action_space
@@ -130,12 +136,14 @@ def q_network_parts(loop_name: str, env, config, seeds, model, device: str, make
         raise ValueError(f"{loop_name} needs discrete actions; {ops_env.name} has {space}. Use CompiledPPO.")
     obs_space, n_actions, seeds = ops_env.observation_space, int(space.n), parse_seeds(seeds)
     with devices.placement(template_device(device)).scope():  # the model and learner: templates
-        if getattr(config, "dueling", False):
-            model = dueling_q_network(model, obs_space, space, config.hidden_sizes)
+        if hasattr(config, "dueling"):
+            model = value_model(model, obs_space, space, config)
         model = build_model(model, obs_space, n_actions, action_space=space,
                             default=lambda: default_network(obs_space, n_actions, config.hidden_sizes),
                             role="Q-network", seed=seeds[0])
         learner = make_learner(model)
+    if learner.noisy:
+        raise ValueError(f"{loop_name}: {NOISY_NOT_COMPILED}")
     draws = WeightDraws(model)
     weights = (draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
                draws.seeded_many(model.non_trainable_variables, seeds, "Q-network"))

@@ -62,6 +62,10 @@ class DQNConfig(QConfig, HindsightConfig):
     gradient_steps: int = hp(1, GRADIENT_STEPS_HELP)
     double_q: bool = hp(False, "Double DQN: the online net picks the next action, the target values it.")
     dueling: bool = hp(False, "Dueling head (value + advantage streams) on the model, or the default MLP torso.")
+    noisy_nets: bool = hp(False, "Noisy networks (Fortunato et al., 2018): value streams of NoisyDense layers "
+                                 "after the torso (the model, or the default's), exploring by learned weight "
+                                 "noise; epsilon still applies (0 for noise alone).")
+    noisy_sigma: float = hp(0.5, "Noisy networks: sigma_0, the initial noise scale (sigma_0 / sqrt(inputs)).")
     n_step_return: int = hp(1, "Rewards summed before bootstrapping: the n of an n-step return (stops "
                                "at episode ends; 1: one-step TD). Was `n_step` (RLlib's name), renamed "
                                "because PPO's and SARSA's `n_steps` means steps per rollout.")
@@ -86,6 +90,8 @@ class DQNConfig(QConfig, HindsightConfig):
               self.prioritized_replay_beta0, "in [0, 1]")
         check(self.prioritized_replay_eps > 0, "prioritized_replay_eps",
               self.prioritized_replay_eps, "positive")
+        check(self.noisy_sigma >= 0 and math.isfinite(self.noisy_sigma), "noisy_sigma",
+              self.noisy_sigma, "a non-negative number (0.5 is the paper's)")
         if self.hindsight_goals:  # HER replays one step's reward for a new goal, sampled uniformly
             check(self.n_step_return == 1, "n_step_return", self.n_step_return,
                   "1 with hindsight replay (hindsight_goals > 0 recomputes one step's reward)")
@@ -117,8 +123,6 @@ class QRDQNConfig(DQNConfig):
         check(self.n_quantiles >= 1, "n_quantiles", self.n_quantiles, "at least 1")
         check(self.loss == "huber", "loss", self.loss,
               "'huber' (QR-DQN learns by the quantile Huber loss)")
-        check(not self.dueling, "dueling", self.dueling,
-              "False (a dueling head outputs (A,) Q-values; QR-DQN's network outputs (A, N))")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +149,29 @@ class C51Config(DQNConfig):
               "v_max", self.v_max, f"a finite number above v_min={self.v_min}")
         check(self.loss == "huber", "loss", self.loss,
               "'huber' (unused: C51 learns by the cross-entropy to the projected target)")
-        check(not self.dueling, "dueling", self.dueling,
-              "False (a dueling head outputs (A,) Q-values; C51's network outputs (A, n_atoms))")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RainbowConfig(C51Config):
+    """Rainbow (Hessel et al., 2018): C51 with Double DQN, dueling streams, noisy networks,
+    3-step returns and prioritized replay, at the paper's Atari settings: Adam 6.25e-5 (epsilon
+    1.5e-4), no epsilon-greedy (the noise explores), a target sync every 8,000 agent steps
+    (32k frames), learning from 20,000 (80k frames), 1M transitions, priority exponent 0.5 with
+    importance sampling from 0.4 to 1, 51 atoms on [-10, 10]. For vector tasks see the presets."""
+
+    double_q: bool = hp(True, "Double DQN: the online net picks the next action, the target values it.")
+    dueling: bool = hp(True, "Dueling streams: a value distribution plus per-action advantages, per atom.")
+    noisy_nets: bool = hp(True, "Noisy networks: NoisyDense streams explore by learned weight noise.")
+    n_step_return: int = hp(3, "Rewards summed before bootstrapping (Rainbow's 3-step returns).")
+    prioritized_replay: bool = hp(True, "Sample transitions in proportion to their loss (the cross-entropy).")
+    prioritized_replay_alpha: float = hp(0.5, "PER: how much prioritization is used (Rainbow's 0.5).")
+    exploration_initial_eps: float = hp(0.0, "Epsilon at the first step (0: the noise explores).")
+    exploration_final_eps: float = hp(0.0, "Epsilon after exploration_fraction of the steps.")
+    learning_rate: float = hp(6.25e-5, "Adam step size (Rainbow's).")
+    adam_epsilon: float = hp(1.5e-4, "Epsilon of Adam (Rainbow's).")
+    buffer_size: int = hp(1_000_000, "Replay capacity in transitions (preallocated).")
+    learning_starts: int = hp(20_000, "Env steps (over all envs) collected before the first update.")
+    target_update_interval: int = hp(8_000, "Env steps between target syncs (counted over all envs).")
 
 
 @dataclass(frozen=True, kw_only=True)
