@@ -205,6 +205,10 @@ class DQN(QAgentMixin, Agent):
 
     # -- remote actors (kerasrl.distributed) ----------------------------------------------------
     def explorer(self, n_envs, epsilon=None):
+        if self.learner.noisy:
+            raise NotImplementedError(
+                "its Q-network has noisy layers (NoisyDense), whose noise is drawn where the agent "
+                "acts; remote actors would act with the mean network and not explore.")
         return value_explorer(self.config, epsilon)
 
     def random_warmup(self) -> bool:
