@@ -192,6 +192,42 @@ def test_the_distributional_agents_run_the_same_round_in_the_compiled_loop(agent
 
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
+def test_rainbow_runs_its_round_in_the_compiled_loop_with_the_loops_own_noise():
+    """A noisy Q-network in the compiled loop: the loop draws the noise from a stream of its own
+    (kept with the agent's streams), and its round with that noise is the learner's round with
+    it: the one `QLearner.round` both loops run. The state keeps zero noise."""
+    import kerasrl
+    from kerasrl.compiled.value_learning import round_noise
+
+    agent = kerasrl.Rainbow("kerasrl/OpsCartPole-v1", seed=0, n_atoms=11, v_min=0.0, v_max=20.0,
+                            **dict(SMALL_DQN, hidden_sizes=(16, 8)))
+    agent.fit(64, progress=False)
+    assert set(agent.loop.compiled_streams) == {"explore_rng", "action_rng", "sample_rng",
+                                                "noise_rng"}  # the compiled loop ran it
+    loop = CompiledDQN.for_agent(agent)
+    state = backend.to_tensors(loop.state_from_agent(agent))
+    learning_rate, tau = np.float32(1e-3), np.float32(0.75)
+    compiled_state, _ = backend.to_numpy(
+        backend.compile(lambda s: loop._train(s, learning_rate, tau))(state))
+    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
+    noise_rng, noise = backend.to_numpy(backend.compile(
+        lambda r: round_noise(r, loop.learner, 3))(state["noise_rng"]))
+    np.testing.assert_array_equal(compiled_state["noise_rng"], noise_rng)
+    assert not np.array_equal(noise_rng, backend.to_numpy(state["noise_rng"]))
+    batches.pop("indices")  # prioritized replay's rows: the agent's buffer keeps its own
+    agent.learner.train(batches, learning_rate, tau, noise=noise)
+    for (path, a), (_, b) in zip(leaves(compiled_state["learner"]),
+                                 leaves(backend.to_numpy(agent.learner.state))):
+        if backend.NAME == "jax":
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+    slots = agent.learner.noise_slots["q"]
+    assert not any(np.any(compiled_state["learner"]["non_trainable"]["q"][i]) for i, _ in slots)
+
+
+@pytest.mark.backend
+@pytest.mark.slow_on_other_backends
 def test_boltzmann_exploration_in_the_compiled_loop_follows_the_temperature():
     """Near zero temperature the draws are the greedy actions; at a huge one, uniform."""
     from keras import ops

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import kerasrl
-from kerasrl.compiled.dqn import CompiledDQN
 from kerasrl.layers import NoisyDense, draw_noise, noise_slots
 from test_c51 import np_projection
 
@@ -236,8 +235,6 @@ def test_bad_settings_are_refused():
         small_rainbow(noisy_sigma=-1.0)
     with pytest.raises(ValueError, match="hidden_sizes"):
         small_rainbow(hidden_sizes=())
-    with pytest.raises(ValueError, match="noisy layers"):
-        CompiledDQN("CartPole", noisy_nets=True, hidden_sizes=(8,))
 
 
 def test_rainbow_learns_a_short_cartpole_run():

@@ -54,11 +54,13 @@ from kerasrl.compiled.seed_axis import repeat
 from kerasrl.backend.chunks import loop_in_chunks
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
-    NOISY_NOT_COMPILED,
     behaviour_actions,
+    drawn_noise,
+    noise_sizes,
     prioritized_sample,
     q_network_parts,
     round_in_parts,
+    round_noise,
     sync_tau_and_learning_rate,
     updated_priorities,
 )
@@ -100,6 +102,9 @@ class CompiledDQN(CompiledLoop):
         # are what this loop runs, on its state layout, so both loops run one definition.
         self.learner = learner
         self.model = learner.models["q"]
+        # A noisy Q-network's noise comes from a stream of its own (value_learning.drawn_noise).
+        self.noise_sizes = noise_sizes(learner)
+        self.streams = self.STREAMS + (("noise_rng",) if self.noise_sizes else ())
         self.n_envs = cfg.n_envs
         self.capacity = max(1, -(-cfg.buffer_size // cfg.n_envs))  # vector steps held, as ReplayBuffer
         self.sync_every = max(cfg.target_update_interval // cfg.n_envs, 1)  # vector steps, as the agent
@@ -111,7 +116,8 @@ class CompiledDQN(CompiledLoop):
         """The runner states of `self.seeds` (weights each (seeds, ...)) as one numpy tree with
         a leading seed axis, made at once (as `CompiledPPO._initial_states`)."""
         cfg, n, n_seeds = self.config, self.n_envs, len(self.seeds)
-        env_rng, explore_rng, action_rng, sample_rng = many_seed_streams(self.seeds, n, n, n, cfg.batch_size)
+        env_rng, explore_rng, action_rng, sample_rng, *noise_rng = many_seed_streams(
+            self.seeds, n, n, n, cfg.batch_size, *self.noise_sizes)
         obs, env_state = reset_many(self.env, env_rng, self.env_params)
         obs_shape = self.env.observation_space.shape
         size = self.capacity * n
@@ -124,6 +130,7 @@ class CompiledDQN(CompiledLoop):
             "buffer": repeat(buffer, n_seeds),
             "learner": self.learner.fresh_state({"q": weights}, {"q": non_trainable}, copies=n_seeds),
             "explore_rng": explore_rng, "action_rng": action_rng, "sample_rng": sample_rng,
+            **({"noise_rng": noise_rng[0]} if noise_rng else {}),
             "vector_steps": np.zeros(n_seeds, np.int32), "pending_syncs": np.zeros(n_seeds, np.int32),
             # Prioritized replay: p**alpha per row (0 until written) and the largest p seen, as
             # the buffer's sum tree leaves and max_priority (1 at the start).
@@ -161,8 +168,11 @@ class CompiledDQN(CompiledLoop):
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
         cfg = self.config
         rate = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
+        noisy = {}
+        if self.learner.noisy:  # fresh noise for this step's greedy actions, shared by the envs
+            noisy["noise_rng"], noise = drawn_noise(state["noise_rng"], self.learner.noise_slots["q"])
         actions = behaviour_actions(self.learner, state["learner"], state["obs"], cfg.exploration, rate, u,
-                                    random_action)
+                                    random_action, noise if noisy else None)
         if cfg.random_warmup:
             actions = ops.where(timesteps < cfg.learning_starts, random_action, actions)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)
@@ -174,7 +184,7 @@ class CompiledDQN(CompiledLoop):
         done = ops.logical_or(terminated, truncated)
         episodes, ended = episode_update(state["episodes"], reward, done)
         state = dict(state, env=env_state, obs=obs, explore_rng=explore_rng, action_rng=action_rng,
-                     vector_steps=vector_steps, episodes=episodes,
+                     vector_steps=vector_steps, episodes=episodes, **noisy,
                      pending_syncs=state["pending_syncs"] + ops.cast(vector_steps % self.sync_every == 0, "int32"))
         return state, rows, transition, ended
 
@@ -243,8 +253,12 @@ class CompiledDQN(CompiledLoop):
         # first value.
         sample_rng, batches = self._piece(("sample", n_steps), lambda s, b: self._sample(s, n_steps, b))(state, beta)
         indices = batches.pop("indices", None)
-        learner, loss_sum, td_errors = round_in_parts(self, state["learner"], batches, learning_rate, target_tau)
-        state = dict(state, learner=learner, sample_rng=sample_rng)
+        noisy = {}
+        if self.learner.noisy:
+            noisy["noise_rng"], noise = round_noise(state["noise_rng"], self.learner, n_steps)
+        learner, loss_sum, td_errors = round_in_parts(self, state["learner"], batches, learning_rate, target_tau,
+                                                      noise if noisy else None)
+        state = dict(state, learner=learner, sample_rng=sample_rng, **noisy)
         if indices is not None:
             update = self._piece(("priorities", n_steps), lambda p, m, i, td: updated_priorities(
                 p, m, i, td, cfg.prioritized_replay_alpha, cfg.prioritized_replay_eps))
@@ -276,6 +290,8 @@ class CompiledDQN(CompiledLoop):
         trained, loss_sum = self._train(state, learning_rate, tau, beta)
         trained["pending_syncs"] = ops.zeros_like(state["pending_syncs"])
         keep = ["learner", "sample_rng", "pending_syncs"]
+        if self.learner.noisy:
+            keep.append("noise_rng")
         if cfg.prioritized_replay:
             keep += ["priorities", "max_priority"]
         for key in keep:
@@ -299,8 +315,6 @@ class CompiledDQN(CompiledLoop):
         if agent.buffer.position != agent.loop_counters()["vector_steps"] % capacity or (
                 agent.buffer.full != (agent.loop_counters()["vector_steps"] >= capacity)):
             return "the replay buffer holds steps this agent did not take itself (Ray actors')"
-        if agent.learner.noisy:
-            return NOISY_NOT_COMPILED
         return None
 
     @classmethod
@@ -332,7 +346,8 @@ class CompiledDQN(CompiledLoop):
         streams = agent.loop.compiled_streams
         if streams is None:
             # The streams of `_initial_states` but the env's (the agent's games are seeded already).
-            streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, n, cfg.batch_size)[1:]))
+            streams = dict(zip(self.streams, seed_streams(agent.config.seed, n, n, n, cfg.batch_size,
+                                                          *self.noise_sizes)[1:]))
         state = {
             **games_from_agent(agent),
             "buffer": {key: np.asarray(getattr(buffer, name), dtype).reshape(size, *getattr(buffer, name).shape[2:])
@@ -366,7 +381,7 @@ class CompiledDQN(CompiledLoop):
             buffer.max_priority = float(s["max_priority"])
         agent.load_loop_counters(vector_steps, int(s["pending_syncs"]))
         loop.num_timesteps = vector_steps * self.n_envs
-        agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
+        agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.streams}
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""

@@ -39,10 +39,12 @@ from kerasrl.compiled.common import (
 from kerasrl.compiled.seed_axis import repeat
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
-    NOISY_NOT_COMPILED,
     behaviour_actions,
+    drawn_noise,
+    noise_sizes,
     q_network_parts,
     round_in_parts,
+    round_noise,
     sync_tau_and_learning_rate,
 )
 from kerasrl.config import SARSAConfig
@@ -79,6 +81,9 @@ class CompiledSARSA(CompiledLoop):
         self.seeds = seeds
         self.learner = learner  # the agent's QLearner: its acting, targets and round
         self.model = learner.models["q"]
+        # A noisy Q-network's noise comes from a stream of its own (value_learning.drawn_noise).
+        self.noise_sizes = noise_sizes(learner)
+        self.streams = self.STREAMS + (("noise_rng",) if self.noise_sizes else ())
         self.n_envs = config.n_envs
         self.sync_every = max(config.target_update_interval // config.n_envs, 1)  # vector steps, as the agent
         self.steps_per_round = config.n_steps * config.n_envs
@@ -86,12 +91,14 @@ class CompiledSARSA(CompiledLoop):
 
     def _initial_states(self, weights: list[np.ndarray], non_trainable: list[np.ndarray]) -> dict:
         n, n_seeds = self.n_envs, len(self.seeds)
-        env_rng, explore_rng, action_rng = many_seed_streams(self.seeds, n, n, n)
+        env_rng, explore_rng, action_rng, *noise_rng = many_seed_streams(self.seeds, n, n, n,
+                                                                         *self.noise_sizes)
         obs, env_state = reset_many(self.env, env_rng, self.env_params)
         return {"env": env_state, "obs": obs, "episodes": repeat(episode_init(n), n_seeds),
                 "learner": self.learner.fresh_state({"q": weights}, {"q": non_trainable}, copies=n_seeds),
                 "pending": np.zeros((n_seeds, n), np.int32), "acted": np.zeros(n_seeds, np.int32),
                 "explore_rng": explore_rng, "action_rng": action_rng,
+                **({"noise_rng": noise_rng[0]} if noise_rng else {}),
                 "vector_steps": np.zeros(n_seeds, np.int32), "pending_syncs": np.zeros(n_seeds, np.int32)}
 
     # -- the compiled round ------------------------------------------------------------------
@@ -99,9 +106,12 @@ class CompiledSARSA(CompiledLoop):
         """The behaviour policy's actions at `observations`, and the state with its streams moved on."""
         explore_rng, u = uniform01(state["explore_rng"])
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
+        noisy = {}
+        if self.learner.noisy:  # fresh noise for each call, as the agent's `_behaviour_actions`
+            noisy["noise_rng"], noise = drawn_noise(state["noise_rng"], self.learner.noise_slots["q"])
         actions = behaviour_actions(self.learner, state["learner"], observations, self.config.exploration, rate, u,
-                                    random_action)
-        return dict(state, explore_rng=explore_rng, action_rng=action_rng), actions
+                                    random_action, noise if noisy else None)
+        return dict(state, explore_rng=explore_rng, action_rng=action_rng, **noisy), actions
 
     def _env_step(self, i, state, rollout, total_steps):
         """One vector step as the agent's `_learn` takes it, stored in row `i` of the round."""
@@ -148,11 +158,12 @@ class CompiledSARSA(CompiledLoop):
             batch["epsilon"] = flat["rates"]
         return {key: ops.broadcast_to(value, (n_steps, *value.shape)) for key, value in batch.items()}
 
-    def _train(self, learner, rollout, learning_rate, target_tau):
+    def _train(self, learner, rollout, learning_rate, target_tau, noise=None):
         """The agent's training round on one round's transitions: its learner's `round` in the
-        parts its Python loop runs it as. Returns (learner state, sum of the steps' losses)."""
+        parts its Python loop runs it as (`noise`: a noisy network's, `round_noise`'s). Returns
+        (learner state, sum of the steps' losses)."""
         learner, loss_sum, _ = round_in_parts(self, learner, self._batch(rollout, self.config.gradient_steps),
-                                              learning_rate, target_tau)
+                                              learning_rate, target_tau, noise)
         return learner, loss_sum
 
     def _round(self, state, metrics, total_steps):
@@ -178,7 +189,10 @@ class CompiledSARSA(CompiledLoop):
         train = timesteps > cfg.learning_starts
         tau, learning_rate = sync_tau_and_learning_rate(cfg, state["pending_syncs"], timesteps, total_steps)
         n_steps = cfg.gradient_steps
-        learner, loss_sum = self._train(state["learner"], rollout, learning_rate, tau)
+        noise_rng, noise = round_noise(state.get("noise_rng"), self.learner, n_steps)
+        learner, loss_sum = self._train(state["learner"], rollout, learning_rate, tau, noise)
+        if noise is not None:
+            state = dict(state, noise_rng=ops.where(train, noise_rng, state["noise_rng"]))
         state = dict(state,
                      learner=tree.map_structure(lambda new, old: ops.where(train, new, old), learner,
                                                 state["learner"]),
@@ -193,8 +207,6 @@ class CompiledSARSA(CompiledLoop):
         """Why this loop cannot run `agent`'s fit (a `kerasrl.SARSA` on an ops env), or None."""
         if agent.loop.action_masks is not None:
             return "the compiled SARSA loop takes envs without action masks"
-        if agent.learner.noisy:
-            return NOISY_NOT_COMPILED
         return None
 
     @classmethod
@@ -219,7 +231,7 @@ class CompiledSARSA(CompiledLoop):
         n = self.n_envs
         streams = agent.loop.compiled_streams
         if streams is None:
-            streams = dict(zip(self.STREAMS, seed_streams(agent.config.seed, n, n, n)[1:]))
+            streams = dict(zip(self.streams, seed_streams(agent.config.seed, n, n, n, *self.noise_sizes)[1:]))
         pending = agent.pending_actions()
         return {**games_from_agent(agent), "learner": backend.to_numpy(agent.learner.state),
                 "pending": np.zeros(n, np.int32) if pending is None else pending.astype(np.int32),
@@ -238,7 +250,7 @@ class CompiledSARSA(CompiledLoop):
         vector_steps = int(s["vector_steps"])
         agent.load_loop_counters(vector_steps, int(s["pending_syncs"]))
         agent.loop.num_timesteps = vector_steps * self.n_envs
-        agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.STREAMS}
+        agent.loop.compiled_streams = {key: np.array(s[key]) for key in self.streams}
 
     def weights(self, index: int = 0) -> list[np.ndarray]:
         """The online Q-network weights (trainable, then non-trainable) of seed `index`."""

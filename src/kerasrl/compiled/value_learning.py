@@ -2,7 +2,9 @@
 learner, each as the agent's Python loop does it, in keras.ops on tensors: prioritized replay's
 sampling and priority updates (`PrioritizedReplayBuffer`'s, tested together in
 tests/test_one_definition.py), the behaviour policy (epsilon-greedy or Boltzmann), the training
-round in the learner's parts, and the target sync's Polyak step with the learning rate now.
+round in the learner's parts, the target sync's Polyak step with the learning rate now, and a
+noisy Q-network's noise (`drawn_noise`: `layers.draw_noise`'s f(e) of the loop's own normal
+draws, from a stream of its own, where the agent draws from its numpy generator).
 """
 
 from __future__ import annotations
@@ -57,34 +59,76 @@ def updated_priorities(priorities, max_priority, rows, td_errors, alpha: float, 
     return priorities, ops.maximum(max_priority, ops.max(new))
 
 
-# Why a value loop refuses a Q-network with NoisyDense layers (its `why_not`).
-NOISY_NOT_COMPILED = ("the Q-network has noisy layers (NoisyDense: noisy_nets=True, Rainbow), whose "
-                      "noise the compiled loops do not draw yet; train it with fit(engine='python')")
+def noise_sizes(learner) -> tuple[int, ...]:
+    """The size of a value loop's noise stream, one entry per noise value of the Q-network's
+    NoisyDense layers: (size,) for a noisy network, () otherwise (no stream)."""
+    total = sum(size for _, size in learner.noise_slots["q"])
+    return (total,) if total else ()
 
 
-def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action):
+def drawn_noise(rng, slots, n_draws: int | None = None):
+    """`(new_rng, noise)`: fresh factorised noise f(e) = sign(e) sqrt(|e|), e standard normal, for
+    each of `slots` (`layers.noise_slots`) from the stream `rng` (one entry per noise value): a
+    vector per slot, or with `n_draws` (n_draws, size) per slot, draws one after another."""
+    from keras import ops
+
+    from kerasrl.compiled.common import normal01
+
+    def draw(rng):
+        rng, e = normal01(rng)
+        return rng, ops.sign(e) * ops.sqrt(ops.abs(e))
+
+    if n_draws is None:
+        rng, values = draw(rng)
+    else:
+        def body(i, carry):
+            rng, out = carry
+            rng, e = draw(rng)
+            return rng, ops.slice_update(out, (i, 0), ops.expand_dims(e, 0))
+
+        rng, values = backend.fori_loop(0, n_draws, body,
+                                        (rng, ops.zeros((n_draws, rng.shape[-1]), "float32")))
+    pieces, start = [], 0
+    for _, size in slots:
+        pieces.append(values[..., start:start + size])
+        start += size
+    return rng, pieces
+
+
+def round_noise(rng, learner, n_steps: int):
+    """`(new_rng, noise)`: `QLearner.round`'s noise for `n_steps` gradient steps, drawn in the
+    loop (online then target, independent), or `(rng, None)` for a network without noise."""
+    if not learner.noisy:
+        return rng, None
+    rng, drawn = drawn_noise(rng, learner.noise_slots["q"], 2 * n_steps)
+    return rng, {"online": [d[:n_steps] for d in drawn], "target": [d[n_steps:] for d in drawn]}
+
+
+def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action,
+                      noise=None):
     """A value agent's behaviour policy inside a compiled loop, drawn as its Python loop draws:
     epsilon-greedy (`u < rate`: `random_action`, else greedy), or with
     `exploration="boltzmann"` from softmax(Q / rate) by one uniform `u` per row against the
-    cumulative probabilities (`policies.boltzmann`). `u` (B,) in [0, 1), `random_action` (B,)."""
+    cumulative probabilities (`policies.boltzmann`). `u` (B,) in [0, 1), `random_action` (B,);
+    `noise`: a noisy network's acting noise (`drawn_noise`), None for none."""
     from keras import ops
 
     from kerasrl.losses import boltzmann_probs
 
     if exploration == "boltzmann":
-        q = learner.action_values(learner_state, observations)
+        q = learner.action_values(learner_state, observations, noise)
         cumulative = ops.cumsum(boltzmann_probs(q, rate), axis=-1)
         cumulative = cumulative / cumulative[:, -1:]  # exactly 1 at the end, as the agent's
         # The first action whose cumulative probability exceeds u.
         return ops.sum(ops.cast(cumulative <= ops.expand_dims(u, -1), "int32"), axis=-1)
-    return ops.where(u < rate, random_action, learner.greedy(learner_state, observations))
+    return ops.where(u < rate, random_action, learner.greedy(learner_state, observations, noise))
 
 
-def round_in_parts(loop, learner_state, batches, learning_rate, target_tau):
+def round_in_parts(loop, learner_state, batches, learning_rate, target_tau, noise=None):
     """A value learner's round on `batches` (G, B, ...) as its Python loop runs it: in the parts
     `loop.learner.round_parts(G)` gives, the target sync with the first; each part a compiled
-    piece where loops are Python (`CompiledLoop._piece`). Returns (learner state, loss sum, the
-    head's priorities (G, B): DQN's TD errors)."""
+    piece where loops are Python (`CompiledLoop._piece`); `noise` (`round_noise`'s) sliced as the
+    batches. Returns (learner state, loss sum, the head's priorities (G, B): DQN's TD errors)."""
     from keras import ops
     from keras import tree
 
@@ -94,8 +138,9 @@ def round_in_parts(loop, learner_state, batches, learning_rate, target_tau):
     for start, stop in loop.learner.round_parts(n_steps):
         part = tree.map_structure(lambda x: x[start:stop], batches)
         tau = target_tau if start == 0 else ops.zeros((), "float32")
+        noisy = () if noise is None else (tree.map_structure(lambda x: x[start:stop], noise),)
         learner_state, loss, td = loop._piece(("round", stop - start), loop.learner.round)(
-            learner_state, part, learning_rate, tau)
+            learner_state, part, learning_rate, tau, *noisy)
         loss_sum = loss_sum + loss * (stop - start)
         td_errors.append(td)
     return learner_state, loss_sum, td_errors[0] if len(td_errors) == 1 else ops.concatenate(td_errors)
@@ -142,8 +187,6 @@ def q_network_parts(loop_name: str, env, config, seeds, model, device: str, make
                             default=lambda: default_network(obs_space, n_actions, config.hidden_sizes),
                             role="Q-network", seed=seeds[0])
         learner = make_learner(model)
-    if learner.noisy:
-        raise ValueError(f"{loop_name}: {NOISY_NOT_COMPILED}")
     draws = WeightDraws(model)
     weights = (draws.seeded_many(model.trainable_variables, seeds, "Q-network"),
                draws.seeded_many(model.non_trainable_variables, seeds, "Q-network"))
