@@ -1,5 +1,5 @@
-"""The Atari presets: RL Baselines3 Zoo's Atari hyperparameters for DQN, QR-DQN and PPO, on each
-game (`kerasrl.presets` makes them `Preset`s beside the others; this module imports nothing of
+"""The Atari presets: RL Baselines3 Zoo's Atari hyperparameters for DQN, QR-DQN and PPO, and the
+Rainbow paper's for Rainbow (the zoo has none), on each game (`kerasrl.presets` makes them `Preset`s beside the others; this module imports nothing of
 kerasrl, as that one).
 """
 
@@ -26,6 +26,11 @@ ATARI_QRDQN = dict(n_quantiles=200, buffer_size=1_000_000, learning_rate=5e-5, a
                    batch_size=32, learning_starts=100, target_update_interval=10_000, train_freq=4,
                    gradient_steps=1, exploration_fraction=0.025, exploration_initial_eps=1.0,
                    exploration_final_eps=0.01, gamma=0.99, max_grad_norm=None, n_envs=1)
+# Rainbow's (Hessel et al., 2018, Table 1), which are RainbowConfig's defaults: Adam 6.25e-5 with
+# epsilon 1.5e-4, learning from 80k frames (20k steps), a target sync every 32k frames (8k steps),
+# 1M replay, priority exponent 0.5 (importance 0.4 -> 1), 3-step returns, noisy streams of 512 with
+# sigma_0 0.5 and no epsilon, 51 atoms on [-10, 10], one update of 32 every 4 steps.
+ATARI_RAINBOW = dict(gamma=0.99, n_envs=1)
 ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: no-op starts, frame "
               "skip 4 with max-pooling, 84x84 gray, 4 frames, episodic life and clipped rewards in "
               "training; the Nature CNN). Evaluated on whole games with sticky actions (0.25). Not "
@@ -33,7 +38,7 @@ ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: n
 
 
 def atari_preset_fields() -> dict[str, dict[str, Any]]:
-    """Each Atari preset's name and `Preset` fields: DQN, QR-DQN and PPO on each game, evaluated
+    """Each Atari preset's name and `Preset` fields: DQN, QR-DQN, Rainbow and PPO on each game, evaluated
     on the evaluation preprocessing (whole games, sticky actions)."""
     fields = {}
     for game in ("Pong", "Breakout"):
@@ -50,6 +55,13 @@ def atari_preset_fields() -> dict[str, dict[str, Any]]:
                       f"random steps, target sync every 10k steps, epsilon 1.0 -> 0.01 over the "
                       f"first 2.5%, one update of 32 every 4 steps, no gradient clipping, 10M "
                       f"steps). "),
+            "rainbow": (ATARI_RAINBOW,
+                        f"Rainbow on {game} with the Rainbow paper's Atari hyperparameters "
+                        f"(RainbowConfig's defaults: 1M replay stored frame by frame, lr 6.25e-5 "
+                        f"with Adam's epsilon 1.5e-4, 20k steps before learning, target sync every "
+                        f"8k steps, 3-step returns, priority exponent 0.5, noisy dueling streams "
+                        f"of 512 after the Nature CNN's convolutions, no epsilon, 51 atoms on "
+                        f"[-10, 10], one update of 32 every 4 steps, 10M steps). "),
             "ppo": (ATARI_PPO,
                     f"PPO on {game} with the RL Baselines3 Zoo Atari hyperparameters (8 envs x 128 "
                     f"steps, 4 epochs of minibatches of 256, lr 2.5e-4 and clip range 0.1 both "

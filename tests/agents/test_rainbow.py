@@ -271,3 +271,46 @@ def test_cartpole_preset_learns():
         agent.fit(preset.total_steps, progress=False)
         returns.append(agent.evaluate(episodes=20)["mean_return"])
     assert min(returns) >= 300, returns
+
+
+def noisy_q_model(observation_space, action_space):
+    inputs = keras.Input(observation_space.shape)
+    hidden = NoisyDense(16, activation="relu")(inputs)
+    return keras.Model(inputs, NoisyDense(int(action_space.n))(hidden))
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "kerasrl/OpsCartPole-v1"])
+def test_sarsa_explores_by_a_noisy_models_noise_in_both_loops(env):
+    """SARSA runs the same learner: a user's noisy model gets its noise in the Python loop and,
+    on an ops env, in the compiled loop (its own noise stream)."""
+    agent = kerasrl.SARSA(env, model=noisy_q_model, seed=0, n_envs=2, n_steps=8,
+                          target_update_interval=16)
+    before = agent.learner.weights("q")
+    agent.fit(128, progress=False)
+    assert agent.learner.noisy and agent.n_updates > 0
+    streams = agent.loop.compiled_streams
+    assert (streams is not None and "noise_rng" in streams) == env.startswith("kerasrl/")
+    after = agent.learner.weights("q")
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+    slots = agent.learner.noise_slots["q"]
+    assert not any(np.any(after[len(agent.q_network.trainable_variables) + i]) for i, _ in slots)
+
+
+@pytest.mark.slow  # building and initializing the 6.5M-weight Atari network: 15-30 s
+def test_the_atari_preset_runs_on_frames_stored_once():
+    """pong-rainbow: the Nature CNN's convolutions, noisy dueling streams of 512, and the
+    prioritized frame buffer (each frame stored once, 3-step returns) that Atari stacks select."""
+    from kerasrl.buffers import FrameStackReplayBuffer
+    from kerasrl.presets import get_preset
+
+    preset = get_preset("pong-rainbow")
+    agent = kerasrl.Rainbow(preset.env, seed=0, **{**preset.config, "buffer_size": 2000,
+                                                   "learning_starts": 300,
+                                                   "target_update_interval": 200})
+    agent.fit(600, progress=False)
+    assert isinstance(agent.buffer, FrameStackReplayBuffer) and agent.config.prioritized_replay
+    assert agent.n_updates == 75 and agent.learner.noisy
+    streams = {layer.name: layer for layer in agent.q_network.layers if isinstance(layer, NoisyDense)}
+    assert {name: layer.units for name, layer in streams.items()} == {
+        "value_hidden": 512, "advantages_hidden": 512, "value": 51, "advantages": 6 * 51}
+    assert agent.q_network.output_shape == (None, 6, 51)
