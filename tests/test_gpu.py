@@ -340,6 +340,10 @@ NEWER_AGENTS = {
     "C51": ("CartPole-v1", dict(learning_starts=100, train_freq=1, batch_size=32,
                                 target_update_interval=50), 140),
     "NAF": (TargetEnv, dict(learning_starts=100, train_freq=1, batch_size=32), 140),
+    # Not run on a GPU yet (added 2026-11-29, no GPU lent): its noise comes from numpy, so the
+    # CPU and GPU runs see the same draws and should agree as C51's do.
+    "Rainbow": ("CartPole-v1", dict(learning_starts=100, train_freq=1, batch_size=32,
+                                    target_update_interval=50, buffer_size=1000), 140),
 }
 # Measured on an NVIDIA H100 (2026-11-27, this tier, the figure it prints): at most 3.0e-7 apart
 # (NAF on PyTorch; RecurrentPPO 7.9e-8 on JAX, 7.2e-8 on PyTorch): a factor of about 30.

@@ -230,6 +230,23 @@ def test_the_default_network_is_rainbows():
         isinstance(layer, NoisyDense) for layer in plain.q_network.layers)
 
 
+def test_the_defaults_are_the_papers():
+    """Hessel et al. (2018), Table 1, in agent steps (4 frames each)."""
+    from kerasrl.config import RainbowConfig
+
+    config = RainbowConfig()
+    assert (config.double_q, config.dueling, config.noisy_nets, config.prioritized_replay) == (
+        True, True, True, True)
+    assert (config.n_step_return, config.n_atoms, config.v_min, config.v_max) == (3, 51, -10, 10)
+    assert (config.learning_rate, config.adam_epsilon, config.batch_size) == (6.25e-5, 1.5e-4, 32)
+    assert (config.learning_starts, config.target_update_interval, config.train_freq) == (
+        20_000, 8_000, 4)
+    assert (config.prioritized_replay_alpha, config.prioritized_replay_beta0) == (0.5, 0.4)
+    assert (config.noisy_sigma, config.exploration_initial_eps, config.exploration_final_eps) == (
+        0.5, 0.0, 0.0)
+    assert (config.buffer_size, config.gamma) == (1_000_000, 0.99)
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="noisy_sigma"):
         small_rainbow(noisy_sigma=-1.0)
