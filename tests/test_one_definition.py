@@ -157,6 +157,31 @@ def test_a_dueling_dqn_on_an_ops_env_trains_in_the_compiled_loop_on_the_agents_n
     assert len(after) == len(before) and any(not np.array_equal(a, b) for a, b in zip(after, before))
 
 
+ROUND_SCALARS = (np.float32(1e-3), np.float32(0.75))  # a round's learning rate and target step
+
+
+def compiled_round(agent):
+    """The compiled loop of a value `agent` and its training round (3 steps, `ROUND_SCALARS`) on
+    the agent's state: (loop, state before (tensors), state after, the batches the round drew)."""
+    loop = CompiledDQN.for_agent(agent)
+    state = backend.to_tensors(loop.state_from_agent(agent))
+    compiled_state, _ = backend.to_numpy(
+        backend.compile(lambda s: loop._train(s, *ROUND_SCALARS))(state))
+    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
+    return loop, state, compiled_state, batches
+
+
+def assert_same_learner_state(compiled_state, agent) -> None:
+    """The compiled round's learner state is the agent's after its own round: bit for bit on
+    JAX, within 1e-6 elsewhere."""
+    for (path, a), (_, b) in zip(leaves(compiled_state["learner"]),
+                                 leaves(backend.to_numpy(agent.learner.state))):
+        if backend.NAME == "jax":
+            np.testing.assert_array_equal(a, b, err_msg=path)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+
+
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
 @pytest.mark.parametrize("agent_name", [pytest.param("QRDQN", marks=pytest.mark.slow),
@@ -170,19 +195,9 @@ def test_the_distributional_agents_run_the_same_round_in_the_compiled_loop(agent
                                          **dict(SMALL_DQN, hidden_sizes=(16,)))
     agent.fit(64, progress=False)
     assert agent.loop.compiled_streams is not None  # the compiled loop ran it
-    loop = CompiledDQN.for_agent(agent)
-    state = backend.to_tensors(loop.state_from_agent(agent))
-    learning_rate, tau = np.float32(1e-3), np.float32(0.75)
-    compiled_state, _ = backend.to_numpy(
-        backend.compile(lambda s: loop._train(s, learning_rate, tau))(state))
-    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
-    agent.learner.train(batches, learning_rate, tau)
-    for (path, a), (_, b) in zip(leaves(compiled_state["learner"]),
-                                 leaves(backend.to_numpy(agent.learner.state))):
-        if backend.NAME == "jax":
-            np.testing.assert_array_equal(a, b, err_msg=path)
-        else:
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+    loop, _, compiled_state, batches = compiled_round(agent)
+    agent.learner.train(batches, *ROUND_SCALARS)
+    assert_same_learner_state(compiled_state, agent)
     # The compiled loop acts through the head: its greedy actions are the agent's.
     observations = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
     compiled_greedy = backend.to_numpy(backend.compile(loop.learner.greedy)(
@@ -204,24 +219,14 @@ def test_rainbow_runs_its_round_in_the_compiled_loop_with_the_loops_own_noise():
     agent.fit(64, progress=False)
     assert set(agent.loop.compiled_streams) == {"explore_rng", "action_rng", "sample_rng",
                                                 "noise_rng"}  # the compiled loop ran it
-    loop = CompiledDQN.for_agent(agent)
-    state = backend.to_tensors(loop.state_from_agent(agent))
-    learning_rate, tau = np.float32(1e-3), np.float32(0.75)
-    compiled_state, _ = backend.to_numpy(
-        backend.compile(lambda s: loop._train(s, learning_rate, tau))(state))
-    _, batches = backend.to_numpy(backend.compile(lambda s: loop._sample(s, 3))(state))
+    loop, state, compiled_state, batches = compiled_round(agent)
     noise_rng, noise = backend.to_numpy(backend.compile(
         lambda r: round_noise(r, loop.learner, 3))(state["noise_rng"]))
     np.testing.assert_array_equal(compiled_state["noise_rng"], noise_rng)
     assert not np.array_equal(noise_rng, backend.to_numpy(state["noise_rng"]))
     batches.pop("indices")  # prioritized replay's rows: the agent's buffer keeps its own
-    agent.learner.train(batches, learning_rate, tau, noise=noise)
-    for (path, a), (_, b) in zip(leaves(compiled_state["learner"]),
-                                 leaves(backend.to_numpy(agent.learner.state))):
-        if backend.NAME == "jax":
-            np.testing.assert_array_equal(a, b, err_msg=path)
-        else:
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=path)
+    agent.learner.train(batches, *ROUND_SCALARS, noise=noise)
+    assert_same_learner_state(compiled_state, agent)
     slots = agent.learner.noise_slots["q"]
     assert not any(np.any(compiled_state["learner"]["non_trainable"]["q"][i]) for i, _ in slots)
 

@@ -380,7 +380,7 @@ class CellsAndBoxActions(gym.Env):
                 self.t >= 10, {})
 
 
-@pytest.mark.parametrize("agent_class", [kerasrl.QRDQN, kerasrl.C51, kerasrl.SARSA,
+@pytest.mark.parametrize("agent_class", [kerasrl.QRDQN, kerasrl.C51, kerasrl.Rainbow, kerasrl.SARSA,
                                          kerasrl.A2C, kerasrl.CEM, kerasrl.ARS, kerasrl.RecurrentPPO,
                                          kerasrl.SAC, kerasrl.TD3, kerasrl.DDPG, kerasrl.NAF])
 def test_every_agent_takes_discrete_observations(agent_class):

@@ -331,3 +331,20 @@ def test_the_atari_preset_runs_on_frames_stored_once():
     assert {name: layer.units for name, layer in streams.items()} == {
         "value_hidden": 512, "advantages_hidden": 512, "value": 51, "advantages": 6 * 51}
     assert agent.q_network.output_shape == (None, 6, 51)
+
+
+@pytest.mark.slow  # the ONNX converter's first conversion: 30 s of the fast tier's budget
+def test_the_policy_saves_loads_alone_and_exports_the_mean_network(tmp_path):
+    from kerasrl.export import compare_export
+
+    agent = small_rainbow()
+    agent.fit(80, progress=False)
+    observations = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
+    expected_q = agent.learner.q_values(observations)  # no noise: the mean network
+    agent.policy.save(tmp_path / "policy")
+    loaded = kerasrl.load_policy(tmp_path / "policy")
+    np.testing.assert_allclose(loaded.q_values(observations), expected_q, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(loaded.predict(observations), expected_q.argmax(-1))
+    path = loaded.export(tmp_path / "rainbow.onnx", include_values=True)
+    figures = compare_export(loaded, path, "onnx", n=200)
+    assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
