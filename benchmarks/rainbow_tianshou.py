@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_T
                       }.items():
     os.environ.setdefault(_name, _value)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules (parent only)
 EVAL_EPISODES = 20
 SETTINGS = dict(learning_rate=1e-3, batch_size=32, buffer_size=20_000, learning_starts=1000, gamma=0.99,
                 n_step_return=3, target_update_interval=500, n_atoms=51, v_min=0.0, v_max=100.0,
@@ -125,36 +125,20 @@ def run_tianshou(seed: int, steps: int) -> dict:
 
 
 def measure(library: str, backend: str | None, seed: int, steps: int, core: int, python: str) -> dict:
-    command = ["taskset", "-c", str(core), python, __file__, "--child", library, "--seed", str(seed),
-               "--steps", str(steps)]
-    env = dict(os.environ, **({"KERAS_BACKEND": backend} if backend else {}))
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{library} {backend} seed {seed} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(lines[-1]), library=library, backend=backend, seed=seed)
+    from side_by_side import child_row
+
+    return child_row(["taskset", "-c", str(core), python, __file__, "--child", library, "--seed",
+                      str(seed), "--steps", str(steps)], library, backend, seed)
 
 
 def table(steps: int, core: int, rows: list[dict]) -> str:
-    import numpy as np
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from compiled_loop import cpu_model
+    from side_by_side import speed_and_returns_table
 
-    names = sorted({(r["library"], r["backend"]) for r in rows}, key=lambda k: (k[0] != "kerasrl", str(k[1])))
-    peer = np.mean([r["steps_per_s"] for r in rows if r["library"] == "tianshou"])
-    lines = [f"Rainbow on CartPole-v1 at `SETTINGS` (benchmarks/rainbow_tianshou.py), {steps:,} env steps per "
-             f"run, {EVAL_EPISODES} greedy episodes after; one process per row pinned to core {core} "
-             f"(`taskset`), {cpu_model()}.", "",
-             "| library | backend | steps/s (whole run, compile included) | vs Tianshou | returns by seed | mean |",
-             "|---|---|---|---|---|---|"]
-    for library, backend in names:
-        mine = [r for r in rows if (r["library"], r["backend"]) == (library, backend)]
-        speed = np.mean([r["steps_per_s"] for r in mine])
-        returns = ", ".join(f"{r['mean_return']:.1f}" for r in sorted(mine, key=lambda r: r["seed"]))
-        lines.append(f"| {library} | {backend or 'PyTorch'} | {speed:,.0f} | {speed / peer:.2f}x | {returns} | "
-                     f"{np.mean([r['mean_return'] for r in mine]):.1f} |")
-    return "\n".join(lines) + "\n"
+    header = (f"Rainbow on CartPole-v1 at `SETTINGS` (benchmarks/rainbow_tianshou.py), {steps:,} env steps "
+              f"per run, {EVAL_EPISODES} greedy episodes after; one process per row pinned to core {core} "
+              f"(`taskset`), {cpu_model()}.")
+    return speed_and_returns_table(header, rows, "tianshou", "Tianshou")
 
 
 def main() -> None:

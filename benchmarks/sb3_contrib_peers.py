@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compiled_loop import cpu_model  # noqa: E402
+from side_by_side import child_row, speed_and_returns_table  # noqa: E402
 
 EVAL_EPISODES = 20
 # kerasrl's fields that SB3-contrib's algorithms do not take as keywords (VecNormalize does the
@@ -91,35 +91,18 @@ def run_sb3_contrib(preset_name: str, seed: int, steps: int) -> dict:
 
 
 def measure(library: str, backend: str | None, preset: str, seed: int, steps: int, core: int) -> dict:
-    command = ["taskset", "-c", str(core), sys.executable, __file__, "--child", library,
-               "--preset", preset, "--seed", str(seed), "--steps", str(steps)]
-    env = dict(os.environ, **({"KERAS_BACKEND": backend} if backend else {}))
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{library} {backend} seed {seed} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(lines[-1]), library=library, backend=backend, seed=seed)
+    return child_row(["taskset", "-c", str(core), sys.executable, __file__, "--child", library,
+                      "--preset", preset, "--seed", str(seed), "--steps", str(steps)],
+                     library, backend, seed)
 
 
 def table(preset: str, steps: int, core: int, rows: list[dict]) -> str:
-    import numpy as np
-
-    names = sorted({(r["library"], r["backend"]) for r in rows}, key=lambda k: (k[0] != "kerasrl", str(k[1])))
-    sb3 = np.mean([r["steps_per_s"] for r in rows if r["library"] == "sb3-contrib"])
     from kerasrl.presets import get_preset
 
     algorithm = SB3_CONTRIB_CLASSES[get_preset(preset).algorithm]
-    lines = [f"{algorithm}, preset `{preset}`, {steps:,} env steps per run, {EVAL_EPISODES} greedy episodes after; "
-             f"one process per row pinned to core {core} (`taskset`), {cpu_model()}.", "",
-             "| library | backend | steps/s (whole run, compile included) | vs SB3-contrib | returns by seed | mean |",
-             "|---|---|---|---|---|---|"]
-    for library, backend in names:
-        mine = [r for r in rows if (r["library"], r["backend"]) == (library, backend)]
-        speed = np.mean([r["steps_per_s"] for r in mine])
-        returns = ", ".join(f"{r['mean_return']:.1f}" for r in sorted(mine, key=lambda r: r["seed"]))
-        lines.append(f"| {library} | {backend or 'PyTorch'} | {speed:,.0f} | {speed / sb3:.2f}x | {returns} | "
-                     f"{np.mean([r['mean_return'] for r in mine]):.1f} |")
-    return "\n".join(lines) + "\n"
+    header = (f"{algorithm}, preset `{preset}`, {steps:,} env steps per run, {EVAL_EPISODES} greedy episodes "
+              f"after; one process per row pinned to core {core} (`taskset`), {cpu_model()}.")
+    return speed_and_returns_table(header, rows, "sb3-contrib", "SB3-contrib")
 
 
 def main() -> None:

@@ -240,11 +240,13 @@ def draw_noise(slots, rng: np.random.Generator, steps: int | None = None) -> lis
     """Fresh factorised noise f(e) = sign(e) sqrt(|e|), e standard normal (float32), for each of
     `slots` (`noise_slots`): one vector per slot, or (`steps`, size) for `steps` gradient steps.
     Drawn with numpy from `rng`: the same on every backend."""
-    sizes = [size for _, size in slots]
-    draws = rng.standard_normal((1 if steps is None else steps, sum(sizes)))
-    draws = (np.sign(draws) * np.sqrt(np.abs(draws))).astype(np.float32)
-    pieces = np.split(draws, np.cumsum(sizes)[:-1], axis=1)
-    return [piece[0] for piece in pieces] if steps is None else list(pieces)
+    draws = rng.standard_normal((1 if steps is None else steps, sum(size for _, size in slots)))
+    draws = np.copysign(np.sqrt(np.abs(draws)), draws).astype(np.float32)
+    pieces, start = [], 0
+    for _, size in slots:
+        pieces.append(draws[0, start:start + size] if steps is None else draws[:, start:start + size])
+        start += size
+    return pieces
 
 
 def with_noise(non_trainable, slots, noise) -> list:

@@ -129,14 +129,14 @@ PRESETS: dict[str, Preset] = {
     ),
     "cartpole-rainbow": Preset(
         "rainbow", "CartPole-v1", 30_000,
-        dict(learning_rate=1e-3, lr_schedule="linear", buffer_size=20_000, learning_starts=1000,
-             train_freq=1, target_update_interval=500, hidden_sizes=(128, 128), v_min=0.0,
-             v_max=100.0),
+        dict(learning_rate=1e-3, adam_epsilon=1e-8, adam_epsilon_style="pytorch",
+             buffer_size=20_000, learning_starts=1000, train_freq=1, target_update_interval=500,
+             hidden_sizes=(128, 128), v_min=0.0, v_max=100.0),
         "Rainbow on CartPole-v1: the paper's algorithm (noisy dueling C51, Double DQN, 3-step "
-        "returns, prioritized replay with exponent 0.5, no epsilon) with Adam at 1e-3 decaying "
-        "linearly to 0, a gradient step per env step from 1,000, a target sync every 500, a "
-        "128-128 network (one 128 torso layer, 128-unit noisy streams) and 51 atoms on [0, 100] "
-        "(docs/agents.md).",
+        "returns, prioritized replay with exponent 0.5, no epsilon) with PyTorch's Adam at 1e-3 "
+        "(epsilon 1e-8), a gradient step per env step from 1,000, a target sync every 500, a "
+        "128-128 network (one 128 torso layer, 128-unit noisy streams) and 51 atoms on [0, 100]: "
+        "500 on seeds 0-2 on every backend (docs/agents.md, BENCHMARKS.md beside Tianshou).",
     ),
     "cartpole-ppo": Preset(
         "ppo", "CartPole-v1", 100_000,

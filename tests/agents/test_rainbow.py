@@ -275,9 +275,10 @@ def test_the_ray_engine_refuses_a_noisy_agent_before_starting_ray():
 
 @pytest.mark.slow
 def test_cartpole_preset_learns():
-    """cartpole-rainbow: 20 greedy episodes after its 30k steps (docs/agents.md). Measured on
-    JAX, seeds 0-2: 500.0, 451.7, 388.0 (70-87 s each on one shared core). The bar, 300 on every
-    seed (JAX; seed 0 elsewhere), leaves the lowest a margin of 1.3x; random play is about 22."""
+    """cartpole-rainbow: 20 greedy episodes after its 30k steps (docs/agents.md). Measured,
+    seeds 0-2: 500.0 each on JAX, TensorFlow and PyTorch (52-120 s each on one core). The rule, as
+    cartpole-c51's, leaves a seed to other machines: at least 2 of 3 seeds at 475 or more (JAX;
+    one seed, 0, elsewhere)."""
     from kerasrl.presets import get_preset
 
     preset = get_preset("cartpole-rainbow")
@@ -287,7 +288,7 @@ def test_cartpole_preset_learns():
         agent = kerasrl.Rainbow(preset.env, seed=seed, **preset.config)
         agent.fit(preset.total_steps, progress=False)
         returns.append(agent.evaluate(episodes=20)["mean_return"])
-    assert min(returns) >= 300, returns
+    assert sum(r >= 475 for r in returns) >= min(2, len(seeds)), returns
 
 
 def noisy_q_model(observation_space, action_space):

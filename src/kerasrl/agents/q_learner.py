@@ -176,8 +176,8 @@ class QLearner(Learner):
         steps, drawn from `rng` (`round`'s and `train`'s `noise`); None without noisy layers."""
         if not self.noisy:
             return None
-        slots = self.noise_slots["q"]
-        return {"online": draw_noise(slots, rng, n_steps), "target": draw_noise(slots, rng, n_steps)}
+        drawn = draw_noise(self.noise_slots["q"], rng, 2 * n_steps)  # one draw: online rows first
+        return {"online": [d[:n_steps] for d in drawn], "target": [d[n_steps:] for d in drawn]}
 
     def acting_noise(self, rng: np.random.Generator):
         """Noise for one acting step (shared by the envs), drawn from `rng`; None without noisy
