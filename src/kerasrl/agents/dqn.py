@@ -93,8 +93,9 @@ class QAgentMixin:
         network runs only if some env acts greedily, with noisy layers on fresh noise shared by
         the envs); `masks` (B, A): the allowed actions."""
         masked = {} if masks is None else {"action_masks": masks}
+        noisy = {"noise": self.learner.acting_noise(self.rng)} if self.learner.noisy else {}
         greedy = partial(self._act_greedy, np.asarray(observations, dtype=np.float32), **masked,
-                         noise=self.learner.acting_noise(self.rng))
+                         **noisy)
         if self.config.exploration == "boltzmann":
             return self._explore(greedy(), self.rng, rate=rate, **masked)
         return epsilon_greedy(greedy, self.n_actions, rate, self.rng, masks, size=len(observations))

@@ -54,8 +54,8 @@ from kerasrl.compiled.seed_axis import repeat
 from kerasrl.backend.chunks import loop_in_chunks
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
+    acting_noise,
     behaviour_actions,
-    drawn_noise,
     noise_sizes,
     prioritized_sample,
     q_network_parts,
@@ -168,11 +168,9 @@ class CompiledDQN(CompiledLoop):
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
         cfg = self.config
         rate = exploration_rate(cfg, ops.cast(timesteps, "float32"), total_steps)
-        noisy = {}
-        if self.learner.noisy:  # fresh noise for this step's greedy actions, shared by the envs
-            noisy["noise_rng"], noise = drawn_noise(state["noise_rng"], self.learner.noise_slots["q"])
+        noisy, noise = acting_noise(state, self.learner)  # a noisy network's, for this step
         actions = behaviour_actions(self.learner, state["learner"], state["obs"], cfg.exploration, rate, u,
-                                    random_action, noise if noisy else None)
+                                    random_action, noise)
         if cfg.random_warmup:
             actions = ops.where(timesteps < cfg.learning_starts, random_action, actions)
         obs, env_state, reward, terminated, truncated, info = self.env.step(state["env"], actions, self.env_params)

@@ -39,8 +39,8 @@ from kerasrl.compiled.common import (
 from kerasrl.compiled.seed_axis import repeat
 from kerasrl.compiled.evaluation import greedy_returns
 from kerasrl.compiled.value_learning import (
+    acting_noise,
     behaviour_actions,
-    drawn_noise,
     noise_sizes,
     q_network_parts,
     round_in_parts,
@@ -106,11 +106,9 @@ class CompiledSARSA(CompiledLoop):
         """The behaviour policy's actions at `observations`, and the state with its streams moved on."""
         explore_rng, u = uniform01(state["explore_rng"])
         action_rng, random_action = random_ints(state["action_rng"], self.n_actions)
-        noisy = {}
-        if self.learner.noisy:  # fresh noise for each call, as the agent's `_behaviour_actions`
-            noisy["noise_rng"], noise = drawn_noise(state["noise_rng"], self.learner.noise_slots["q"])
+        noisy, noise = acting_noise(state, self.learner)  # fresh each call, as the agent's
         actions = behaviour_actions(self.learner, state["learner"], observations, self.config.exploration, rate, u,
-                                    random_action, noise if noisy else None)
+                                    random_action, noise)
         return dict(state, explore_rng=explore_rng, action_rng=action_rng, **noisy), actions
 
     def _env_step(self, i, state, rollout, total_steps):

@@ -95,6 +95,16 @@ def drawn_noise(rng, slots, n_draws: int | None = None):
     return rng, pieces
 
 
+def acting_noise(state, learner):
+    """`(changes, noise)`: a noisy network's noise for one acting step (shared by the envs) from
+    the runner `state`'s noise stream, with {"noise_rng": the advanced stream}; `({}, None)` for
+    a network without noise."""
+    if not learner.noisy:
+        return {}, None
+    rng, noise = drawn_noise(state["noise_rng"], learner.noise_slots["q"])
+    return {"noise_rng": rng}, noise
+
+
 def round_noise(rng, learner, n_steps: int):
     """`(new_rng, noise)`: `QLearner.round`'s noise for `n_steps` gradient steps, drawn in the
     loop (online then target, independent), or `(rng, None)` for a network without noise."""
