@@ -200,6 +200,17 @@ def test_a_wrong_export_is_refused(tmp_path):
         compare_export(policy, path, "onnx")
 
 
+def test_the_value_tolerance_is_relative_beyond_one():
+    """Float32 rounds relative to a number's size: values of about 100 may part by 1.1e-5 between
+    two correct graphs (a CartPole Rainbow's exported Q-values did, on PyTorch), and are checked
+    to 1e-5 of their size; values under 1 to 1e-5 itself."""
+    from kerasrl.export import tolerance_for
+
+    assert tolerance_for(np.array([0.5, -0.2])) == pytest.approx(1e-5)
+    assert tolerance_for(np.array([[99.0, -120.0]])) == pytest.approx(1.2e-3)
+    assert tolerance_for(np.zeros((0,))) == pytest.approx(1e-5)
+
+
 FRAMEWORKS = ("keras", "kerasrl", "jax", "tensorflow", "torch")
 
 
