@@ -165,11 +165,9 @@ def main() -> None:
         if args.tianshou_python:
             rows.append(measure("tianshou", None, seed, args.steps, args.core, args.tianshou_python))
             print(rows[-1], flush=True)
-    text = table(args.steps, args.core, rows)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    from side_by_side import report
+
+    report(table(args.steps, args.core, rows), rows, args.out)
 
 
 if __name__ == "__main__":

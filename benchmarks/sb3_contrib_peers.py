@@ -30,7 +30,7 @@ for _name, _value in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KERASRL_T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compiled_loop import cpu_model  # noqa: E402
-from side_by_side import child_row, speed_and_returns_table  # noqa: E402
+from side_by_side import child_row, report, speed_and_returns_table  # noqa: E402
 
 EVAL_EPISODES = 20
 # kerasrl's fields that SB3-contrib's algorithms do not take as keywords (VecNormalize does the
@@ -130,11 +130,7 @@ def main() -> None:
             print(rows[-1], flush=True)
         rows.append(measure("sb3-contrib", None, args.preset, seed, steps, args.core))
         print(rows[-1], flush=True)
-    text = table(args.preset, steps, args.core, rows)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    report(table(args.preset, steps, args.core, rows), rows, args.out)
 
 
 if __name__ == "__main__":

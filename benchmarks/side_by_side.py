@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 
 def child_row(command: list[str], library: str, backend: str | None, seed: int) -> dict:
@@ -37,3 +38,11 @@ def speed_and_returns_table(header: str, rows: list[dict], peer: str, peer_name:
         lines.append(f"| {library} | {backend or 'PyTorch'} | {speed:,.0f} | {speed / peer_speed:.2f}x | {returns} | "
                      f"{np.mean([r['mean_return'] for r in mine]):.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def report(text: str, rows: list[dict], out: str | None) -> None:
+    """Print the table; with `out`, write it there and the rows beside it as .json."""
+    print(text)
+    if out:
+        Path(out).write_text(text)
+        Path(out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
