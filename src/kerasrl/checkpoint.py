@@ -137,16 +137,21 @@ def load_checkpoint(path, agent_class=None, env=None, model_factory=None, device
                                         *header.get("models_beside_policy", [])]}
     observation_space = space_from_json(header["observation_space"])
     action_space = space_from_json(header["action_space"])
+    agent_config = saved_class.config_class.from_dict(
+        saved_class.config_class.upgrade(config["config"], warn=False))
+
+    def whole(name, model):  # a factory's torso: the agent's streams around it
+        return saved_class.whole_model(name, model, observation_space, action_space, agent_config)
+
     with placement.scope():  # the models' variables are made on the agent's device
         models = load_models(path, every_model, manifest, observation_space, action_space,
                              model_factory, f"{saved_class.__name__}.load",
-                             saved_class.rebuilt_model)
+                             saved_class.rebuilt_model, whole)
     model = restored(models.pop("model"))  # whole: no torso for dueling or noisy streams
     with warnings.catch_warnings():  # the models came from model_factory: the caller knows
         warnings.filterwarnings("ignore", message=".*will be saved as weights only")
         agent = saved_class(env, model=model, **saved_class.models_as_keywords(models), device=device,
-                            config=saved_class.config_class.from_dict(
-                                saved_class.config_class.upgrade(config["config"], warn=False)))
+                            config=agent_config)
     agent_arrays = {k: v for k, v in arrays.items() if not k.startswith("env/")}
     env_arrays = {k: v for k, v in arrays.items() if k.startswith("env/")}
     # Checkpoints written before the loop state held total_steps keep it beside the agent's state.

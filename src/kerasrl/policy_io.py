@@ -157,10 +157,12 @@ def rebuilt_model(name: str, model: keras.Model, observation_space, action_space
 
 
 def load_models(path: Path, header: dict[str, Any], manifest, observation_space, action_space,
-                 model_factory, what: str, rebuild=rebuilt_model) -> dict:
+                 model_factory, what: str, rebuild=rebuilt_model, whole=None) -> dict:
     """The models of a policy or checkpoint folder: `.keras` files loaded safely, weights files
     into the models that `model_factory` builds (made ready by `rebuild(name, model,
-    observation_space, action_space)`)."""
+    observation_space, action_space)`). `whole(name, model)`: where the weights do not fit the
+    factory's model, the whole network the agent made of it (its torso: dueling or noisy
+    streams around the user's model), or None."""
     files = model_files(header)
     verify_files(path, manifest, files.values())
     models = {name: load_keras_model(path / file)
@@ -190,9 +192,19 @@ def load_models(path: Path, header: dict[str, Any], manifest, observation_space,
             try:
                 model.load_weights(path / files[name])
             except ValueError as error:
-                raise CheckpointError(
-                    f"The weights in {path / files[name]} do not fit the model that "
-                    f"model_factory built ({type(model).__name__}): {error}") from None
+                wrapped = None if whole is None else whole(name, model)
+                if wrapped is None:
+                    raise CheckpointError(
+                        f"The weights in {path / files[name]} do not fit the model that "
+                        f"model_factory built ({type(model).__name__}): {error}") from None
+                model = rebuild(name, wrapped, observation_space, action_space)
+                try:  # the factory built the torso: the agent's streams around it
+                    model.load_weights(path / files[name])
+                except ValueError:
+                    raise CheckpointError(
+                        f"The weights in {path / files[name]} fit neither the model that "
+                        f"model_factory built ({type(built[name]).__name__}) nor the agent's "
+                        f"network around it as a torso: {error}") from None
             models[name] = model
     return models
 

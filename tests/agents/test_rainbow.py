@@ -349,3 +349,37 @@ def test_the_policy_saves_loads_alone_and_exports_the_mean_network(tmp_path):
     path = loaded.export(tmp_path / "rainbow.onnx", include_values=True)
     figures = compare_export(loaded, path, "onnx", n=200)
     assert figures["actions_differing"] == 0 and figures["max_value_diff"] <= 1e-5
+
+
+class Torso(keras.Model):
+    """A user's torso, subclassed and not registered with Keras: saved as weights only."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = keras.layers.Dense(16, activation="relu")
+
+    def call(self, observations):
+        return self.features(observations)
+
+
+@pytest.mark.parametrize("agent_name, fields", [
+    ("Rainbow", dict(n_atoms=5, v_min=0.0, v_max=10.0, hidden_sizes=(8,))),
+    ("DQN", dict(dueling=True))])
+def test_a_checkpoint_of_a_users_torso_loads_from_a_factory_of_the_torso(tmp_path, agent_name,
+                                                                         fields):
+    """The agent wrapped the user's torso in its streams (noisy dueling, or DQN's dueling); the
+    checkpoint holds the whole network's weights. A factory that makes the torso, as the saving
+    warning asks, loads them: the streams are made around it again."""
+    cls = getattr(kerasrl, agent_name)
+    with pytest.warns(UserWarning, match="weights only"):
+        agent = cls("CartPole-v1", model=Torso(), seed=0, learning_starts=20, buffer_size=200,
+                    batch_size=8, check_env=False, **fields)
+    agent.fit(60, progress=False)
+    path = agent.save(tmp_path / "ckpt")
+    loaded = cls.load(path, model_factory=lambda *spaces: Torso())
+    assert len(loaded.q_network.weights) == len(agent.q_network.weights)
+    for a, b in zip(agent.learner.weights("q"), loaded.learner.weights("q")):
+        np.testing.assert_array_equal(a, b)
+    observations = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(observations), agent.predict(observations))
+    loaded.fit(80, progress=False)

@@ -279,6 +279,13 @@ class Agent(Fitting, Evaluating):
         return rebuilt_model(name, model, observation_space, action_space)
 
     @classmethod
+    def whole_model(cls, name: str, model, observation_space, action_space, config):
+        """The network an agent of `config` makes of the user's `model` when it is a torso (the
+        value agents' dueling or noisy streams), or None where the agent takes models whole: what
+        a checkpoint loads a factory's torso into."""
+        return None
+
+    @classmethod
     def models_as_keywords(cls, models: dict[str, Any]) -> dict[str, Any]:
         """The constructor keywords that hand a loaded agent the models its checkpoint saved
         besides "model" (the policy's others, e.g. PPO's value_model, and

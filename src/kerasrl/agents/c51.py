@@ -23,7 +23,6 @@ from kerasrl.heads import ValueHead
 from kerasrl.losses import (categorical_cross_entropy, categorical_projection, mask_values,
                             select_action)
 from kerasrl.networks import default_network
-from kerasrl.value_networks import value_model
 
 
 class CategoricalHead(ValueHead):
@@ -90,11 +89,13 @@ class C51(DQN):
     config_class = C51Config
     algorithm = "c51"
 
+    @staticmethod
+    def outputs_per_action(config) -> int:
+        return config.n_atoms
+
     def _build(self, model) -> None:
         cfg = self.config
-        self._require_discrete_actions()
         head = CategoricalHead(cfg.n_atoms, cfg.v_min, cfg.v_max)
-        model = value_model(model, self.observation_space, self.action_space, cfg, cfg.n_atoms)
-        self._build_q_learner(model, categorical_target(head), needs_online_next=cfg.double_q,
-                              head=head)
+        self._build_q_learner(self._q_network(model), categorical_target(head),
+                              needs_online_next=cfg.double_q, head=head)
         self.buffer = self._make_buffer()

@@ -155,11 +155,28 @@ class DQN(QAgentMixin, Agent):
     config_class = DQNConfig
     algorithm = "dqn"
 
+    @staticmethod
+    def outputs_per_action(config) -> int | None:
+        """The network's outputs per action: None for DQN's one Q-value (QR-DQN's quantiles and
+        C51's atoms otherwise)."""
+        return None
+
+    @classmethod
+    def whole_model(cls, name, model, observation_space, action_space, config):
+        """With dueling or noisy streams, the Q-network this agent makes of a torso `model`."""
+        whole = value_model(model, observation_space, action_space, config,
+                            cls.outputs_per_action(config))
+        return None if whole is model or name != "model" else whole
+
+    def _q_network(self, model):
+        """The Q-network the config asks for on `model` (value_networks.value_model)."""
+        self._require_discrete_actions()
+        return value_model(model, self.observation_space, self.action_space, self.config,
+                           self.outputs_per_action(self.config))
+
     def _build(self, model) -> None:
         cfg = self.config
-        self._require_discrete_actions()
-        self._build_q_learner(value_model(model, self.observation_space, self.action_space, cfg),
-                              *dqn_target(cfg))
+        self._build_q_learner(self._q_network(model), *dqn_target(cfg))
         self.buffer = self._make_buffer()
 
     def _make_buffer(self):

@@ -23,7 +23,6 @@ from kerasrl.config import QRDQNConfig
 from kerasrl.heads import ValueHead
 from kerasrl.losses import mask_values, quantile_huber_loss, select_action
 from kerasrl.networks import default_network
-from kerasrl.value_networks import value_model
 
 
 class QuantileHead(ValueHead):
@@ -79,10 +78,12 @@ class QRDQN(DQN):
     config_class = QRDQNConfig
     algorithm = "qrdqn"
 
+    @staticmethod
+    def outputs_per_action(config) -> int:
+        return config.n_quantiles
+
     def _build(self, model) -> None:
         cfg = self.config
-        self._require_discrete_actions()
-        model = value_model(model, self.observation_space, self.action_space, cfg, cfg.n_quantiles)
-        self._build_q_learner(model, quantile_target, needs_online_next=cfg.double_q,
-                              head=QuantileHead(cfg.n_quantiles))
+        self._build_q_learner(self._q_network(model), quantile_target,
+                              needs_online_next=cfg.double_q, head=QuantileHead(cfg.n_quantiles))
         self.buffer = self._make_buffer()
