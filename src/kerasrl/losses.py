@@ -127,26 +127,25 @@ def select_action(outputs, actions):
     return ops.sum(outputs * one_hot[:, :, None], axis=1)
 
 
-def quantile_huber_pairs(quantiles, target_quantiles, kappa=1.0):
+def quantile_huber_pairs(quantiles, target_quantiles, kappa=1.0, fractions=None):
     """Each pair's `|tau_i - 1{d_ij < 0}| * huber_kappa(d_ij) / kappa` (B, N, N') and d_ij =
-    target_j - quantile_i, quantiles (B, N) at tau_i = (i + 1/2) / N: QR-DQN and TQC reduce it."""
-    n = quantiles.shape[-1]
-    taus = (ops.arange(n, dtype=quantiles.dtype) + 0.5) / n  # (N,)
+    target_j - quantile_i, quantiles (B, N) at `fractions` tau (B, N) (IQN's), or by default at
+    tau_i = (i + 1/2) / N: QR-DQN, IQN and TQC reduce it."""
+    if fractions is None:
+        n = quantiles.shape[-1]
+        fractions = ((ops.arange(n, dtype=quantiles.dtype) + 0.5) / n)[None, :]  # (1, N)
     delta = target_quantiles[:, None, :] - quantiles[:, :, None]  # (B, N, N')
     below = ops.cast(ops.stop_gradient(delta) < 0, quantiles.dtype)
-    return ops.abs(taus[None, :, None] - below) * huber(delta, kappa) / kappa, delta
+    return ops.abs(fractions[:, :, None] - below) * huber(delta, kappa) / kappa, delta
 
 
-def quantile_huber_loss(quantiles, target_quantiles, weights, kappa=1.0):
-    """QR-DQN's quantile Huber loss (Dabney et al., 2018), as Stable-Baselines3-contrib sums it.
-
-    `quantiles` (B, N) at the midpoints tau_i = (i + 1/2) / N, `target_quantiles` (B, N') (not
-    differentiated), `weights` (B,) importance-sampling weights. Per sample
-    `sum_i mean_j |tau_i - 1{d_ij < 0}| * huber_kappa(d_ij) / kappa`, d_ij = target_j - quantile_i;
-    the loss is the weighted mean over the batch. Returns `(loss, priorities)`, priorities (B,)
-    the mean |d_ij| of each sample (its TD error in units of the return).
-    """
-    pairwise, delta = quantile_huber_pairs(quantiles, target_quantiles, kappa)
+def quantile_huber_loss(quantiles, target_quantiles, weights, kappa=1.0, fractions=None):
+    """QR-DQN's quantile Huber loss (Dabney et al., 2018), as Stable-Baselines3-contrib sums it,
+    and IQN's at its sampled `fractions` (B, N). `quantiles` (B, N), `target_quantiles` (B, N')
+    (not differentiated), `weights` (B,) importance-sampling weights. Per sample
+    `sum_i mean_j` of `quantile_huber_pairs`; the loss is the weighted mean over the batch.
+    Returns `(loss, priorities)`, priorities (B,) the mean |d_ij| of each sample."""
+    pairwise, delta = quantile_huber_pairs(quantiles, target_quantiles, kappa, fractions)
     per_sample = ops.mean(ops.sum(pairwise, axis=1), axis=-1)  # (B,)
     priorities = ops.stop_gradient(ops.mean(ops.abs(delta), axis=(1, 2)))
     return ops.mean(weights * per_sample), priorities

@@ -41,6 +41,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                      compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "qrdqn": Algorithm("kerasrl.agents.qrdqn:QRDQN", "kerasrl.config:QRDQNConfig",
                        compiled="kerasrl.compiled.dqn:CompiledDQN"),
+    "iqn": Algorithm("kerasrl.agents.iqn:IQN", "kerasrl.config:IQNConfig",
+                     compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "c51": Algorithm("kerasrl.agents.c51:C51", "kerasrl.config:C51Config",
                      compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "rainbow": Algorithm("kerasrl.agents.rainbow:Rainbow", "kerasrl.config:RainbowConfig",

@@ -51,9 +51,10 @@ class QAgentMixin:
         self._vector_steps, self._pending_syncs = int(vector_steps), int(pending_syncs)
 
     def _build_q_learner(self, model, target_fn, needs_online_next: bool,
-                         head: ValueHead | None = None) -> None:
+                         head: ValueHead | None = None, make_learner=None) -> None:
         """Build the value network (the user's, or the head's default) and its learner, and zero
-        the counters. `head`: the value head (None: DQN's, with the config's loss)."""
+        the counters. `head`: the value head (None: DQN's, with the config's loss);
+        `make_learner(network, config)`: a learner of its own (IQN's), else a QLearner."""
         cfg = self.config
         self._require_discrete_actions()
         head = ValueHead(cfg.loss) if head is None else head
@@ -63,7 +64,8 @@ class QAgentMixin:
             default=lambda: head.network(self.observation_space, self.n_actions, cfg.hidden_sizes),
             role="Q-network", seed=self.weights_seed,
         )
-        self.learner = q_learner_for(self.q_network, cfg, target_fn, needs_online_next, head)
+        self.learner = (q_learner_for(self.q_network, cfg, target_fn, needs_online_next, head)
+                        if make_learner is None else make_learner(self.q_network, cfg))
         # _pending_syncs: the target syncs due since the last training round.
         self.n_updates = self._vector_steps = self._pending_syncs = 0
 
@@ -90,10 +92,12 @@ class QAgentMixin:
 
     def _behaviour_actions(self, observations, rate: float, masks=None) -> np.ndarray:
         """The behaviour policy's actions (B,) (`_explore` at `rate`, drawn from `self.rng`; the
-        network runs only if some env acts greedily, with noisy layers on fresh noise shared by
-        the envs); `masks` (B, A): the allowed actions."""
+        network runs only if some env acts greedily, on fresh random inputs where it takes them:
+        noisy layers' noise shared by the envs, IQN's fractions); `masks` (B, A): the allowed
+        actions."""
         masked = {} if masks is None else {"action_masks": masks}
-        noisy = {"noise": self.learner.acting_noise(self.rng)} if self.learner.noisy else {}
+        noisy = ({"noise": self.learner.acting_noise(self.rng, len(observations))}
+                 if self.learner.random_inputs else {})
         greedy = partial(self._act_greedy, np.asarray(observations, dtype=np.float32), **masked,
                          **noisy)
         if self.config.exploration == "boltzmann":
@@ -263,8 +267,8 @@ class DQN(QAgentMixin, Agent):
         frames_first = self.buffer.frames_first
         loss, td_errors = self.learner.train(batches, self._learning_rate(total_steps), target_tau,
                                              frames_first=frames_first,
-                                             noise=self.learner.round_noise(self.rng,
-                                                                            cfg.gradient_steps))
+                                             noise=self.learner.round_noise(
+                                                 self.rng, cfg.gradient_steps, cfg.batch_size))
         self.n_updates += cfg.gradient_steps
         self.check_loss(loss, self.n_updates)
         self.diagnostics.after_update(

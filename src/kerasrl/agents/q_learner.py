@@ -61,6 +61,9 @@ class QLearner(Learner):
         self.target_fn, self.head, self.needs_online_next = target_fn, head, needs_online_next
         # Noisy networks (NoisyDense layers): noise drawn per acting and per gradient step.
         self.noisy = bool(self.noise_slots["q"])
+        # Whether acting and training rounds take random inputs (`acting_noise`, `round_noise`):
+        # a noisy network's noise, IQN's fractions.
+        self.random_inputs = self.noisy
         # DQN's head passes no transform: its compiled acting is exactly what it was without heads.
         action_values = None if head_spec(self.head) is None else self.head.action_values
         self._forward = forward_fn(model, action_values)
@@ -93,9 +96,8 @@ class QLearner(Learner):
         def td_objective(params):
             """The head's loss of the online weights in training mode (batch norm, dropout
             active), and its priorities (DQN: the TD errors)."""
-            outputs, non_trainable = self.apply("q", params, state, batch["observations"],
-                                                training=True, returns_state=True,
-                                                noise=None if noise is None else noise["online"])
+            outputs, non_trainable = self._online_outputs(params, state, batch["observations"],
+                                                          noise)
             loss, td_errors = self.head.loss(self.head.at_actions(outputs, batch["actions"]),
                                              targets, batch["weights"])
             return loss, ({"q": non_trainable}, td_errors)
@@ -103,6 +105,12 @@ class QLearner(Learner):
         state, loss, td_errors = self.descend(state, "q", td_objective, learning_rate,
                                               updates_non_trainable=True)
         return {**state, "step": state["step"] + 1}, loss, td_errors
+
+    def _online_outputs(self, params, state, observations, noise):
+        """(outputs, non-trainable state) of the online weights `params` in training mode, with
+        the step's online noise: what the head's `at_actions` reads."""
+        return self.apply("q", params, state, observations, training=True, returns_state=True,
+                          noise=None if noise is None else noise["online"])
 
     def _round_targets(self, state, batches):
         """The TD targets of every step of a round (G, B, ...) from one forward pass over all G * B
@@ -171,17 +179,18 @@ class QLearner(Learner):
         return ops.cast(ops.argmax(self.action_values(state, observations, noise), axis=-1),
                         "int32")
 
-    def round_noise(self, rng: np.random.Generator, n_steps: int):
+    def round_noise(self, rng: np.random.Generator, n_steps: int, batch_size: int | None = None):
         """Independent noise for the online and the target network at each of `n_steps` gradient
-        steps, drawn from `rng` (`round`'s and `train`'s `noise`); None without noisy layers."""
+        steps (of `batch_size` samples), drawn from `rng` (`round`'s and `train`'s `noise`);
+        None without noisy layers."""
         if not self.noisy:
             return None
         drawn = draw_noise(self.noise_slots["q"], rng, 2 * n_steps)  # one draw: online rows first
         return {"online": [d[:n_steps] for d in drawn], "target": [d[n_steps:] for d in drawn]}
 
-    def acting_noise(self, rng: np.random.Generator):
-        """Noise for one acting step (shared by the envs), drawn from `rng`; None without noisy
-        layers."""
+    def acting_noise(self, rng: np.random.Generator, n_observations: int = 1):
+        """Noise for one acting step on `n_observations` (shared by them), drawn from `rng`; None
+        without noisy layers."""
         return draw_noise(self.noise_slots["q"], rng) if self.noisy else None
 
     # -- host side ----------------------------------------------------------------------------
@@ -215,24 +224,24 @@ class QLearner(Learner):
         """Online action values (B, A) (the head's) for float32 observations, in inference mode;
         `noise`: `acting_noise`'s (None: the mean network)."""
         with backend.inference(), self.acting_scope():
-            q = self._forward(*self._acting_weights(noise), backend.feed(observations))
+            q = self._forward(*self._acting_call(observations, noise))
         return np.asarray(backend.to_numpy(q))
 
     def greedy_actions(self, observations: np.ndarray, noise=None) -> np.ndarray:
         """Argmax of the online action values (B,) for float32 observations: acting, once per env
         step; `noise` as `q_values`'."""
         with backend.inference(), self.acting_scope():
-            actions = self._greedy(*self._acting_weights(noise), backend.feed(observations))
+            actions = self._greedy(*self._acting_call(observations, noise))
         return backend.to_numpy(actions)
 
-    def _acting_weights(self, noise):
+    def _acting_call(self, observations, noise):
         """The Q-network's (trainable, non-trainable) acting weights, with `noise` in its noisy
-        layers' slots. Call inside `acting_scope()`."""
+        layers' slots, and its inputs, `observations` fed. Call inside `acting_scope()`."""
         params, non_trainable = self.acting_weights()
-        if noise is None:
-            return params["q"], non_trainable["q"]
-        return params["q"], with_noise(non_trainable["q"], self.noise_slots["q"],
-                                       backend.feed(list(noise)))
+        if noise is not None:
+            non_trainable = {"q": with_noise(non_trainable["q"], self.noise_slots["q"],
+                                             backend.feed(list(noise)))}
+        return params["q"], non_trainable["q"], backend.feed(observations)
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore from `arrays()` output, or from kerasrl 0.1's layout (no "q" level)."""

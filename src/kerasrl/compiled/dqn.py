@@ -102,8 +102,8 @@ class CompiledDQN(CompiledLoop):
         # are what this loop runs, on its state layout, so both loops run one definition.
         self.learner = learner
         self.model = learner.models["q"]
-        # A noisy Q-network's noise comes from a stream of its own (value_learning.drawn_noise).
-        self.noise_sizes = noise_sizes(learner)
+        # A noisy Q-network's noise, IQN's fractions: from a stream of their own (value_learning).
+        self.noise_sizes = noise_sizes(learner, config.n_envs, config.batch_size)
         self.streams = self.STREAMS + (("noise_rng",) if self.noise_sizes else ())
         self.n_envs = cfg.n_envs
         self.capacity = max(1, -(-cfg.buffer_size // cfg.n_envs))  # vector steps held, as ReplayBuffer
@@ -252,8 +252,9 @@ class CompiledDQN(CompiledLoop):
         sample_rng, batches = self._piece(("sample", n_steps), lambda s, b: self._sample(s, n_steps, b))(state, beta)
         indices = batches.pop("indices", None)
         noisy = {}
-        if self.learner.noisy:
-            noisy["noise_rng"], noise = round_noise(state["noise_rng"], self.learner, n_steps)
+        if self.learner.random_inputs:
+            noisy["noise_rng"], noise = round_noise(state["noise_rng"], self.learner, n_steps,
+                                                    cfg.batch_size)
         learner, loss_sum, td_errors = round_in_parts(self, state["learner"], batches, learning_rate, target_tau,
                                                       noise if noisy else None)
         state = dict(state, learner=learner, sample_rng=sample_rng, **noisy)
@@ -288,7 +289,7 @@ class CompiledDQN(CompiledLoop):
         trained, loss_sum = self._train(state, learning_rate, tau, beta)
         trained["pending_syncs"] = ops.zeros_like(state["pending_syncs"])
         keep = ["learner", "sample_rng", "pending_syncs"]
-        if self.learner.noisy:
+        if self.learner.random_inputs:
             keep.append("noise_rng")
         if cfg.prioritized_replay:
             keep += ["priorities", "max_priority"]

@@ -82,7 +82,7 @@ class CompiledSARSA(CompiledLoop):
         self.learner = learner  # the agent's QLearner: its acting, targets and round
         self.model = learner.models["q"]
         # A noisy Q-network's noise comes from a stream of its own (value_learning.drawn_noise).
-        self.noise_sizes = noise_sizes(learner)
+        self.noise_sizes = noise_sizes(learner, config.n_envs, 0)  # its noise: no per-sample draws
         self.streams = self.STREAMS + (("noise_rng",) if self.noise_sizes else ())
         self.n_envs = config.n_envs
         self.sync_every = max(config.target_update_interval // config.n_envs, 1)  # vector steps, as the agent
@@ -187,7 +187,7 @@ class CompiledSARSA(CompiledLoop):
         train = timesteps > cfg.learning_starts
         tau, learning_rate = sync_tau_and_learning_rate(cfg, state["pending_syncs"], timesteps, total_steps)
         n_steps = cfg.gradient_steps
-        noise_rng, noise = round_noise(state.get("noise_rng"), self.learner, n_steps)
+        noise_rng, noise = round_noise(state.get("noise_rng"), self.learner, n_steps, 0)
         learner, loss_sum = self._train(state["learner"], rollout, learning_rate, tau, noise)
         if noise is not None:
             state = dict(state, noise_rng=ops.where(train, noise_rng, state["noise_rng"]))

@@ -59,9 +59,13 @@ def updated_priorities(priorities, max_priority, rows, td_errors, alpha: float, 
     return priorities, ops.maximum(max_priority, ops.max(new))
 
 
-def noise_sizes(learner) -> tuple[int, ...]:
-    """The size of a value loop's noise stream, one entry per noise value of the Q-network's
-    NoisyDense layers: (size,) for a noisy network, () otherwise (no stream)."""
+def noise_sizes(learner, n_envs: int, batch_size: int) -> tuple[int, ...]:
+    """The size of a value loop's noise stream: (size,) for a learner that takes random inputs,
+    () otherwise (no stream). A noisy network: one entry per noise value of its NoisyDense
+    layers. IQN: one per fraction a gradient step or an acting step (the larger) draws."""
+    fractions = getattr(learner, "sample_sizes", None)
+    if fractions:
+        return (max(n_envs * fractions["choice"], batch_size * sum(fractions.values())),)
     total = sum(size for _, size in learner.noise_slots["q"])
     return (total,) if total else ()
 
@@ -96,22 +100,54 @@ def drawn_noise(rng, slots, n_draws: int | None = None):
 
 
 def acting_noise(state, learner):
-    """`(changes, noise)`: a noisy network's noise for one acting step (shared by the envs) from
-    the runner `state`'s noise stream, with {"noise_rng": the advanced stream}; `({}, None)` for
-    a network without noise."""
-    if not learner.noisy:
+    """`(changes, noise)`: the learner's random inputs for one acting step from the runner
+    `state`'s noise stream, with {"noise_rng": the advanced stream}: a noisy network's noise
+    (shared by the envs), IQN's K fractions per env; `({}, None)` for a learner without them."""
+    from keras import ops
+
+    from kerasrl.compiled.common import uniform01
+
+    if not learner.random_inputs:
         return {}, None
+    fractions = getattr(learner, "sample_sizes", None)
+    if fractions:
+        n_envs, k = state["obs"].shape[0], fractions["choice"]
+        rng, u = uniform01(state["noise_rng"])
+        return {"noise_rng": rng}, ops.reshape(u[:n_envs * k], (n_envs, k))
     rng, noise = drawn_noise(state["noise_rng"], learner.noise_slots["q"])
     return {"noise_rng": rng}, noise
 
 
-def round_noise(rng, learner, n_steps: int):
-    """`(new_rng, noise)`: `QLearner.round`'s noise for `n_steps` gradient steps, drawn in the
-    loop (online then target, independent), or `(rng, None)` for a network without noise."""
-    if not learner.noisy:
+def round_noise(rng, learner, n_steps: int, batch_size: int):
+    """`(new_rng, noise)`: `QLearner.round`'s random inputs for `n_steps` gradient steps of
+    `batch_size` transitions, drawn in the loop: a noisy network's online then target noise
+    (independent), IQN's fractions ({"online", "target", "choice"}: (n_steps, B, size) each, in
+    `sample_sizes` order); `(rng, None)` for a learner without random inputs."""
+    from keras import ops
+
+    from kerasrl.compiled.common import uniform01
+
+    if not learner.random_inputs:
         return rng, None
-    rng, drawn = drawn_noise(rng, learner.noise_slots["q"], 2 * n_steps)
-    return rng, {"online": [d[:n_steps] for d in drawn], "target": [d[n_steps:] for d in drawn]}
+    fractions = getattr(learner, "sample_sizes", None)
+    if not fractions:
+        rng, drawn = drawn_noise(rng, learner.noise_slots["q"], 2 * n_steps)
+        return rng, {"online": [d[:n_steps] for d in drawn], "target": [d[n_steps:] for d in drawn]}
+
+    def body(i, carry):
+        rng, out = carry
+        rng, u = uniform01(rng)
+        return rng, ops.slice_update(out, (i, 0), ops.expand_dims(u[:out.shape[1]], 0))
+
+    per_step = batch_size * sum(fractions.values())
+    rng, values = backend.fori_loop(0, n_steps, body,
+                                    (rng, ops.zeros((n_steps, per_step), "float32")))
+    noise, start = {}, 0
+    for name, size in fractions.items():
+        noise[name] = ops.reshape(values[:, start:start + batch_size * size],
+                                  (n_steps, batch_size, size))
+        start += batch_size * size
+    return rng, noise
 
 
 def behaviour_actions(learner, learner_state, observations, exploration: str, rate, u, random_action,

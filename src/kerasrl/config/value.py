@@ -126,6 +126,32 @@ class QRDQNConfig(DQNConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class IQNConfig(QRDQNConfig):
+    """IQN (Dabney et al., 2018, "Implicit Quantile Networks"): DQN learning the quantile
+    function of each action's return, at fractions sampled afresh for every transition.
+
+    The paper's sample sizes (N = N' = 64 fractions for the online and the target quantiles, K =
+    32 to choose actions, 64 cosines) and QR-DQN's optimizer (Adam 5e-5, epsilon 0.01 / 32);
+    the rest as QRDQNConfig. Dueling and noisy streams are not part of IQN's network.
+    """
+
+    n_quantiles: int = hp(64, "N: fractions sampled per transition for the online quantiles.")
+    n_target_quantiles: int = hp(64, "N': fractions sampled per transition for the target quantiles.")
+    n_acting_quantiles: int = hp(32, "K: fractions whose mean Q chooses actions (sampled while "
+                                     "training; their midpoints in evaluation and saved policies).")
+    n_cosines: int = hp(64, "Cosine features of a fraction before its embedding (the paper's 64).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("n_target_quantiles", "n_acting_quantiles", "n_cosines"):
+            check(getattr(self, name) >= 1, name, getattr(self, name), "at least 1")
+        check(not self.dueling, "dueling", self.dueling,
+              "False (IQN's network has no dueling streams; use QR-DQN or C51 for dueling)")
+        check(not self.noisy_nets, "noisy_nets", self.noisy_nets,
+              "False (IQN explores epsilon-greedily; use Rainbow for noisy networks)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class C51Config(DQNConfig):
     """C51 (Bellemare et al., 2017): DQN learning a categorical distribution of each action's
     return on n_atoms fixed atoms from v_min to v_max.
