@@ -207,28 +207,36 @@ def test_the_distributional_agents_run_the_same_round_in_the_compiled_loop(agent
 
 @pytest.mark.backend
 @pytest.mark.slow_on_other_backends
-def test_rainbow_runs_its_round_in_the_compiled_loop_with_the_loops_own_noise():
-    """A noisy Q-network in the compiled loop: the loop draws the noise from a stream of its own
-    (kept with the agent's streams), and its round with that noise is the learner's round with
-    it: the one `QLearner.round` both loops run. The state keeps zero noise."""
+@pytest.mark.parametrize("agent_name, fields", [
+    ("Rainbow", dict(n_atoms=11, v_min=0.0, v_max=20.0, hidden_sizes=(16, 8))),
+    ("IQN", dict(n_quantiles=4, n_target_quantiles=5, n_acting_quantiles=3, n_cosines=8,
+                 hidden_sizes=(16, 8), double_q=True))])
+def test_random_inputs_come_from_the_loops_own_stream_and_the_round_is_the_learners(agent_name,
+                                                                                   fields):
+    """A learner whose passes take random inputs in the compiled loop (Rainbow's noisy network:
+    its noise; IQN: its fractions): the loop draws them from a stream of its own (kept with the
+    agent's streams), and its round with them is the learner's round with them: the one
+    `QLearner.round` both loops run. A noisy network's state keeps zero noise."""
     import kerasrl
     from kerasrl.compiled.value_learning import round_noise
 
-    agent = kerasrl.Rainbow("kerasrl/OpsCartPole-v1", seed=0, n_atoms=11, v_min=0.0, v_max=20.0,
-                            **dict(SMALL_DQN, hidden_sizes=(16, 8)))
+    agent = getattr(kerasrl, agent_name)("kerasrl/OpsCartPole-v1", seed=0, **dict(SMALL_DQN, **fields))
     agent.fit(64, progress=False)
     assert set(agent.loop.compiled_streams) == {"explore_rng", "action_rng", "sample_rng",
                                                 "noise_rng"}  # the compiled loop ran it
     loop, state, compiled_state, batches = compiled_round(agent)
     noise_rng, noise = backend.to_numpy(backend.compile(
-        lambda r: round_noise(r, loop.learner, 3))(state["noise_rng"]))
+        lambda r: round_noise(r, loop.learner, 3, SMALL_DQN["batch_size"]))(state["noise_rng"]))
     np.testing.assert_array_equal(compiled_state["noise_rng"], noise_rng)
     assert not np.array_equal(noise_rng, backend.to_numpy(state["noise_rng"]))
-    batches.pop("indices")  # prioritized replay's rows: the agent's buffer keeps its own
+    batches.pop("indices", None)  # prioritized replay's rows: the agent's buffer keeps its own
     agent.learner.train(batches, *ROUND_SCALARS, noise=noise)
     assert_same_learner_state(compiled_state, agent)
     slots = agent.learner.noise_slots["q"]
     assert not any(np.any(compiled_state["learner"]["non_trainable"]["q"][i]) for i, _ in slots)
+    if agent_name == "IQN":  # fractions in [0, 1), each step's own
+        assert noise["online"].shape == (3, 16, 4) and 0 <= noise["online"].min() < noise["online"].max() < 1
+        assert not np.array_equal(noise["online"][0], noise["online"][1])
 
 
 @pytest.mark.backend
