@@ -1,5 +1,5 @@
 """What the side-by-side benchmarks against one peer library share (sb3_contrib_peers.py,
-rainbow_tianshou.py): one child process per row, pinned to a core, reporting JSON; and the table of
+tianshou_peers.py): one child process per row, pinned to a core, reporting JSON; and the table of
 speed and returns by seed, as ratios to the peer."""
 
 from __future__ import annotations

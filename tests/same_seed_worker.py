@@ -23,7 +23,7 @@ SEED = 7
 # first 20 updates, 200 in 1,000 steps).
 STEPS = {"dqn": 5_000, "ppo": 5_000, "sequential": 2_000, "functional": 2_000,
          "subclassed": 2_000, "conv": 1_000, "sarsa_soft": 3_200, "expected_sarsa_soft": 3_200,
-         "rainbow": 1_000}
+         "rainbow": 1_000, "iqn": 1_000}
 
 
 class RecordActions(gym.Wrapper):
@@ -106,6 +106,11 @@ def make_agent(case: str):
         return kerasrl.Rainbow(cartpole, seed=SEED, learning_starts=200, train_freq=1,
                                target_update_interval=100, learning_rate=1e-3, buffer_size=2000,
                                v_min=0.0, v_max=100.0, hidden_sizes=(64, 64))
+    if case == "iqn":  # fractions drawn per step and per update from the seeded numpy generator
+        return kerasrl.IQN(cartpole, seed=SEED, learning_starts=200, train_freq=1,
+                           target_update_interval=100, learning_rate=1e-3, buffer_size=2000,
+                           n_quantiles=8, n_target_quantiles=8, hidden_sizes=(64, 64),
+                           exploration_fraction=0.3)
     if case == "ppo":
         return kerasrl.PPO(cartpole, seed=SEED, n_steps=128, batch_size=32, n_epochs=4)
     if case in ("sarsa_soft", "expected_sarsa_soft"):

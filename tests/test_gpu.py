@@ -344,6 +344,9 @@ NEWER_AGENTS = {
     # CPU and GPU runs see the same draws and should agree as C51's do.
     "Rainbow": ("CartPole-v1", dict(learning_starts=100, train_freq=1, batch_size=32,
                                     target_update_interval=50, buffer_size=1000), 140),
+    "IQN": ("CartPole-v1", dict(learning_starts=100, train_freq=1, batch_size=32, n_quantiles=8,
+                                n_target_quantiles=8, target_update_interval=50,
+                                buffer_size=1000), 140),
 }
 # Measured on an NVIDIA H100 (2026-11-27, this tier, the figure it prints): at most 3.0e-7 apart
 # (NAF on PyTorch; RecurrentPPO 7.9e-8 on JAX, 7.2e-8 on PyTorch): a factor of about 30.

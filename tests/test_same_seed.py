@@ -21,14 +21,14 @@ pytestmark = pytest.mark.cross_backend
 
 WORKER = Path(__file__).with_name("same_seed_worker.py")
 CASES = ("dqn", "ppo", "sequential", "functional", "subclassed", "conv", "sarsa_soft",
-         "expected_sarsa_soft", "rainbow")
+         "expected_sarsa_soft", "rainbow", "iqn")
 
 
 # The subclassed model (no `training` argument) stands for users' models in the fast tier, SARSA
-# for the Deep SARSA scenario; the Sequential and functional models, Expected SARSA and Rainbow
-# (noisy networks) run in the slow tier.
+# for the Deep SARSA scenario; the Sequential and functional models, Expected SARSA, Rainbow
+# (noisy networks) and IQN (sampled fractions) run in the slow tier.
 PARAMS = [pytest.param(case, marks=pytest.mark.slow)
-          if case in ("sequential", "functional", "expected_sarsa_soft", "rainbow") else case
+          if case in ("sequential", "functional", "expected_sarsa_soft", "rainbow", "iqn") else case
           for case in CASES]
 
 

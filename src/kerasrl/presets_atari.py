@@ -1,5 +1,5 @@
-"""The Atari presets: RL Baselines3 Zoo's Atari hyperparameters for DQN, QR-DQN and PPO, and the
-Rainbow paper's for Rainbow (the zoo has none), on each game (`kerasrl.presets` makes them `Preset`s beside the others; this module imports nothing of
+"""The Atari presets: RL Baselines3 Zoo's Atari hyperparameters for DQN, QR-DQN and PPO, the
+Rainbow paper's for Rainbow and Dopamine's for IQN (the zoo has neither), on each game (`kerasrl.presets` makes them `Preset`s beside the others; this module imports nothing of
 kerasrl, as that one).
 """
 
@@ -31,6 +31,17 @@ ATARI_QRDQN = dict(n_quantiles=200, buffer_size=1_000_000, learning_rate=5e-5, a
 # 1M replay, priority exponent 0.5 (importance 0.4 -> 1), 3-step returns, noisy streams of 512 with
 # sigma_0 0.5 and no epsilon, 51 atoms on [-10, 10], one update of 32 every 4 steps.
 ATARI_RAINBOW = dict(gamma=0.99, n_envs=1)
+# Dopamine's implicit_quantile.gin (IQN at Rainbow's settings "for an apples-to-apples comparison"):
+# N = N' = 64, K = 32, 3-step returns, Adam 6.25e-5 with epsilon 1.5e-4, learning from 20k steps,
+# one update of 32 every 4 steps, a target sync every 8k steps, epsilon 1 -> 0.01 over 250k steps
+# (2.5% of 10M), 1M uniform replay. The network is the paper's: the Nature CNN's convolutions, the
+# fraction embedding of 64 cosines onto their 3,136 features, 512 units, one output per action.
+ATARI_IQN = dict(n_quantiles=64, n_target_quantiles=64, n_acting_quantiles=32, n_cosines=64,
+                 n_step_return=3, learning_rate=6.25e-5, adam_epsilon=1.5e-4, batch_size=32,
+                 buffer_size=1_000_000, learning_starts=20_000, train_freq=4, gradient_steps=1,
+                 target_update_interval=8_000, exploration_fraction=0.025,
+                 exploration_initial_eps=1.0, exploration_final_eps=0.01, gamma=0.99,
+                 max_grad_norm=None, n_envs=1)
 ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: no-op starts, frame "
               "skip 4 with max-pooling, 84x84 gray, 4 frames, episodic life and clipped rewards in "
               "training; the Nature CNN). Evaluated on whole games with sticky actions (0.25). Not "
@@ -38,7 +49,7 @@ ATARI_NOTE = ("Preprocessing and network as SB3 + the zoo (kerasrl.envs.atari: n
 
 
 def atari_preset_fields() -> dict[str, dict[str, Any]]:
-    """Each Atari preset's name and `Preset` fields: DQN, QR-DQN, Rainbow and PPO on each game, evaluated
+    """Each Atari preset's name and `Preset` fields: DQN, QR-DQN, Rainbow, IQN and PPO on each game, evaluated
     on the evaluation preprocessing (whole games, sticky actions)."""
     fields = {}
     for game in ("Pong", "Breakout"):
@@ -62,6 +73,12 @@ def atari_preset_fields() -> dict[str, dict[str, Any]]:
                         f"8k steps, 3-step returns, priority exponent 0.5, noisy dueling streams "
                         f"of 512 after the Nature CNN's convolutions, no epsilon, 51 atoms on "
                         f"[-10, 10], one update of 32 every 4 steps, 10M steps). "),
+            "iqn": (ATARI_IQN,
+                    f"IQN on {game} with Dopamine's Atari hyperparameters (implicit_quantile.gin: "
+                    f"N = N' = 64 and K = 32 fractions, 64 cosines, 3-step returns, lr 6.25e-5 "
+                    f"with Adam's epsilon 1.5e-4, 1M replay stored frame by frame, 20k steps "
+                    f"before learning, target sync every 8k steps, epsilon 1.0 -> 0.01 over the "
+                    f"first 250k steps, one update of 32 every 4 steps, 10M steps). "),
             "ppo": (ATARI_PPO,
                     f"PPO on {game} with the RL Baselines3 Zoo Atari hyperparameters (8 envs x 128 "
                     f"steps, 4 epochs of minibatches of 256, lr 2.5e-4 and clip range 0.1 both "

@@ -18,10 +18,9 @@ With N outputs per action (C51's atoms, QR-DQN's quantiles) the network outputs 
 
 from __future__ import annotations
 
-import math
-
 import gymnasium as gym
 import keras
+import numpy as np
 from keras import layers, ops
 
 from kerasrl.layers import NoisyDense
@@ -150,10 +149,13 @@ class ImplicitQuantileNetwork(keras.Model):
             observations, fractions = inputs
         else:  # (1, K) midpoints, broadcast over the batch below
             observations = inputs
-            fractions = ((ops.arange(self.acting_fractions, dtype="float32") + 0.5)
-                         / self.acting_fractions)[None, :]
+            fractions = ops.convert_to_tensor(
+                (np.arange(self.acting_fractions, dtype=np.float32)[None, :] + 0.5)
+                / self.acting_fractions)
         features = self.torso(observations)  # (B, d)
-        frequencies = math.pi * ops.arange(1, self.n_cosines + 1, dtype="float32")
+        # Constants made with numpy: an export traces this call with a symbolic batch.
+        frequencies = ops.convert_to_tensor(
+            np.pi * np.arange(1, self.n_cosines + 1, dtype=np.float32))
         embedded = self.fraction_embedding(ops.cos(ops.expand_dims(fractions, -1) * frequencies))
         mixed = ops.expand_dims(features, 1) * embedded  # (B, N, d)
         return ops.transpose(self.quantile_values(self.hidden(mixed)), (0, 2, 1))

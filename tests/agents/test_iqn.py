@@ -145,7 +145,8 @@ def test_without_fractions_a_round_is_qrdqns_at_the_midpoints():
     best = q_next.mean(-1).argmax(-1)
     targets = batch["rewards"][:, None] + batch["discounts"][:, None] * q_next[np.arange(6), best]
     taken = q[np.arange(6), batch["actions"]]
-    expected, _ = quantile_huber_loss(taken, targets, batch["weights"])
+    expected, _ = quantile_huber_loss(*(keras.ops.convert_to_tensor(x) for x in (
+        taken, targets, batch["weights"])))
     loss, _ = agent.learner.train({k: v[None] for k, v in batch.items()}, 0.0, 0.0)
     np.testing.assert_allclose(loss, keras.ops.convert_to_numpy(expected), rtol=1e-5)
 
@@ -212,3 +213,21 @@ def test_bad_settings_are_refused():
         small_iqn(hidden_sizes=())
     with pytest.raises(ValueError, match="discrete"):
         kerasrl.IQN("Pendulum-v1", check_env=False, buffer_size=100)
+
+
+@pytest.mark.slow  # building the Atari network and 75 updates of 64 + 64 + 32 fractions: 30-60 s
+def test_the_atari_preset_runs_on_frames_stored_once():
+    """pong-iqn: the Nature CNN's convolutions, the fraction embedding onto their 3,136
+    features, 512 units, and the frame buffer (each frame stored once, 3-step returns)."""
+    from kerasrl.buffers import FrameStackReplayBuffer
+    from kerasrl.presets import get_preset
+
+    preset = get_preset("pong-iqn")
+    agent = kerasrl.IQN(preset.env, seed=0, **{**preset.config, "buffer_size": 2000,
+                                               "learning_starts": 300, "target_update_interval": 200})
+    agent.fit(600, progress=False)
+    model = agent.q_network
+    assert isinstance(agent.buffer, FrameStackReplayBuffer) and agent.n_updates == 75
+    assert model.fraction_embedding.units == 3136 and model.hidden.units == 512
+    observation = agent.observation_space.sample()[None]
+    assert keras.ops.convert_to_numpy(model(observation)).shape == (1, 6, 32)
