@@ -22,9 +22,11 @@ otherwise idle machine.
   on [0, 100], no epsilon; dueling streams of a 128-unit noisy hidden layer and a noisy output
   layer (sigma_0 0.5), Tianshou's `Net(hidden_sizes=[128], dueling_param=...)` with
   `NoisyLinear` and kerasrl's default. Evaluated with the mean network.
-- iqn (`IQN`): the preset cartpole-iqn's settings: a 20k uniform replay, N = N' = 8 fractions
-  for the online and target quantiles, K = 32 to act and to choose a* (with the online network,
-  as Tianshou's IQN does: kerasrl's `double_q=True`), 64 cosines, a 128-unit layer after the
+- iqn (`IQN`): the preset cartpole-iqn's settings: the prioritized replay as Rainbow's (each
+  library's priorities: kerasrl's the mean |target - quantile| of a transition, Tianshou's the
+  mean over online fractions of the summed smooth-L1 terms), N = N' = 32 fractions for the
+  online and target quantiles, K = 32 to act and to choose a* (with the online network, as
+  Tianshou's IQN does: kerasrl's `double_q=True`), 64 cosines, a 128-unit layer after the
   embedding (Tianshou's `ImplicitQuantileNetwork(Net(hidden_sizes=[128]), hidden_sizes=[128])`),
   epsilon from 1 to 0.01 over the first tenth of the run (Tianshou: set by its training_fn).
   Evaluated at the K midpoints (kerasrl) and at K random fractions (Tianshou's policy).
@@ -50,8 +52,9 @@ COMMON = dict(learning_rate=1e-3, batch_size=32, buffer_size=20_000, learning_st
               n_step_return=3, target_update_interval=500, hidden=128)
 RAINBOW = dict(COMMON, n_atoms=51, v_min=0.0, v_max=100.0, prioritized_replay_alpha=0.5,
                prioritized_replay_beta0=0.4, noisy_sigma=0.5)
-IQN = dict(COMMON, n_quantiles=8, n_target_quantiles=8, n_acting_quantiles=32, n_cosines=64,
-           exploration_fraction=0.1, exploration_final_eps=0.01)
+IQN = dict(COMMON, n_quantiles=32, n_target_quantiles=32, n_acting_quantiles=32, n_cosines=64,
+           exploration_fraction=0.1, exploration_final_eps=0.01, prioritized_replay_alpha=0.5,
+           prioritized_replay_beta0=0.4)
 
 
 def timed_fit(agent, steps: int) -> dict:
@@ -88,6 +91,8 @@ def run_kerasrl_iqn(seed: int, steps: int) -> dict:
         n_step_return=s["n_step_return"], target_update_interval=s["target_update_interval"],
         n_quantiles=s["n_quantiles"], n_target_quantiles=s["n_target_quantiles"],
         n_acting_quantiles=s["n_acting_quantiles"], n_cosines=s["n_cosines"], double_q=True,
+        prioritized_replay=True, prioritized_replay_alpha=s["prioritized_replay_alpha"],
+        prioritized_replay_beta0=s["prioritized_replay_beta0"],
         exploration_fraction=s["exploration_fraction"],
         exploration_final_eps=s["exploration_final_eps"], hidden_sizes=(s["hidden"], s["hidden"]),
         train_freq=1, adam_epsilon=1e-8, adam_epsilon_style="pytorch"), steps)
@@ -135,12 +140,30 @@ def tianshou_fit(algorithm, policy, collector, seed: int, steps: int, training_f
     return dict(wall_s=wall, steps_per_s=steps / wall, mean_return=float(np.mean(stats.returns)))
 
 
+def prioritized_buffer(s: dict):
+    """Tianshou's prioritized buffer at the settings `s` (weights over the batch's largest)."""
+    from tianshou.data import PrioritizedVectorReplayBuffer
+
+    return PrioritizedVectorReplayBuffer(s["buffer_size"], buffer_num=1,
+                                         alpha=s["prioritized_replay_alpha"],
+                                         beta=s["prioritized_replay_beta0"], weight_norm=True)
+
+
+def beta_schedule(buffer, s: dict, steps: int):
+    """A training_fn annealing the importance exponent linearly to 1 over the run, as kerasrl."""
+    def anneal_beta(epoch: int, env_step: int) -> None:
+        fraction = min(env_step / steps, 1.0)
+        buffer.set_beta(s["prioritized_replay_beta0"] + fraction * (1.0 - s["prioritized_replay_beta0"]))
+
+    return anneal_beta
+
+
 def run_tianshou_rainbow(seed: int, steps: int) -> dict:
     """Net + NoisyLinear, C51Policy, RainbowDQN, a prioritized buffer."""
     from tianshou.algorithm import RainbowDQN
     from tianshou.algorithm.modelfree.c51 import C51Policy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, CollectStats, PrioritizedVectorReplayBuffer
+    from tianshou.data import Collector, CollectStats
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.discrete import NoisyLinear
 
@@ -159,16 +182,9 @@ def run_tianshou_rainbow(seed: int, steps: int) -> dict:
     algorithm = RainbowDQN(policy=policy, optim=AdamOptimizerFactory(lr=s["learning_rate"], eps=1e-8),
                            gamma=s["gamma"], n_step_return_horizon=s["n_step_return"],
                            target_update_freq=s["target_update_interval"])
-    buffer = PrioritizedVectorReplayBuffer(s["buffer_size"], buffer_num=1,
-                                           alpha=s["prioritized_replay_alpha"],
-                                           beta=s["prioritized_replay_beta0"], weight_norm=True)
+    buffer = prioritized_buffer(s)
     collector = Collector[CollectStats](algorithm, training_envs, buffer, exploration_noise=True)
-
-    def anneal_beta(epoch: int, env_step: int) -> None:
-        fraction = min(env_step / steps, 1.0)
-        buffer.set_beta(s["prioritized_replay_beta0"] + fraction * (1.0 - s["prioritized_replay_beta0"]))
-
-    return tianshou_fit(algorithm, policy, collector, seed, steps, anneal_beta)
+    return tianshou_fit(algorithm, policy, collector, seed, steps, beta_schedule(buffer, s, steps))
 
 
 def run_tianshou_iqn(seed: int, steps: int) -> dict:
@@ -177,7 +193,7 @@ def run_tianshou_iqn(seed: int, steps: int) -> dict:
     from tianshou.algorithm import IQN as TianshouIQN
     from tianshou.algorithm.modelfree.iqn import IQNPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.data import Collector, CollectStats
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.discrete import ImplicitQuantileNetwork
 
@@ -192,15 +208,16 @@ def run_tianshou_iqn(seed: int, steps: int) -> dict:
     algorithm = TianshouIQN(policy=policy, optim=AdamOptimizerFactory(lr=s["learning_rate"], eps=1e-8),
                             gamma=s["gamma"], n_step_return_horizon=s["n_step_return"],
                             target_update_freq=s["target_update_interval"])
-    collector = Collector[CollectStats](algorithm, training_envs,
-                                        VectorReplayBuffer(s["buffer_size"], buffer_num=1),
-                                        exploration_noise=True)
+    buffer = prioritized_buffer(s)
+    collector = Collector[CollectStats](algorithm, training_envs, buffer, exploration_noise=True)
+    anneal_beta = beta_schedule(buffer, s, steps)
 
-    def epsilon(epoch: int, env_step: int) -> None:  # kerasrl's linear schedule, in all env steps
+    def schedules(epoch: int, env_step: int) -> None:  # kerasrl's linear epsilon, in all env steps
         fraction = min((env_step + s["learning_starts"]) / (s["exploration_fraction"] * steps), 1.0)
         policy.set_eps_training(1.0 + fraction * (s["exploration_final_eps"] - 1.0))
+        anneal_beta(epoch, env_step)
 
-    return tianshou_fit(algorithm, policy, collector, seed, steps, epsilon)
+    return tianshou_fit(algorithm, policy, collector, seed, steps, schedules)
 
 
 RUNS = {"rainbow": (RAINBOW, run_kerasrl_rainbow, run_tianshou_rainbow, "Rainbow"),
