@@ -153,7 +153,10 @@ class CompiledDQN(CompiledLoop):
         stored["buffer"] = {key: write(stored["buffer"][key], rows, transition[key]) for key in stored["buffer"]}
         if "priorities" in stored:  # new rows get the largest priority seen, as the buffer's `add`
             new = ops.power(state["max_priority"], self.config.prioritized_replay_alpha)
-            stored["priorities"] = write(stored["priorities"], rows, ops.full((self.n_envs,), new, "float32"))
+            # broadcast_to, not full: PyTorch's full reads a tensor fill value into Python, which
+            # made its traced chunks of env steps run eagerly.
+            stored["priorities"] = write(stored["priorities"], rows,
+                                         ops.broadcast_to(ops.cast(new, "float32"), (self.n_envs,)))
         state = dict(state, **stored)
         return {key: state[key] for key in order}, log_episodes(metrics, ended)
 
