@@ -235,7 +235,8 @@ def policy_header(policy, formats: dict[str, str]) -> dict[str, Any]:
             "models": sorted(models), "model_formats": formats,
             "weights_only": all(f == "weights" for f in formats.values()),
             "model_classes": {name: _model_class(m) for name, m in models.items()},
-            "config": policy.get_config(), "backend": backend.NAME}
+            "config": policy.get_config(), "backend": backend.NAME,
+            **({"made_by": policy.made_by} if getattr(policy, "made_by", None) else {})}
 
 
 def models_beside_header(header: dict[str, Any], models: dict, formats: dict[str, str]
@@ -267,6 +268,20 @@ def save_policy(policy, path, *, weights_only: bool = False) -> Path:
     return path
 
 
+def _whole_model(header: dict[str, Any], observation_space, action_space):
+    """`load_models`'s `whole` for a policy an agent saved (its "made_by": algorithm and config):
+    the network the agent made of a torso (dueling, noisy or IQN's layers around it), so that a
+    model_factory of the user's torso loads it as it loads the agent's checkpoint; else None."""
+    made_by = header.get("made_by")
+    if not made_by:
+        return None
+    agent_class = registry.agent_class(made_by["algorithm"])
+    config = agent_class.config_class.from_dict(
+        agent_class.config_class.upgrade(made_by["config"], warn=False))
+    return lambda name, model: agent_class.whole_model(name, model, observation_space,
+                                                       action_space, config)
+
+
 def load_policy(path, *, model_factory=None):
     """The inference-only policy in a policy folder or a checkpoint (no env, agent or optimizer).
 
@@ -289,5 +304,6 @@ def load_policy(path, *, model_factory=None):
     observation_space = space_from_json(header["observation_space"])
     action_space = space_from_json(header["action_space"])
     models = load_models(path, header, manifest, observation_space, action_space, model_factory,
-                          "kerasrl.load_policy")
+                          "kerasrl.load_policy", whole=_whole_model(header, observation_space,
+                                                                     action_space))
     return cls.from_saved(models, observation_space, action_space, header.get("config", {}))

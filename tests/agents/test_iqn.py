@@ -190,6 +190,10 @@ def test_a_users_torso_gets_the_fraction_embedding_and_its_checkpoint_loads_from
         np.testing.assert_array_equal(a, b)
     observations = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
     np.testing.assert_array_equal(loaded.predict(observations), agent.predict(observations))
+    agent.policy.save(tmp_path / "policy")  # the policy alone, from a factory of the torso
+    policy = kerasrl.load_policy(tmp_path / "policy", model_factory=lambda *spaces: Torso())
+    np.testing.assert_allclose(policy.q_values(observations), agent.learner.q_values(observations),
+                               rtol=1e-6, atol=1e-6)
 
 
 def test_the_defaults_are_the_papers():

@@ -382,4 +382,10 @@ def test_a_checkpoint_of_a_users_torso_loads_from_a_factory_of_the_torso(tmp_pat
         np.testing.assert_array_equal(a, b)
     observations = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
     np.testing.assert_array_equal(loaded.predict(observations), agent.predict(observations))
+    # The policy alone, as the warning says: from the checkpoint, and saved by itself.
+    agent.policy.save(tmp_path / "policy")
+    for source in (path, tmp_path / "policy"):
+        policy = kerasrl.load_policy(source, model_factory=lambda *spaces: Torso())
+        np.testing.assert_allclose(policy.q_values(observations), agent.learner.q_values(observations),
+                                   rtol=1e-6, atol=1e-6)
     loaded.fit(80, progress=False)

@@ -141,6 +141,9 @@ class QAgentMixin:
         if getattr(self, "_q_policy", None) is None:
             self._q_policy = QPolicy(self.q_network, self.observation_space, self.action_space,
                                      value_head=self.learner.head)
+            # What made the network of a user's torso (dueling, noisy or IQN's layers around
+            # it): `load_policy` makes it again around the torso a model_factory returns.
+            self._q_policy.made_by = {"algorithm": self.algorithm, "config": self.config.to_dict()}
         self._q_policy.action_masks = self.loop.action_masks is not None
         return self._q_policy
 
