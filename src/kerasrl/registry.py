@@ -39,6 +39,8 @@ ALGORITHMS: dict[str, Algorithm] = {
     "dqn": Algorithm("kerasrl.agents.dqn:DQN", "kerasrl.config:DQNConfig",
                      search_space="kerasrl.tune:sample_dqn",
                      compiled="kerasrl.compiled.dqn:CompiledDQN"),
+    "mdqn": Algorithm("kerasrl.agents.mdqn:MDQN", "kerasrl.config:MDQNConfig",
+                      compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "qrdqn": Algorithm("kerasrl.agents.qrdqn:QRDQN", "kerasrl.config:QRDQNConfig",
                        compiled="kerasrl.compiled.dqn:CompiledDQN"),
     "iqn": Algorithm("kerasrl.agents.iqn:IQN", "kerasrl.config:IQNConfig",

@@ -59,6 +59,8 @@ class QLearner(Learner):
         super().__init__({"q": model}, targets=("q",), optimizers={"q": (optimizer, ("q",))})
         self.model = model
         self.target_fn, self.head, self.needs_online_next = target_fn, head, needs_online_next
+        # A target that reads the target network's Q-values at s too (M-DQN's log-policy).
+        self.reads_current_q = getattr(target_fn, "reads_current_q", False)
         # Noisy networks (NoisyDense layers): noise drawn per acting and per gradient step.
         self.noisy = bool(self.noise_slots["q"])
         # Whether acting and training rounds take random inputs (`acting_noise`, `round_noise`):
@@ -82,6 +84,9 @@ class QLearner(Learner):
         network with its own noise, the online one with the step's online noise)."""
         noise = noise or {}
         next_obs = batch["next_observations"]
+        if self.reads_current_q:
+            batch = {**batch, "current_q_target": self.apply(
+                "q", None, state, batch["observations"], target=True, noise=noise.get("target"))}
         next_q_target = self.apply("q", None, state, next_obs, target=True,
                                    noise=noise.get("target"))
         next_q_online = (self.apply("q", state["params"], state, next_obs,

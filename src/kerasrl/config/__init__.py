@@ -27,14 +27,14 @@ from kerasrl.config.on_policy import (
     RecurrentPPOConfig,
     TRPOConfig,
 )
-from kerasrl.config.value import (C51Config, DQNConfig, IQNConfig, QConfig, QRDQNConfig, RainbowConfig,
+from kerasrl.config.value import (C51Config, DQNConfig, IQNConfig, MDQNConfig, QConfig, QRDQNConfig, RainbowConfig,
                                   SARSAConfig)
 
 __all__ = [
     "ACTION_NOISES", "A2CConfig", "ARSConfig", "C51Config", "CEMConfig", "CommonConfig", "ContinuousConfig",
     "CrossQConfig",
     "DDPGConfig", "DQNConfig", "HindsightConfig", "NAFConfig", "OnPolicyConfig", "PPOConfig", "QConfig",
-    "IQNConfig", "QRDQNConfig", "RainbowConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "TQCConfig",
+    "IQNConfig", "MDQNConfig", "QRDQNConfig", "RainbowConfig", "RecurrentPPOConfig", "SACConfig", "SARSAConfig", "TD3Config", "TQCConfig",
     "TRPOConfig", "check",
     "check_types", "hp",
 ]

@@ -100,6 +100,29 @@ class DQNConfig(QConfig, HindsightConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MDQNConfig(DQNConfig):
+    """Munchausen DQN (Vieillard, Pietquin and Geist, 2020): DQN whose target adds the scaled,
+    clipped log-probability of the taken action under softmax(Q_target / tau) to the reward, and
+    bootstraps from the soft value of s' instead of its max. The paper's tau, alpha and l0; the
+    rest as DQNConfig."""
+
+    munchausen_tau: float = hp(0.03, "The entropy temperature tau: pi = softmax(Q_target / tau).")
+    munchausen_alpha: float = hp(0.9, "The Munchausen scale alpha of tau * log pi(a|s) added to r.")
+    munchausen_clip: float = hp(-1.0, "l0: log pi(a|s) is clipped to [l0, 0] before scaling.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.munchausen_tau > 0 and math.isfinite(self.munchausen_tau), "munchausen_tau",
+              self.munchausen_tau, "a positive number (the paper's 0.03)")
+        check(0.0 <= self.munchausen_alpha <= 1.0, "munchausen_alpha", self.munchausen_alpha,
+              "in [0, 1] (0 is soft DQN; the paper's 0.9)")
+        check(self.munchausen_clip < 0, "munchausen_clip", self.munchausen_clip,
+              "negative (the paper's -1)")
+        check(not self.double_q, "double_q", self.double_q,
+              "False (M-DQN's soft value of s' takes no max for Double DQN to decouple)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class QRDQNConfig(DQNConfig):
     """QR-DQN (Dabney et al., 2018): DQN learning N quantiles of each action's return.
 
