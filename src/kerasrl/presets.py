@@ -12,6 +12,7 @@ from typing import Any
 
 from kerasrl import rl_zoo
 from kerasrl.presets_atari import ATARI_DQN, ATARI_PPO, ATARI_QRDQN, atari_preset_fields
+from kerasrl.presets_value import value_preset_fields
 from kerasrl.registry import SNAKE_TIME_LIMIT_ID
 
 __all__ = ["ATARI_DQN", "ATARI_PPO", "ATARI_QRDQN", "PRESETS", "Preset", "get_preset",
@@ -114,40 +115,6 @@ PRESETS: dict[str, Preset] = {
         "DQN on MountainCar-v0 with the RL Baselines3 Zoo hyperparameters (dqn.yml: lr 4e-3, "
         "8 gradient steps every 16 env steps, 256-256 MLP, 120k steps). Reaches the flag on most "
         "seeds, as SB3 with these settings does (docs/presets.md); mountaincar-ppo on every one.",
-    ),
-    "cartpole-c51": Preset(
-        "c51", "CartPole-v1", 50_000,
-        dict(learning_rate=1e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
-             gamma=0.99, n_step_return=3, target_update_interval=10, train_freq=256,
-             gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
-             hidden_sizes=(256, 256), n_atoms=51, v_min=0.0, v_max=100.0,
-             adam_epsilon=0.01 / 64),
-        "C51 on CartPole-v1 with cartpole-qrdqn's settings (the RL Baselines3 Zoo's for DQN and "
-        "QR-DQN; the zoo has no C51) but Tianshou's C51 learning rate 1e-3 and 3-step returns, "
-        "and 51 atoms on [0, 100], the returns of CartPole's +1 rewards at gamma 0.99. 500 "
-        "after 50k steps on JAX seeds 0-2 (with QR-DQN's 2.3e-3 and 1-step returns: 291).",
-    ),
-    "cartpole-rainbow": Preset(
-        "rainbow", "CartPole-v1", 30_000,
-        dict(learning_rate=1e-3, adam_epsilon=1e-8, adam_epsilon_style="pytorch",
-             buffer_size=20_000, learning_starts=1000, train_freq=1, target_update_interval=500,
-             hidden_sizes=(128, 128), v_min=0.0, v_max=100.0),
-        "Rainbow on CartPole-v1: the paper's algorithm (noisy dueling C51, Double DQN, 3-step "
-        "returns, prioritized replay with exponent 0.5, no epsilon) with PyTorch's Adam at 1e-3 "
-        "(epsilon 1e-8), a gradient step per env step from 1,000, a target sync every 500, a "
-        "128-128 network (one 128 torso layer, 128-unit noisy streams) and 51 atoms on [0, 100]: "
-        "500 on seeds 0-2 on every backend (docs/agents.md, BENCHMARKS.md beside Tianshou).",
-    ),
-    "cartpole-iqn": Preset(
-        "iqn", "CartPole-v1", 30_000,
-        dict(learning_rate=1e-3, adam_epsilon=1e-8, adam_epsilon_style="pytorch",
-             buffer_size=20_000, learning_starts=1000, train_freq=1, target_update_interval=500,
-             hidden_sizes=(128, 128), exploration_fraction=0.1, exploration_final_eps=0.01,
-             n_step_return=3, double_q=True, prioritized_replay=True,
-             prioritized_replay_alpha=0.5, n_quantiles=32, n_target_quantiles=32),
-        "IQN on CartPole-v1 at cartpole-rainbow's settings (Adam 1e-3, an update per step, "
-        "target sync every 500, 3-step returns, Double DQN, prioritized replay) with N = N' = K "
-        "= 32 fractions and epsilon 1 -> 0.01 over 10%: 500 on seeds 0-2 (docs/agents.md).",
     ),
     "cartpole-ppo": Preset(
         "ppo", "CartPole-v1", 100_000,
@@ -398,6 +365,7 @@ PRESETS: dict[str, Preset] = {
 
 
 # The Atari presets (RL Zoo's Atari settings, for each game), in their own module.
+PRESETS.update({name: Preset(**fields) for name, fields in value_preset_fields().items()})
 PRESETS.update({name: Preset(**fields) for name, fields in atari_preset_fields().items()})
 
 

@@ -208,11 +208,12 @@ class CompiledOffPolicy(CompiledLoop):
         """One vector step (a compiled piece on PyTorch), then the replay write (in place on
         PyTorch, see `backend.write_rows`)."""
         act = self._piece("act", self._act)
+        order = list(state)  # kept: a traced chunk of steps (PyTorch) feeds each step's state to the next
         buffer = state["buffer"]
         state, rows, transition, ended = act({key: value for key, value in state.items() if key != "buffer"})
         write = backend.write_rows or backend.scatter_rows
-        buffer = {key: write(buffer[key], rows, transition[key]) for key in buffer}
-        return dict(state, buffer=buffer), log_episodes(metrics, ended)
+        state = dict(state, buffer={key: write(buffer[key], rows, transition[key]) for key in buffer})
+        return {key: state[key] for key in order}, log_episodes(metrics, ended)
 
     def _sample(self, state, n_steps: int):
         """`n_steps` uniform batches (n_steps, batch_size, ...) of the replay rows written so far,
