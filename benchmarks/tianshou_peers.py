@@ -66,36 +66,25 @@ def timed_fit(agent, steps: int) -> dict:
                 mean_return=agent.evaluate(episodes=EVAL_EPISODES)["mean_return"])
 
 
+def kerasrl_fields(s: dict) -> dict:
+    """kerasrl's config fields for the settings `s`: every key but the network's width, which is
+    `hidden_sizes`, with one Adam step (PyTorch's epsilon) per env step."""
+    fields = {key: value for key, value in s.items() if key != "hidden"}
+    return dict(fields, hidden_sizes=(s["hidden"], s["hidden"]), train_freq=1, adam_epsilon=1e-8,
+                adam_epsilon_style="pytorch")
+
+
 def run_kerasrl_rainbow(seed: int, steps: int) -> dict:
     import kerasrl
 
-    s = RAINBOW
-    return timed_fit(kerasrl.Rainbow(
-        "CartPole-v1", seed=seed, learning_rate=s["learning_rate"], batch_size=s["batch_size"],
-        buffer_size=s["buffer_size"], learning_starts=s["learning_starts"], gamma=s["gamma"],
-        n_step_return=s["n_step_return"], target_update_interval=s["target_update_interval"],
-        n_atoms=s["n_atoms"], v_min=s["v_min"], v_max=s["v_max"],
-        prioritized_replay_alpha=s["prioritized_replay_alpha"],
-        prioritized_replay_beta0=s["prioritized_replay_beta0"], noisy_sigma=s["noisy_sigma"],
-        hidden_sizes=(s["hidden"], s["hidden"]), train_freq=1, adam_epsilon=1e-8,
-        adam_epsilon_style="pytorch"), steps)
+    return timed_fit(kerasrl.Rainbow("CartPole-v1", seed=seed, **kerasrl_fields(RAINBOW)), steps)
 
 
 def run_kerasrl_iqn(seed: int, steps: int) -> dict:
     import kerasrl
 
-    s = IQN
-    return timed_fit(kerasrl.IQN(
-        "CartPole-v1", seed=seed, learning_rate=s["learning_rate"], batch_size=s["batch_size"],
-        buffer_size=s["buffer_size"], learning_starts=s["learning_starts"], gamma=s["gamma"],
-        n_step_return=s["n_step_return"], target_update_interval=s["target_update_interval"],
-        n_quantiles=s["n_quantiles"], n_target_quantiles=s["n_target_quantiles"],
-        n_acting_quantiles=s["n_acting_quantiles"], n_cosines=s["n_cosines"], double_q=True,
-        prioritized_replay=True, prioritized_replay_alpha=s["prioritized_replay_alpha"],
-        prioritized_replay_beta0=s["prioritized_replay_beta0"],
-        exploration_fraction=s["exploration_fraction"],
-        exploration_final_eps=s["exploration_final_eps"], hidden_sizes=(s["hidden"], s["hidden"]),
-        train_freq=1, adam_epsilon=1e-8, adam_epsilon_style="pytorch"), steps)
+    return timed_fit(kerasrl.IQN("CartPole-v1", seed=seed, double_q=True, prioritized_replay=True,
+                                 **kerasrl_fields(IQN)), steps)
 
 
 def tianshou_setup(seed: int):

@@ -13,6 +13,7 @@ import torch
 
 import kerasrl
 from kerasrl.value_networks import ImplicitQuantileNetwork
+from test_rainbow import Torso  # a user's torso, subclassed, without a `training` argument
 
 pytestmark = pytest.mark.backend
 
@@ -165,17 +166,6 @@ def test_same_seed_same_run_and_exact_resume(tmp_path):
     assert sorted(a) == sorted(b) and straight.n_updates == resumed.n_updates > 0
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
-class Torso(keras.Model):
-    """A user's torso, subclassed, without a `training` argument, not registered with Keras."""
-
-    def __init__(self):
-        super().__init__()
-        self.features = keras.layers.Dense(16, activation="relu")
-
-    def call(self, observations):
-        return self.features(observations)
 
 
 def test_a_users_torso_gets_the_fraction_embedding_and_its_checkpoint_loads_from_a_factory(tmp_path):
