@@ -74,6 +74,17 @@ def test_bad_setting_exits_2_naming_the_field(tmp_path):
     assert not (tmp_path / "run" / "config.json").exists()
 
 
+def test_set_reads_values_as_python_literals_and_yaml_constants():
+    from kerasrl.cli.common import parse_assignment
+
+    assert parse_assignment("double_q=true") == ("double_q", True)
+    assert parse_assignment("dueling=False") == ("dueling", False)
+    assert parse_assignment("max_grad_norm=null") == ("max_grad_norm", None)
+    assert parse_assignment("hidden_sizes=(64, 64)") == ("hidden_sizes", (64, 64))
+    assert parse_assignment("learning_rate=1e-3") == ("learning_rate", 1e-3)
+    assert parse_assignment("loss=mse") == ("loss", "mse")
+
+
 def test_backend_flag_is_honoured(tmp_path):
     out = tmp_path / "run"
     # KERAS_BACKEND says jax; --backend torch wins.

@@ -11,11 +11,18 @@ from pathlib import Path
 from kerasrl import registry
 
 
+# As YAML (the RL Zoo's files) and most shells' users write them.
+LOWERCASE_CONSTANTS = {"true": True, "false": False, "none": None, "null": None}
+
+
 def parse_assignment(text: str) -> tuple[str, object]:
-    """`name=value` with value read as a Python literal (numbers, tuples, None, True) or a string."""
+    """`name=value` with value read as a Python literal (numbers, tuples, None, True), `true`,
+    `false`, `none` or `null` in any case, or else a string."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}.")
     name, raw = text.split("=", 1)
+    if raw.strip().lower() in LOWERCASE_CONSTANTS:
+        return name.strip(), LOWERCASE_CONSTANTS[raw.strip().lower()]
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):

@@ -56,7 +56,8 @@ def add_commands(commands) -> None:
                                      "default: start a local Ray)")
     p.add_argument("--out", help="run folder (default runs/ALGO-ENV-TIME)")
     p.add_argument("--set", type=parse_assignment, action="append", metavar="NAME=VALUE",
-                   help="any config field, e.g. --set learning_rate=1e-3 (repeatable)")
+                   help="any config field, e.g. --set learning_rate=1e-3 or --set double_q=true "
+                        "(a Python literal, or true/false/none as YAML writes them; repeatable)")
     add_env_kwargs_argument(p, "kept with the run, so that evaluate, play, watch and --resume "
                                "make the same env")
     p.add_argument("--eval-episodes", type=int, default=20,
